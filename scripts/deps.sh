@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian packages myriad needs, skipping those already present (idempotent, quiet).
+#   scripts/deps.sh build   : compiler, CMake, OpenBLAS, nlohmann-json, GoogleTest, Google Benchmark
+#   scripts/deps.sh test    : the above plus the Python side of the interop/reference tests
+#                             (Debian's python3-torch, and PyPI's safetensors in a venv under build/pyenv)
+set -euo pipefail
+what="${1:-build}"
+pkgs=(build-essential cmake pkg-config libopenblas-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev)
+if [[ "$what" == test ]]; then
+  pkgs+=(python3 python3-venv python3-numpy python3-torch)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "deps: installing ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [[ "$what" == test ]]; then
+  venv=build/pyenv
+  if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import safetensors, torch" 2>/dev/null; then
+    echo "deps: creating $venv (system torch + PyPI safetensors)"
+    /usr/bin/python3 -m venv --system-site-packages "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check safetensors
+  fi
+fi

@@ -1,0 +1,58 @@
+// The `myriad` CLI: argument parsing only. Each subcommand lives in its own cmd_<name>.cc and registers
+// itself with MYRIAD_COMMAND; the work happens in the library.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace myriad::cli {
+
+// Parsed arguments: --flag value, --flag=value, --switch, and positionals. Every flag a command reads must be
+// declared in its spec, so a typo is an error ("unknown option --thread for 'inspect'") rather than ignored.
+struct OptionSpec {
+  std::string name;        // without dashes
+  std::string value_name;  // empty: a switch without a value
+  std::string help;
+};
+
+class Args {
+ public:
+  Args(std::string command, std::vector<OptionSpec> spec, const std::vector<std::string>& argv);
+  bool has(const std::string& name) const;
+  std::optional<std::string> get(const std::string& name) const;
+  std::string get_or(const std::string& name, const std::string& fallback) const;
+  long get_int(const std::string& name, long fallback, long min, long max) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+  bool help() const { return help_; }
+
+ private:
+  std::string command_;
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+  bool help_ = false;
+};
+
+struct Command {
+  std::string name;
+  std::string summary;
+  std::string usage;  // e.g. "myriad inspect PATH"
+  std::vector<OptionSpec> options;
+  std::function<int(const Args&)> run;
+};
+
+std::map<std::string, Command>& registry();
+std::string command_help(const Command& c);
+
+struct Registrar {
+  explicit Registrar(Command c);
+};
+
+}  // namespace myriad::cli
+
+#define MYRIAD_CLI_CONCAT2(a, b) a##b
+#define MYRIAD_CLI_CONCAT(a, b) MYRIAD_CLI_CONCAT2(a, b)
+#define MYRIAD_COMMAND(...) \
+  static ::myriad::cli::Registrar MYRIAD_CLI_CONCAT(myriad_command_, __LINE__)(::myriad::cli::Command{__VA_ARGS__})

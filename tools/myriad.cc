@@ -1,0 +1,141 @@
+// myriad: entry point. Dispatches to subcommands; catches the one typed Error at the boundary, prints it
+// once and exits with status 1 (2 for usage errors).
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "core/error.h"
+#include "core/threads.h"
+
+namespace myriad::cli {
+
+std::map<std::string, Command>& registry() {
+  static std::map<std::string, Command> r;
+  return r;
+}
+
+Registrar::Registrar(Command c) {
+  registry().emplace(c.name, std::move(c));
+}
+
+std::string command_help(const Command& c) {
+  std::string s = "usage: " + c.usage + "\n\n" + c.summary + "\n";
+  std::vector<OptionSpec> all = c.options;
+  all.push_back({"threads", "N", "worker threads (default: all cores; also MYRIAD_THREADS)"});
+  all.push_back({"help", "", "show this help"});
+  s += "\noptions:\n";
+  for (const auto& o : all) {
+    std::string flag = "  --" + o.name + (o.value_name.empty() ? "" : " " + o.value_name);
+    if (flag.size() < 26) flag.resize(26, ' ');
+    s += flag + " " + o.help + "\n";
+  }
+  return s;
+}
+
+Args::Args(std::string command, std::vector<OptionSpec> spec, const std::vector<std::string>& argv)
+    : command_(std::move(command)) {
+  spec.push_back({"threads", "N", ""});
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "--help" || a == "-h") {
+      help_ = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0 || a == "--") {
+      positional_.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2), value;
+    const auto eq = name.find('=');
+    const bool inline_value = eq != std::string::npos;
+    if (inline_value) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    const OptionSpec* o = nullptr;
+    for (const auto& s : spec)
+      if (s.name == name) o = &s;
+    MYRIAD_REQUIRE(o != nullptr, kValue, "unknown option --", name, " for 'myriad ", command_, "' (see myriad ",
+                   command_, " --help)");
+    if (o->value_name.empty()) {
+      MYRIAD_REQUIRE(!inline_value, kValue, "option --", name, " takes no value");
+      values_[name] = "1";
+    } else {
+      if (!inline_value) {
+        MYRIAD_REQUIRE(i + 1 < argv.size(), kValue, "option --", name, " needs a value (", o->value_name, ")");
+        value = argv[++i];
+      }
+      values_[name] = value;
+    }
+  }
+}
+
+bool Args::has(const std::string& name) const {
+  return values_.count(name) > 0;
+}
+
+std::optional<std::string> Args::get(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Args::get_or(const std::string& name, const std::string& fallback) const {
+  return get(name).value_or(fallback);
+}
+
+long Args::get_int(const std::string& name, long fallback, long min, long max) const {
+  auto v = get(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v->c_str(), &end, 10);
+  MYRIAD_REQUIRE(!v->empty() && end && *end == '\0' && x >= min && x <= max, kValue, "--", name, " ", *v,
+                 ": must be a whole number in [", min, ", ", max, "]");
+  return x;
+}
+
+}  // namespace myriad::cli
+
+namespace {
+
+void print_main_help() {
+  std::printf(
+      "myriad: sparse Mixture-of-Experts multimodal transformers (Kimi-K3 class), from a 2-core laptop to "
+      "the flagship\n\nusage: myriad COMMAND [options]   (myriad COMMAND --help for its options)\n\ncommands:\n");
+  for (const auto& [name, c] : myriad::cli::registry()) std::printf("  %-12s %s\n", name.c_str(), c.summary.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> rest(argv + 1, argv + argc);
+  if (rest.empty() || rest[0] == "--help" || rest[0] == "-h" || rest[0] == "help") {
+    print_main_help();
+    return rest.empty() ? 2 : 0;
+  }
+  auto& reg = myriad::cli::registry();
+  auto it = reg.find(rest[0]);
+  if (it == reg.end()) {
+    std::fprintf(stderr, "myriad: unknown command '%s' (myriad --help lists them)\n", rest[0].c_str());
+    return 2;
+  }
+  const auto& cmd = it->second;
+  try {
+    myriad::cli::Args args(cmd.name, cmd.options, {rest.begin() + 1, rest.end()});
+    if (args.help()) {
+      std::printf("%s", myriad::cli::command_help(cmd).c_str());
+      return 0;
+    }
+    myriad::init_threads_from_env();
+    if (args.has("threads")) myriad::set_num_threads(int(args.get_int("threads", 0, 0, 4096)));
+    return cmd.run(args);
+  } catch (const myriad::Error& e) {
+    std::fprintf(stderr, "myriad %s: %s: %s\n", cmd.name.c_str(), myriad::error_kind_name(e.kind()), e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "myriad %s: error: %s\n", cmd.name.c_str(), e.what());
+    return 1;
+  }
+}
