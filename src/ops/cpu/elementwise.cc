@@ -1,0 +1,164 @@
+// Elementwise CPU kernels: activations, broadcasting add/mul, SiTU-GLU. Vectorised through vmath.h and
+// `omp simd`; threaded over large arrays.
+#include <cmath>
+
+#include "ops/cpu/parallel.h"
+#include "ops/cpu/vmath.h"
+#include "ops/kernels.h"
+
+namespace myriad::cpu {
+
+namespace {
+constexpr int64_t kGrain = 1 << 15;  // elements per thread chunk below which threading does not pay
+}
+
+void unary_forward(Unary op, float* y, const float* x, int64_t n) {
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    switch (op) {
+      case Unary::kSiLU:
+#pragma omp simd
+        for (int64_t i = b; i < e; ++i) y[i] = x[i] * fast_sigmoid(x[i]);
+        break;
+      case Unary::kSigmoid:
+#pragma omp simd
+        for (int64_t i = b; i < e; ++i) y[i] = fast_sigmoid(x[i]);
+        break;
+      case Unary::kTanh:
+#pragma omp simd
+        for (int64_t i = b; i < e; ++i) y[i] = fast_tanh(x[i]);
+        break;
+      case Unary::kSoftplus:
+#pragma omp simd
+        for (int64_t i = b; i < e; ++i) y[i] = fast_softplus(x[i]);
+        break;
+    }
+  });
+}
+
+void unary_backward(Unary op, float* dx, const float* dy, const float* x, int64_t n) {
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    switch (op) {
+      case Unary::kSiLU:
+#pragma omp simd
+        for (int64_t i = b; i < e; ++i) {
+          const float s = fast_sigmoid(x[i]);
+          dx[i] += dy[i] * s * (1.0f + x[i] * (1.0f - s));
+        }
+        break;
+      case Unary::kSigmoid:
+#pragma omp simd
+        for (int64_t i = b; i < e; ++i) {
+          const float s = fast_sigmoid(x[i]);
+          dx[i] += dy[i] * s * (1.0f - s);
+        }
+        break;
+      case Unary::kTanh:
+#pragma omp simd
+        for (int64_t i = b; i < e; ++i) {
+          const float t = fast_tanh(x[i]);
+          dx[i] += dy[i] * (1.0f - t * t);
+        }
+        break;
+      case Unary::kSoftplus:
+#pragma omp simd
+        for (int64_t i = b; i < e; ++i) dx[i] += dy[i] * fast_sigmoid(x[i]);
+        break;
+    }
+  });
+}
+
+void binary_forward(Binary op, float* out, const float* a, const int64_t* as, const float* b, const int64_t* bs,
+                    const int64_t* shape, int ndim) {
+  if (ndim == 0) {
+    out[0] = op == Binary::kAdd ? a[0] + b[0] : a[0] * b[0];
+    return;
+  }
+  int64_t rows = 1;
+  for (int d = 0; d < ndim - 1; ++d) rows *= shape[d];
+  const int64_t N = shape[ndim - 1];
+  const int64_t sa = as[ndim - 1], sb = bs[ndim - 1];
+  if (rows * N == 0) return;
+  // Row-wise: the innermost axis is a contiguous or broadcast (stride 0) run; outer axes are decoded once per row.
+  parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(N, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t rem = r, oa = 0, ob = 0;
+      for (int d = ndim - 2; d >= 0; --d) {
+        const int64_t c = rem % shape[d];
+        rem /= shape[d];
+        oa += c * as[d];
+        ob += c * bs[d];
+      }
+      const float* ar = a + oa;
+      const float* br = b + ob;
+      float* o = out + r * N;
+      if (op == Binary::kAdd) {
+        if (sa == 1 && sb == 1) {
+#pragma omp simd
+          for (int64_t j = 0; j < N; ++j) o[j] = ar[j] + br[j];
+        } else {
+          for (int64_t j = 0; j < N; ++j) o[j] = ar[j * sa] + br[j * sb];
+        }
+      } else {
+        if (sa == 1 && sb == 1) {
+#pragma omp simd
+          for (int64_t j = 0; j < N; ++j) o[j] = ar[j] * br[j];
+        } else {
+          for (int64_t j = 0; j < N; ++j) o[j] = ar[j * sa] * br[j * sb];
+        }
+      }
+    }
+  });
+}
+
+void scale(float* y, const float* x, float alpha, int64_t n) {
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) y[i] = alpha * x[i];
+  });
+}
+
+void axpy(float* y, const float* x, float alpha, int64_t n) {
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) y[i] += alpha * x[i];
+  });
+}
+
+void situ_glu_forward(float* y, int64_t ldy, const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t rows,
+                      int64_t F, SituParams p) {
+  const float b1 = p.beta, ib1 = 1.0f / p.beta, b2 = p.linear_beta, ib2 = 1.0f / p.linear_beta;
+  parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(F, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* gr = g + r * ldg;
+      const float* ur = u + r * ldu;
+      float* yr = y + r * ldy;
+#pragma omp simd
+      for (int64_t j = 0; j < F; ++j)
+        yr[j] = b1 * fast_tanh(gr[j] * ib1) * fast_sigmoid(gr[j]) * (b2 * fast_tanh(ur[j] * ib2));
+    }
+  });
+}
+
+void situ_glu_backward(float* dg, int64_t lddg, float* du, int64_t lddu, const float* dy, int64_t lddy, const float* g,
+                       int64_t ldg, const float* u, int64_t ldu, int64_t rows, int64_t F, SituParams p) {
+  const float b1 = p.beta, ib1 = 1.0f / p.beta, b2 = p.linear_beta, ib2 = 1.0f / p.linear_beta;
+  parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(F, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* gr = g + r * ldg;
+      const float* ur = u + r * ldu;
+      const float* dyr = dy + r * lddy;
+      float* dgr = dg + r * lddg;
+      float* dur = du + r * lddu;
+#pragma omp simd
+      for (int64_t j = 0; j < F; ++j) {
+        const float tg = fast_tanh(gr[j] * ib1), s = fast_sigmoid(gr[j]), tu = fast_tanh(ur[j] * ib2);
+        const float f = b1 * tg * s;
+        const float fprime = (1.0f - tg * tg) * s + b1 * tg * s * (1.0f - s);
+        dgr[j] += dyr[j] * fprime * b2 * tu;
+        dur[j] += dyr[j] * f * (1.0f - tu * tu);
+      }
+    }
+  });
+}
+
+}  // namespace myriad::cpu

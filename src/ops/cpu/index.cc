@@ -1,0 +1,113 @@
+// Index ops on the CPU: top-k with deterministic ties, row gather / scatter-add (MoE token permutation),
+// embedding lookup. Scatter-adds thread over column blocks, so repeated indices never race.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/cpu/parallel.h"
+#include "ops/kernels.h"
+
+namespace myriad::cpu {
+
+namespace {
+
+template <class I>
+void check_indices(const I* idx, int64_t n, int64_t rows, const char* op) {
+  for (int64_t i = 0; i < n; ++i)
+    MYRIAD_REQUIRE(idx[i] >= 0 && int64_t(idx[i]) < rows, kValue, op, ": index ", int64_t(idx[i]), " at position ", i,
+                   " is outside [0, ", rows, ")");
+}
+
+// Column blocks for scatter-style kernels: each thread owns a slice of the columns of every row.
+template <class F>
+void for_column_blocks(int64_t n_items, int64_t N, F&& fn) {
+  const int64_t work = n_items * N;
+  const int64_t blocks = work < (1 << 15) ? 1 : std::min<int64_t>(num_threads(), std::max<int64_t>(1, N / 16));
+  parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t blk = b0; blk < b1; ++blk) fn(N * blk / blocks, N * (blk + 1) / blocks);
+  });
+}
+
+}  // namespace
+
+void topk(int32_t* idx, float* val, const float* x, int64_t rows, int64_t N, int64_t k) {
+  MYRIAD_REQUIRE(k >= 0 && k <= N, kValue, "topk: k = ", k, " must lie in [0, ", N, "]");
+  parallel_for(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(N, 1)), [&](int64_t r0, int64_t r1) {
+    std::vector<int32_t> order(static_cast<size_t>(N));
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * N;
+      std::iota(order.begin(), order.end(), 0);
+      // Larger value first; among equal values the lower index (a strict weak order, so the result is unique).
+      auto better = [xr](int32_t a, int32_t b) { return xr[a] > xr[b] || (xr[a] == xr[b] && a < b); };
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), better);
+      for (int64_t j = 0; j < k; ++j) {
+        idx[r * k + j] = order[size_t(j)];
+        val[r * k + j] = xr[order[size_t(j)]];
+      }
+    }
+  });
+}
+
+void gather_rows(float* out, const float* src, const int32_t* idx, int64_t n, int64_t src_rows, int64_t N) {
+  check_indices(idx, n, src_rows, "gather_rows");
+  parallel_for(n, std::max<int64_t>(1, 8192 / std::max<int64_t>(N, 1)), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) std::memcpy(out + i * N, src + int64_t(idx[i]) * N, size_t(N) * sizeof(float));
+  });
+}
+
+void scatter_add_rows(float* dst, const float* src, const int32_t* idx, const float* w, int64_t n, int64_t dst_rows,
+                      int64_t N) {
+  check_indices(idx, n, dst_rows, "scatter_add_rows");
+  for_column_blocks(n, N, [&](int64_t c0, int64_t c1) {
+    for (int64_t i = 0; i < n; ++i) {
+      float* d = dst + int64_t(idx[i]) * N;
+      const float* s = src + i * N;
+      const float a = w ? w[i] : 1.0f;
+#pragma omp simd
+      for (int64_t j = c0; j < c1; ++j) d[j] += a * s[j];
+    }
+  });
+}
+
+void scatter_add_rows_backward(float* dsrc, float* dw, const float* ddst, const float* src, const int32_t* idx,
+                               const float* w, int64_t n, int64_t dst_rows, int64_t N) {
+  check_indices(idx, n, dst_rows, "scatter_add_rows_backward");
+  parallel_for(n, std::max<int64_t>(1, 8192 / std::max<int64_t>(N, 1)), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* g = ddst + int64_t(idx[i]) * N;
+      const float* s = src + i * N;
+      float* ds = dsrc + i * N;
+      const float a = w ? w[i] : 1.0f;
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t j = 0; j < N; ++j) {
+        ds[j] += a * g[j];
+        dot += g[j] * s[j];
+      }
+      if (dw) dw[i] += dot;
+    }
+  });
+}
+
+void embedding_forward(float* out, const float* table, const int64_t* ids, int64_t T, int64_t V, int64_t D) {
+  check_indices(ids, T, V, "embedding");
+  parallel_for(T, std::max<int64_t>(1, 8192 / std::max<int64_t>(D, 1)), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) std::memcpy(out + t * D, table + ids[t] * D, size_t(D) * sizeof(float));
+  });
+}
+
+void embedding_backward(float* dtable, const float* dout, const int64_t* ids, int64_t T, int64_t V, int64_t D) {
+  check_indices(ids, T, V, "embedding_backward");
+  for_column_blocks(T, D, [&](int64_t c0, int64_t c1) {
+    for (int64_t t = 0; t < T; ++t) {
+      float* d = dtable + ids[t] * D;
+      const float* g = dout + t * D;
+#pragma omp simd
+      for (int64_t j = c0; j < c1; ++j) d[j] += g[j];
+    }
+  });
+}
+
+}  // namespace myriad::cpu

@@ -1,0 +1,148 @@
+// The kernel table: every op of myriad once, as plain functions over raw f32 buffers (row-major,
+// outermost axis first). Three implementations share these signatures:
+//   ref::   the oracle: naive loops, templated on the scalar type (float or double) so finite differences
+//           can run in double (src/ops/ref/);
+//   cpu::   the fast kernels: OpenBLAS, OpenMP threads, AVX2/FMA/AVX-512 vectorisation (src/ops/cpu/);
+//   cuda::  device kernels over device pointers (src/ops/cuda/, built with the `cuda` preset).
+// Conventions:
+//   - forward kernels overwrite their outputs;
+//   - backward kernels ACCUMULATE (+=) into every gradient output, so a tensor used twice simply receives
+//     both contributions and parameter gradients accumulate across micro-batches with no extra buffers;
+//   - sizes are int64_t; any size may be 0 (degenerate shapes are legal and do nothing);
+//   - "ld" arguments are row strides in elements, so a kernel can read a column block of a wider matrix
+//     (e.g. the gate half of a fused [T, 2F] projection) without a copy.
+// Shape legend: T tokens, B batch, H query heads, Hk key/value heads, Dk q/k head width, Dv v head width,
+// C channels, W conv width, V vocabulary, N row length, k top-k.
+#pragma once
+
+#include <cstdint>
+
+namespace myriad {
+
+enum class Unary : uint8_t { kSiLU, kSigmoid, kTanh, kSoftplus };
+enum class Binary : uint8_t { kAdd, kMul };
+
+// SiTU-GLU constants (DESIGN 1.5): y = [b1 tanh(g/b1) sigmoid(g)] * [b2 tanh(u/b2)].
+struct SituParams {
+  float beta = 4.0f;          // activation_situ_beta (b1)
+  float linear_beta = 25.0f;  // activation_situ_linear_beta (b2)
+};
+
+struct AdamWParams {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // decoupled: p -= lr * wd * p
+  int64_t step = 1;           // 1-based, for bias correction
+};
+
+// Rotary embedding over the rotated columns [col0, col0 + R) of each row; the other columns pass through.
+// cos/sin tables are [T, R/2] (already scaled by YaRN's mscale where it applies). Pairing: column j with
+// j + R/2 ("rotate half", the HF convention) unless interleaved, where column 2j pairs with 2j+1.
+struct RopeLayout {
+  int64_t col0 = 0;
+  int64_t rot = 0;  // R, even
+  bool interleaved = false;
+};
+
+// Causal attention: q [B, T, H, Dk], k [B, T, Hk, Dk], v [B, T, Hk, Dv], out [B, T, H, Dv], lse [B, H, T]
+// (log-sum-exp of each query row's scaled scores, saved for backward). H must be a multiple of Hk.
+struct AttentionShape {
+  int64_t B = 1, T = 0, H = 1, Hk = 1, Dk = 0, Dv = 0;
+  float scale = 1.0f;
+};
+
+namespace cpu {
+
+// C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b]; op = transpose when ta / tb. A is M x K after op, B is K x N.
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
+          int64_t ldb, float beta, float* C, int64_t ldc, int64_t batch = 1, int64_t stride_a = 0, int64_t stride_b = 0,
+          int64_t stride_c = 0);
+
+void unary_forward(Unary op, float* y, const float* x, int64_t n);
+void unary_backward(Unary op, float* dx, const float* dy, const float* x, int64_t n);
+
+// out[i] = a[i] op b[i] over a broadcast shape: a_strides/b_strides hold 0 on broadcast axes.
+void binary_forward(Binary op, float* out, const float* a, const int64_t* a_strides, const float* b,
+                    const int64_t* b_strides, const int64_t* shape, int ndim);
+void scale(float* y, const float* x, float alpha, int64_t n);  // y = alpha * x (y may be x)
+void axpy(float* y, const float* x, float alpha, int64_t n);   // y += alpha * x
+
+// RMSNorm over rows of N: y = x * rstd * w (* sigmoid(g) when g != null: the per-head gated form of KDA's
+// output norm, w shared by all rows). rstd [rows] is saved for backward.
+void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, const float* g, int64_t rows, int64_t N,
+                     float eps);
+void rmsnorm_backward(float* dx, float* dw, float* dg, const float* dy, const float* x, const float* w, const float* g,
+                      const float* rstd, int64_t rows, int64_t N);
+
+// L2 normalisation over rows: y = x / sqrt(sum x^2 + eps); rnorm [rows] saved.
+void l2norm_forward(float* y, float* rnorm, const float* x, int64_t rows, int64_t N, float eps);
+void l2norm_backward(float* dx, const float* dy, const float* y, const float* rnorm, int64_t rows, int64_t N);
+
+// SiTU-GLU over [rows, F]: g and u rows at strides ldg / ldu, y at ldy.
+void situ_glu_forward(float* y, int64_t ldy, const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t rows,
+                      int64_t F, SituParams p);
+void situ_glu_backward(float* dg, int64_t lddg, float* du, int64_t lddu, const float* dy, int64_t lddy, const float* g,
+                       int64_t ldg, const float* u, int64_t ldu, int64_t rows, int64_t F, SituParams p);
+
+// Softmax / log-softmax over rows of N.
+void softmax_forward(float* y, const float* x, int64_t rows, int64_t N);
+void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t N);
+void log_softmax_forward(float* y, const float* x, int64_t rows, int64_t N);
+void log_softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t N);
+
+// Causal depthwise conv1d with carried state. x [B, T, C], w [C, W], state_in [B, W-1, C] (null = zeros:
+// a fresh sequence), y [B, T, C], state_out [B, W-1, C] (the last W-1 inputs, for the next piece; may be null).
+// y[b,t,c] = sum_j w[c,j] * xx[b, t+j, c] with xx = concat(state_in, x) along time.
+void conv1d_forward(float* y, float* state_out, const float* x, const float* w, const float* state_in, int64_t B,
+                    int64_t T, int64_t C, int64_t W);
+void conv1d_backward(float* dx, float* dw, float* dstate_in, const float* dy, const float* x, const float* w,
+                     const float* state_in, int64_t B, int64_t T, int64_t C, int64_t W);
+
+// RoPE on rows [T, heads, row] (row width N, rotated columns per layout); cos/sin [T, R/2].
+void rope_forward(float* y, const float* x, const float* cos, const float* sin, int64_t T, int64_t heads, int64_t N,
+                  RopeLayout layout);
+void rope_backward(float* dx, const float* dy, const float* cos, const float* sin, int64_t T, int64_t heads, int64_t N,
+                   RopeLayout layout);
+
+// Tiled causal attention (memory O(T x tile), never O(T^2)).
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, AttentionShape s);
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                        const float* q, const float* k, const float* v, AttentionShape s);
+
+// Fused linear + cross-entropy: logits = h W^T (h [T, D], W [V, D]) are produced a chunk of rows at a time
+// and never stored whole. loss = mean over targets != ignore_index of (lse - logit[target]); returns the
+// number of counted targets. lse [T] is saved. Backward takes dloss (scalar) and accumulates dh, dW.
+int64_t cross_entropy_forward(float* loss, float* lse, const float* h, const float* W, const int64_t* targets,
+                              int64_t T, int64_t D, int64_t V, int64_t ignore_index);
+void cross_entropy_backward(float* dh, float* dW, float dloss, const float* h, const float* W, const int64_t* targets,
+                            const float* lse, int64_t T, int64_t D, int64_t V, int64_t ignore_index);
+
+// Top-k per row of N, descending; ties go to the lower index. idx [rows, k] (int32), val [rows, k].
+void topk(int32_t* idx, float* val, const float* x, int64_t rows, int64_t N, int64_t k);
+
+// Row gather / scatter-add (embedding lookup, MoE token permutation):
+//   gather:      out[i, :] = src[idx[i], :]                    (i < n)
+//   scatter_add: dst[idx[i], :] += (w ? w[i] : 1) * src[i, :]  (repeated indices are summed, no races)
+// Indices are checked against the row count of the indexed table (error, not a crash).
+void gather_rows(float* out, const float* src, const int32_t* idx, int64_t n, int64_t src_rows, int64_t N);
+void scatter_add_rows(float* dst, const float* src, const int32_t* idx, const float* w, int64_t n, int64_t dst_rows,
+                      int64_t N);
+// Backward of the weighted scatter: dsrc[i] += w[i] * ddst[idx[i]], dw[i] += <ddst[idx[i]], src[i]>.
+void scatter_add_rows_backward(float* dsrc, float* dw, const float* ddst, const float* src, const int32_t* idx,
+                               const float* w, int64_t n, int64_t dst_rows, int64_t N);
+
+// Embedding: out[t] = table[ids[t]]; backward dtable[ids[t]] += dout[t]. ids are int64 (token ids).
+void embedding_forward(float* out, const float* table, const int64_t* ids, int64_t T, int64_t V, int64_t D);
+void embedding_backward(float* dtable, const float* dout, const int64_t* ids, int64_t T, int64_t V, int64_t D);
+
+// AdamW (decoupled weight decay, bias-corrected), in place on p, m, v.
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, AdamWParams hp);
+
+// Sum of all elements (double accumulation); sum over rows into [N] (bias/broadcast gradients).
+double sum_all(const float* x, int64_t n);
+void sum_rows_accumulate(float* out, const float* x, int64_t rows, int64_t N);  // out[j] += sum_i x[i, j]
+
+}  // namespace cpu
+}  // namespace myriad
