@@ -1,0 +1,70 @@
+// Differentiable ops on Vars: each runs the backend kernel forward and records one tape node whose backward
+// calls the kernel's backward (accumulating). Shapes are checked up front; a mismatch is a kShape error
+// naming the op and both shapes. CPU tensors today; CUDA tensors route to the CUDA backend where it has the
+// kernel and give a clear kUnsupported error where it does not yet.
+// Shape legend: T tokens, B batch, H heads, D width, V vocabulary, C channels, W conv width.
+#pragma once
+
+#include <utility>
+
+#include "autograd/tape.h"
+#include "ops/kernels.h"
+
+namespace myriad::ag {
+
+// a [M, K] (or [K, M] when ta) times b [K, N] (or [N, K] when tb); 3-D operands are batched over dim 0.
+Var matmul(const Var& a, const Var& b, bool ta = false, bool tb = false);
+// x [..., in] times w [out, in]^T -> [..., out]  (PyTorch's nn.Linear layout)
+Var linear(const Var& x, const Var& w);
+
+// A view with another shape (no copy); the gradient flows back unchanged.
+Var reshape(const Var& x, const Shape& shape);
+
+Var add(const Var& a, const Var& b);  // numpy broadcasting
+Var mul(const Var& a, const Var& b);  // numpy broadcasting
+Var scale(const Var& a, float alpha);
+Var sum(const Var& a);  // -> [] (one element)
+
+Var unary(Unary op, const Var& x);
+inline Var silu(const Var& x) {
+  return unary(Unary::kSiLU, x);
+}
+inline Var sigmoid(const Var& x) {
+  return unary(Unary::kSigmoid, x);
+}
+inline Var tanh(const Var& x) {
+  return unary(Unary::kTanh, x);
+}
+inline Var softplus(const Var& x) {
+  return unary(Unary::kSoftplus, x);
+}
+
+Var situ_glu(const Var& g, const Var& u, SituParams p);  // g, u [..., F]
+
+// RMSNorm over the last dim with weight w [N]; with gate: y = rmsnorm(x) * w * sigmoid(gate) (KDA's per-head
+// output norm: x and gate [..., H, V], w [V]).
+Var rmsnorm(const Var& x, const Var& w, float eps);
+Var rmsnorm_gated(const Var& x, const Var& w, const Var& gate, float eps);
+Var l2norm(const Var& x, float eps);
+
+Var softmax(const Var& x);      // over the last dim
+Var log_softmax(const Var& x);  // over the last dim
+
+// Causal depthwise conv: x [B, T, C], w [C, W]; state_in [B, W-1, C] or undefined (fresh sequence).
+// Returns y [B, T, C] and the carried state [B, W-1, C] (a plain tensor: the next piece's input).
+std::pair<Var, Tensor> conv1d(const Var& x, const Var& w, const Var& state_in);
+
+// RoPE: x [T, H, N]; cos/sin [T, R/2] from rope_table.h.
+Var rope(const Var& x, const Tensor& cos, const Tensor& sin, RopeLayout layout);
+
+// Causal attention: q [B, T, H, Dk], k [B, T, Hk, Dk], v [B, T, Hk, Dv] -> [B, T, H, Dv].
+Var attention(const Var& q, const Var& k, const Var& v, float scale);
+
+// Fused lm_head + cross-entropy: h [T, D], W [V, D], targets [T] (i64) -> mean loss over counted targets.
+Var cross_entropy(const Var& h, const Var& W, const Tensor& targets, int64_t ignore_index = -100);
+
+Var embedding(const Var& table, const Tensor& ids);  // table [V, D], ids [...] i64 -> [..., D]
+Var gather_rows(const Var& src, const Tensor& idx);  // src [m, N], idx [n] i32 -> [n, N]
+Var scatter_add_rows(int64_t rows, const Var& src, const Tensor& idx, const Var& weights);  // -> [rows, N]
+
+}  // namespace myriad::ag

@@ -1,0 +1,89 @@
+// Autograd: eager execution that records a tape while gradients are enabled.
+//  - A Var holds a value tensor, its gradient (allocated on first accumulation) and whether it needs one.
+//  - Every differentiable op (functions.h) computes its forward with the backend kernels and, when any
+//    input requires a gradient, appends one TapeNode whose hand-written backward reads the outputs'
+//    gradients and ACCUMULATES into the inputs' (so a Var used twice receives both contributions, and
+//    leaf gradients accumulate across backward() calls until zero_grad()).
+//  - Fused ops (attention, cross-entropy, SiTU-GLU, gated RMSNorm) are single nodes.
+//  - NoGradGuard turns recording off for inference; the tape is per thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace myriad::ag {
+
+struct VarImpl {
+  Tensor value;
+  Tensor grad;  // undefined until something accumulates into it
+  bool requires_grad = false;
+  std::string name;
+};
+
+class Var {
+ public:
+  Var() = default;
+  explicit Var(Tensor value, bool requires_grad = false, std::string name = {});
+
+  bool defined() const { return impl_ != nullptr; }
+  const Tensor& value() const { return impl_->value; }
+  Tensor& value() { return impl_->value; }
+  const Tensor& grad() const { return impl_->grad; }
+  bool has_grad() const { return impl_->grad.defined(); }
+  bool requires_grad() const { return impl_ && impl_->requires_grad; }
+  const Shape& shape() const { return impl_->value.shape(); }
+  const std::string& name() const { return impl_->name; }
+  void zero_grad();
+  // grad += g (allocates a zero gradient of the value's shape first). Used by the tape and by tests.
+  // The gradient, allocated (zeros) if needed. const: a Var is a handle; the gradient lives in the shared impl.
+  Tensor& grad_buffer() const;
+  const std::shared_ptr<VarImpl>& impl() const { return impl_; }
+
+ private:
+  std::shared_ptr<VarImpl> impl_;
+};
+
+struct TapeNode {
+  const char* op;
+  std::vector<std::shared_ptr<VarImpl>> outputs;
+  std::function<void()> backward;
+};
+
+class Tape {
+ public:
+  static Tape& current();  // this thread's tape
+  void record(const char* op, std::vector<std::shared_ptr<VarImpl>> outputs, std::function<void()> backward);
+  // Seeds d(loss) = 1 (loss must have one element) and runs every recorded node in reverse, then clears.
+  void backward(const Var& loss);
+  void clear() { nodes_.clear(); }
+  size_t size() const { return nodes_.size(); }
+
+ private:
+  std::vector<TapeNode> nodes_;
+};
+
+bool grad_enabled();
+
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// True when recording is on and any of the vars requires a gradient.
+bool needs_grad(std::initializer_list<const Var*> inputs);
+
+inline void backward(const Var& loss) {
+  Tape::current().backward(loss);
+}
+
+}  // namespace myriad::ag
