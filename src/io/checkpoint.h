@@ -1,0 +1,72 @@
+// Model checkpoints in the Hugging Face layout (DESIGN.md §5): a directory holding either one
+// `model.safetensors`, or shards listed by `model.safetensors.index.json`:
+//   {"metadata": {"total_size": 123}, "weight_map": {"<tensor name>": "model-00001-of-00002.safetensors", ...}}
+//
+// Opening validates the whole checkpoint before any tensor is used: the index is a JSON object whose
+// "weight_map" maps each name once (duplicate keys are reported) to a file name inside the directory (no
+// absolute paths, no ".."); every mapped file opens and validates as safetensors (kIo if it cannot be opened);
+// every tensor is in the file it is mapped to; and no tensor sits in two files or in a file without being
+// mapped there. Errors are myriad::Error (kFormat, or kIo), naming the index or shard file, the tensor and the
+// rule. The index's "metadata" (total_size) is informational and not checked. A directory holding both
+// model.safetensors and the index is ambiguous and rejected.
+//
+// Writing shards tensors (in the given order) by a maximum byte size, writes each shard atomically and the
+// index last (also atomically), so an index never names a shard that is not complete on disk.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "io/safetensors.h"
+
+namespace myriad {
+
+inline constexpr const char* kCheckpointSingleFile = "model.safetensors";
+inline constexpr const char* kCheckpointIndexFile = "model.safetensors.index.json";
+
+class Checkpoint {
+ public:
+  Checkpoint() = default;
+  // `path`: a checkpoint directory, or a single .safetensors file (a checkpoint of one file).
+  static Checkpoint open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  bool sharded() const { return sharded_; }  // opened through an index
+  // Tensor names: shard by shard (shards in file-name order), each shard in data order.
+  const std::vector<std::string>& names() const { return names_; }
+  bool contains(const std::string& name) const { return where_.count(name) > 0; }
+  // Each throws kFormat naming the checkpoint when there is no such tensor.
+  Tensor tensor(const std::string& name) const;  // zero-copy view into its shard's mapping
+  const SafetensorsEntry& entry(const std::string& name) const;
+  DType dtype(const std::string& name) const { return entry(name).dtype; }
+  const Shape& shape(const std::string& name) const { return entry(name).shape; }
+  const SafetensorsFile& file_of(const std::string& name) const;
+
+  const std::vector<SafetensorsFile>& files() const { return files_; }
+  // The shards' "__metadata__" merged (a key in several shards keeps the first shard's value).
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  uint64_t total_bytes() const;  // sum of the tensors' data bytes
+
+ private:
+  std::string path_;
+  bool sharded_ = false;
+  std::vector<SafetensorsFile> files_;
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, size_t> where_;  // name -> index into files_
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes `tensors` into directory `dir` (created if missing). max_shard_bytes == 0, or everything fitting in one
+// shard: a single model.safetensors. Otherwise shards model-0000i-of-0000n.safetensors, each holding tensors
+// in order until the next would push it past max_shard_bytes (a tensor larger than the limit gets a shard of
+// its own), plus model.safetensors.index.json. `metadata` goes into every shard's __metadata__. A stale
+// model.safetensors or index from an earlier save with the other layout is removed after the new one is
+// complete, so the directory is never ambiguous. Returns the files written (names relative to dir), index last.
+std::vector<std::string> save_checkpoint(const std::string& dir, const NamedTensors& tensors,
+                                         const std::map<std::string, std::string>& metadata = {},
+                                         uint64_t max_shard_bytes = 0);
+
+}  // namespace myriad
