@@ -1,3 +1,64 @@
 #!/usr/bin/env bash
-# placeholder replaced below
-exit 0
+# CLI smoke test: every subcommand answers --help; bad input gives one clear error line and a non-zero exit.
+# usage: tests/cli_test.sh PATH/TO/myriad REPO_ROOT
+set -uo pipefail
+bin="$1"
+root="$2"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fails=0
+check() {  # check NAME EXPECTED_STATUS CMD...
+  local name="$1" want="$2"
+  shift 2
+  "$@" >"$work/out" 2>"$work/err"
+  local got=$?
+  if [[ "$got" != "$want" ]]; then
+    echo "FAIL: $name: exit $got, want $want"; sed 's/^/  | /' "$work/err" | head -5; fails=$((fails + 1))
+  else
+    echo "ok:   $name"
+  fi
+}
+one_error_line() {  # the last command printed exactly one line on stderr, naming $1
+  local n
+  n=$(wc -l <"$work/err")
+  if [[ "$n" != 1 ]] || ! grep -q -- "$1" "$work/err"; then
+    echo "FAIL: expected one stderr line mentioning '$1', got $n lines:"; sed 's/^/  | /' "$work/err"; fails=$((fails + 1))
+  fi
+}
+
+check "myriad --help" 0 "$bin" --help
+cmds=$(awk '/^commands:/{f=1;next} f && NF {print $1}' "$work/out")
+[[ -n "$cmds" ]] || { echo "FAIL: --help lists no commands"; fails=$((fails + 1)); }
+for c in $cmds; do
+  check "myriad $c --help" 0 "$bin" "$c" --help
+  grep -q "^usage: myriad $c" "$work/out" || { echo "FAIL: $c --help has no usage line"; fails=$((fails + 1)); }
+done
+check "no command" 2 "$bin"
+check "unknown command" 2 "$bin" frobnicate
+check "unknown option" 1 "$bin" inspect --frobnicate x
+one_error_line "unknown option --frobnicate"
+check "bad --threads" 1 "$bin" version --threads many
+one_error_line "threads"
+check "bad MYRIAD_THREADS" 1 env MYRIAD_THREADS=abc "$bin" version
+one_error_line "MYRIAD_THREADS"
+printf 'garbage!!' >"$work/bad.safetensors"
+check "inspect bad file" 1 "$bin" inspect "$work/bad.safetensors"
+one_error_line "bad.safetensors"
+check "inspect missing file" 1 "$bin" inspect "$work/nope.safetensors"
+one_error_line "nope.safetensors"
+# A checkpoint directory whose config breaks a rule: the error names the field.
+mkdir -p "$work/ckpt"
+python3 - "$work/ckpt/model.safetensors" <<'PY'
+import json, struct, sys
+h = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + struct.pack("<2f", 1.0, 2.0))
+PY
+sed 's/"num_experts_per_token": *[0-9]*/"num_experts_per_token": 999/' "$root/configs/tiny.json" >"$work/ckpt/config.json"
+check "inspect checkpoint with bad config" 1 "$bin" inspect "$work/ckpt"
+grep -q "num_experts_per_token" "$work/err" || { echo "FAIL: config error does not name the field"; cat "$work/err"; fails=$((fails + 1)); }
+cp "$root/configs/tiny.json" "$work/ckpt/config.json"
+check "inspect good checkpoint" 0 "$bin" inspect "$work/ckpt"
+grep -q "w" "$work/out" || { echo "FAIL: inspect does not list tensor w"; fails=$((fails + 1)); }
+echo "$fails failure(s)"
+exit $((fails > 0))
