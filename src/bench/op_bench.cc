@@ -1,0 +1,206 @@
+#include "bench/op_bench.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/kernels.h"
+
+namespace myriad::bench {
+
+namespace {
+
+constexpr int kRows = 14;  // rows below; the budget is split between them
+
+std::vector<float> random_floats(int64_t n, float lo, float hi, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+  for (auto& x : v) {  // xorshift64: cheap enough to fill hundreds of MiB
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    x = lo + (hi - lo) * float(s >> 40) * (1.0f / 16777216.0f);
+  }
+  return v;
+}
+
+std::string dims(std::initializer_list<int64_t> d) {
+  std::string s;
+  for (int64_t x : d) s += (s.empty() ? "" : "x") + std::to_string(x);
+  return s;
+}
+
+// Times the rows. Compute-bound rows are judged against the sgemm ceiling of the run; memory-bound rows
+// against a triad timed interleaved with the op itself (one triad pass after each op call, best of each),
+// because the memory bandwidth a shared machine offers drifts between rows.
+class Runner {
+ public:
+  Runner(const MachineLimits& l, double per_row, const std::function<void(const BenchRow&)>& on_row)
+      : limits_(l), per_row_(per_row), on_row_(on_row) {}
+
+  void flops(std::string op, std::string shape, double flops_per_call, const std::function<void()>& fn,
+             double target = 0.0) {
+    BenchRow r = make_row(std::move(op), std::move(shape), "GFLOP/s", flops_per_call, time_repeats(fn, per_row_),
+                          limits_.sgemm.gflops, target);
+    r.ceiling_kind = "sgemm " + std::to_string(limits_.sgemm.n) + "^3 (start of run)";
+    add(std::move(r));
+  }
+  void bytes(std::string op, std::string shape, double bytes_per_call, const std::function<void()>& fn,
+             double target = kMemoryBoundTarget) {
+    if (!triad_) triad_ = std::make_unique<Triad>();
+    const TimingPair t = time_interleaved(
+        fn, [this] { triad_->run(); }, per_row_);
+    BenchRow r = make_row(std::move(op), std::move(shape), "GB/s", bytes_per_call, t.a,
+                          triad_->bytes_per_pass() / t.b.best_s * 1e-9, target);
+    r.ceiling_kind = "triad (interleaved with the op)";
+    add(std::move(r));
+  }
+  std::vector<BenchRow> rows() const { return rows_; }
+
+ private:
+  void add(BenchRow r) {
+    if (on_row_) on_row_(r);
+    rows_.push_back(std::move(r));
+  }
+  const MachineLimits& limits_;
+  double per_row_;
+  const std::function<void(const BenchRow&)>& on_row_;
+  std::unique_ptr<Triad> triad_;  // 3 x 64 MiB, allocated at the first memory-bound row
+  std::vector<BenchRow> rows_;
+};
+
+// Dense projections of a small MoE expert / FFN at a training micro-batch: X [T, D] W [D, F], and the two
+// backward products. FLOPs: 2 M N K each. Backward products accumulate (beta = 1), as the kernel table does.
+void bench_matmul(Runner& run) {
+  const int64_t T = 4096, D = 512, F = 1408;
+  auto X = random_floats(T * D, -1, 1, 1), W = random_floats(D * F, -0.05f, 0.05f, 2);
+  auto dY = random_floats(T * F, -1, 1, 3);
+  std::vector<float> Y(static_cast<size_t>(T * F)), dX(static_cast<size_t>(T * D)), dW(static_cast<size_t>(D * F));
+  const double flops = 2.0 * double(T) * double(D) * double(F);
+  run.flops("matmul X.W (fwd)", dims({T, D}) + " . " + dims({D, F}), flops,
+            [&] { cpu::gemm(false, false, T, F, D, 1.0f, X.data(), D, W.data(), F, 0.0f, Y.data(), F); });
+  run.flops("matmul dY.W^T (dX)", dims({T, F}) + " . (" + dims({D, F}) + ")^T", flops,
+            [&] { cpu::gemm(false, true, T, D, F, 1.0f, dY.data(), F, W.data(), F, 1.0f, dX.data(), D); });
+  run.flops("matmul X^T.dY (dW)", "(" + dims({T, D}) + ")^T . " + dims({T, F}), flops,
+            [&] { cpu::gemm(true, false, D, F, T, 1.0f, X.data(), D, dY.data(), F, 1.0f, dW.data(), F); });
+}
+
+// Causal attention. FLOP convention (causal: half of the T x T scores): forward = 2 matmuls (Q K^T, P V) of
+// 2 * (T*T/2) * D each per head; backward = 5 matmuls' worth (S recomputed, dP = dO V^T, dV = P^T dO,
+// dQ = dS K, dK = dS^T Q), counted as 2.5 x forward; forward + backward = 3.5 x forward.
+void bench_attention(Runner& run) {
+  const AttentionShape s{.B = 1, .T = 1024, .H = 4, .Hk = 4, .Dk = 64, .Dv = 64, .scale = 0.125f};  // 1/sqrt(Dk)
+  const int64_t nq = s.B * s.T * s.H * s.Dk, nk = s.B * s.T * s.Hk * s.Dk, nv = s.B * s.T * s.Hk * s.Dv;
+  const int64_t no = s.B * s.T * s.H * s.Dv, nl = s.B * s.H * s.T;
+  auto q = random_floats(nq, -2, 2, 4), k = random_floats(nk, -2, 2, 5), v = random_floats(nv, -1, 1, 6);
+  auto dout = random_floats(no, -1, 1, 7);
+  std::vector<float> out(static_cast<size_t>(no)), lse(static_cast<size_t>(nl));
+  std::vector<float> dq(static_cast<size_t>(nq)), dk(static_cast<size_t>(nk)), dv(static_cast<size_t>(nv));
+  const double fwd = double(s.B * s.H) * 2.0 * (double(s.T) * double(s.T) / 2.0) * double(s.Dk + s.Dv);
+  const std::string shape = "B1 T1024 H4 Dk=Dv=64 causal";
+  auto forward = [&] { cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s); };
+  auto backward = [&] {
+    cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(), k.data(),
+                            v.data(), s);
+  };
+  run.flops("attention fwd", shape, fwd, forward);
+  run.flops("attention bwd (2.5x fwd)", shape, 2.5 * fwd, backward);
+  run.flops(
+      "attention fwd+bwd (3.5x)", shape, 3.5 * fwd,
+      [&] {
+        forward();
+        backward();
+      },
+      kAttentionTarget);
+}
+
+// RMSNorm over a [T, D] activation, T = 65536 tokens (a 64 x 1024 batch; 128 MiB per tensor).
+// Bytes: forward reads x, w and writes y, rstd: 4 (2 T D + D + T). Backward reads dy, x, w, rstd and reads +
+// writes the accumulated dx and dw: 4 (4 T D + T + 3 D). The fwd+bwd row counts both.
+void bench_rmsnorm(Runner& run) {
+  const int64_t T = 65536, D = 512;
+  auto x = random_floats(T * D, -2, 2, 8), w = random_floats(D, 0.5f, 1.5f, 9), dy = random_floats(T * D, -1, 1, 10);
+  std::vector<float> y(static_cast<size_t>(T * D)), rstd(static_cast<size_t>(T)), dx(static_cast<size_t>(T * D)),
+      dw(static_cast<size_t>(D));
+  const double fwd = 4.0 * double(2 * T * D + D + T), bwd = 4.0 * double(4 * T * D + T + 3 * D);
+  auto forward = [&] { cpu::rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), nullptr, T, D, 1e-6f); };
+  run.bytes("rmsnorm fwd", dims({T, D}), fwd, forward);
+  run.bytes("rmsnorm fwd+bwd", dims({T, D}), fwd + bwd, [&] {
+    forward();
+    cpu::rmsnorm_backward(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), nullptr, rstd.data(), T, D);
+  });
+}
+
+// SiTU-GLU on the two halves of a fused [T, 2F] projection (ld = 2F), T = 16384, F = 1408 (88 MiB per [T, F]).
+// Bytes: forward reads g, u, writes y: 4 * 3 T F. Backward reads dy, g, u and reads + writes the accumulated
+// dg, du: 4 * 7 T F.
+void bench_situ(Runner& run) {
+  const int64_t T = 16384, F = 1408, ld = 2 * F;
+  auto gu = random_floats(T * ld, -6, 6, 11), dy = random_floats(T * F, -1, 1, 12);
+  std::vector<float> y(static_cast<size_t>(T * F)), dgu(static_cast<size_t>(T * ld));
+  const SituParams p;
+  const std::string shape = "g,u halves of " + dims({T, ld});
+  run.bytes("situ_glu fwd", shape, 4.0 * 3.0 * double(T * F),
+            [&] { cpu::situ_glu_forward(y.data(), F, gu.data(), ld, gu.data() + F, ld, T, F, p); });
+  run.bytes("situ_glu bwd", shape, 4.0 * 7.0 * double(T * F), [&] {
+    cpu::situ_glu_backward(dgu.data(), ld, dgu.data() + F, ld, dy.data(), F, gu.data(), ld, gu.data() + F, ld, T, F, p);
+  });
+}
+
+// AdamW over n = 16M parameters (64 MiB per tensor). Bytes: reads p, g, m, v and writes p, m, v: 4 * 7 n.
+void bench_adamw(Runner& run) {
+  const int64_t n = int64_t(16) << 20;
+  auto p = random_floats(n, -1, 1, 13), g = random_floats(n, -1, 1, 14);
+  std::vector<float> m(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+  AdamWParams hp;
+  hp.weight_decay = 0.1f;
+  run.bytes("adamw update", std::to_string(n >> 20) + "M params", 4.0 * 7.0 * double(n), [&] {
+    cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), n, hp);
+    ++hp.step;
+  });
+}
+
+// MoE token permutation: T = 4096 tokens, each copied to its top-8 experts (n = 32768 copies, in expert
+// order, so token order is shuffled), rows of D = 512. The copies ([n, D], 64 MiB, one buffer written by the
+// gather and another read by the scatter) go to DRAM; the [T, D] token table (8 MiB) may stay in cache, and
+// is counted once.
+// Bytes: gather reads the table once, writes n rows, reads n int32 indices: 4 (T D + n D + n). Scatter-add
+// reads n rows, reads + writes the [T, D] output once, reads n weights and n indices: 4 (n D + 2 T D + 2 n).
+void bench_moe(Runner& run) {
+  const int64_t T = 4096, k = 8, D = 512, n = T * k;
+  auto x = random_floats(T * D, -1, 1, 15), expert_out = random_floats(n * D, -1, 1, 16);
+  auto w = random_floats(n, 0, 1, 17);
+  std::vector<int32_t> idx(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) idx[size_t(i)] = int32_t(i / k);
+  std::shuffle(idx.begin(), idx.end(), std::mt19937(18));
+  std::vector<float> copies(static_cast<size_t>(n * D)), y(static_cast<size_t>(T * D));
+  const double gather = 4.0 * double(T * D + n * D + n), scatter = 4.0 * double(n * D + 2 * T * D + 2 * n);
+  const std::string shape = dims({T, D}) + " top-" + std::to_string(k) + " -> " + dims({n, D});
+  auto do_gather = [&] { cpu::gather_rows(copies.data(), x.data(), idx.data(), n, T, D); };
+  auto do_scatter = [&] { cpu::scatter_add_rows(y.data(), expert_out.data(), idx.data(), w.data(), n, T, D); };
+  run.bytes("moe gather", shape, gather, do_gather, 0.0);
+  run.bytes("moe scatter_add (weighted)", shape, scatter, do_scatter, 0.0);
+  run.bytes("moe gather + scatter_add", shape, gather + scatter, [&] {
+    do_gather();
+    do_scatter();
+  });
+}
+
+}  // namespace
+
+std::vector<BenchRow> run_op_bench(const MachineLimits& limits, double budget_s,
+                                   const std::function<void(const BenchRow&)>& on_row) {
+  Runner run(limits, budget_s / kRows, on_row);
+  bench_matmul(run);
+  bench_attention(run);
+  bench_rmsnorm(run);
+  bench_situ(run);
+  bench_adamw(run);
+  bench_moe(run);
+  return run.rows();
+}
+
+}  // namespace myriad::bench

@@ -1,0 +1,67 @@
+// `myriad bench ops [--seconds S] [--json FILE]`: the CPU kernels at training-sized shapes beside the
+// machine's own ceilings (sgemm, STREAM triad) measured in the same run. A benchmark, not a test: figures
+// below target print "below" and the exit status stays 0. The measuring code lives in src/bench/.
+#include <cstdio>
+#include <string>
+
+#include "bench/machine_limits.h"
+#include "bench/op_bench.h"
+#include "bench/report.h"
+#include "cli.h"
+#include "core/error.h"
+#include "core/threads.h"
+
+namespace {
+
+int run_bench(const myriad::cli::Args& args) {
+  using namespace myriad::bench;
+  const auto& pos = args.positional();
+  MYRIAD_REQUIRE(pos.size() == 1 && pos[0] == "ops", kValue, "bench: expected one benchmark name (ops), got ",
+                 pos.empty() ? std::string("none") : "'" + pos[0] + "'" + (pos.size() > 1 ? " and more" : ""));
+  const long seconds = args.get_int("seconds", 20, 1, 3600);
+  const auto json_path = args.get("json");
+
+  std::printf("myriad bench ops: %d threads, ~%ld s of timed repeats (best of repeats after one warm-up call)\n",
+              myriad::num_threads(), seconds);
+  // The ceilings take a fifth of the budget; the op rows share the rest.
+  const MachineLimits limits = measure_machine_limits(0.2 * double(seconds));
+  print_ceilings(stdout, limits);
+  std::printf(
+      "\nconventions:\n"
+      "  time/call: best of repeats after one warm-up call; figure = work per call / time per call\n"
+      "  attention: causal FLOPs, forward = 2 matmuls x 2*(T*T/2)*D per head, backward = 5 matmuls' worth = 2.5x "
+      "forward\n"
+      "  memory-bound ops: bytes necessarily moved (inputs read once, outputs written once, accumulated gradients "
+      "read and written; per-op counts in src/bench/op_bench.cc);\n"
+      "    ceiling = the triad timed in the same row, one pass after each op call (the bandwidth on offer drifts)\n\n");
+  print_table_header(stdout);
+  const auto rows = run_op_bench(limits, 0.8 * double(seconds), [](const BenchRow& r) { print_table_row(stdout, r); });
+
+  int below = 0, targeted = 0;
+  for (const auto& r : rows) {
+    targeted += r.has_target();
+    below += !r.pass();
+  }
+  std::printf(
+      "\n%d of %d targeted rows meet their target (attention fwd+bwd >= %.0f%% of sgemm, memory-bound >= "
+      "%.0f%% of triad)\n",
+      targeted - below, targeted, 100 * kAttentionTarget, 100 * kMemoryBoundTarget);
+  if (json_path) {
+    nlohmann::ordered_json j;
+    j["bench"] = "ops";
+    j["seconds_budget"] = seconds;
+    j["limits"] = limits_json(limits);
+    j["rows"] = rows_json(rows);
+    write_text_file(*json_path, j.dump(2) + "\n");
+    std::printf("wrote %s\n", json_path->c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+MYRIAD_COMMAND("bench", "benchmark the CPU kernels against this machine's sgemm and memory ceilings",
+               "myriad bench ops [--seconds S] [--json FILE]",
+               {{"seconds", "S", "seconds of timed repeats, all rows together (default 20; about 30 s in all)"},
+                {"json", "FILE", "also write the figures as JSON (to FILE.tmp, then renamed)"}},
+               run_bench);
