@@ -48,6 +48,7 @@ void scores_to_probs(float* S, int64_t ldS, int64_t i0, int64_t rows, const floa
     float l;
     if (lse_out) {
       float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
       for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]);
       float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)

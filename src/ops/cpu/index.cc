@@ -20,13 +20,21 @@ void check_indices(const I* idx, int64_t n, int64_t rows, const char* op) {
                    " is outside [0, ", rows, ")");
 }
 
-// Column blocks for scatter-style kernels: each thread owns a slice of the columns of every row.
-template <class F>
-void for_column_blocks(int64_t n_items, int64_t N, F&& fn) {
-  const int64_t work = n_items * N;
-  const int64_t blocks = work < (1 << 15) ? 1 : std::min<int64_t>(num_threads(), std::max<int64_t>(1, N / 16));
-  parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t blk = b0; blk < b1; ++blk) fn(N * blk / blocks, N * (blk + 1) / blocks);
+// Scatter-adds into rows of a table: the copies are counting-sorted by destination row (stable, so each
+// element sums its contributions in the original order, as a serial loop would), then threads take whole
+// destination rows. Each destination row is written by one thread only and read-modify-written once per
+// contribution while it is in cache.
+template <class I, class F>
+void for_each_destination_row(const I* idx, int64_t n, int64_t rows, F&& fn) {
+  std::vector<int64_t> start(static_cast<size_t>(rows + 1), 0);
+  for (int64_t i = 0; i < n; ++i) ++start[size_t(idx[i]) + 1];
+  for (int64_t r = 0; r < rows; ++r) start[size_t(r + 1)] += start[size_t(r)];
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::vector<int64_t> fill(start.begin(), start.end() - 1);
+  for (int64_t i = 0; i < n; ++i) order[size_t(fill[size_t(idx[i])]++)] = i;
+  parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t p = start[size_t(r)]; p < start[size_t(r + 1)]; ++p) fn(r, order[size_t(p)]);
   });
 }
 
@@ -60,14 +68,12 @@ void gather_rows(float* out, const float* src, const int32_t* idx, int64_t n, in
 void scatter_add_rows(float* dst, const float* src, const int32_t* idx, const float* w, int64_t n, int64_t dst_rows,
                       int64_t N) {
   check_indices(idx, n, dst_rows, "scatter_add_rows");
-  for_column_blocks(n, N, [&](int64_t c0, int64_t c1) {
-    for (int64_t i = 0; i < n; ++i) {
-      float* d = dst + int64_t(idx[i]) * N;
-      const float* s = src + i * N;
-      const float a = w ? w[i] : 1.0f;
+  for_each_destination_row(idx, n, dst_rows, [&, dst, src, w, N](int64_t r, int64_t i) {
+    float* d = dst + r * N;
+    const float* s = src + i * N;
+    const float a = w ? w[i] : 1.0f;
 #pragma omp simd
-      for (int64_t j = c0; j < c1; ++j) d[j] += a * s[j];
-    }
+    for (int64_t j = 0; j < N; ++j) d[j] += a * s[j];
   });
 }
 
@@ -100,13 +106,11 @@ void embedding_forward(float* out, const float* table, const int64_t* ids, int64
 
 void embedding_backward(float* dtable, const float* dout, const int64_t* ids, int64_t T, int64_t V, int64_t D) {
   check_indices(ids, T, V, "embedding_backward");
-  for_column_blocks(T, D, [&](int64_t c0, int64_t c1) {
-    for (int64_t t = 0; t < T; ++t) {
-      float* d = dtable + ids[t] * D;
-      const float* g = dout + t * D;
+  for_each_destination_row(ids, T, V, [&, dtable, dout, D](int64_t r, int64_t t) {
+    float* d = dtable + r * D;
+    const float* g = dout + t * D;
 #pragma omp simd
-      for (int64_t j = c0; j < c1; ++j) d[j] += g[j];
-    }
+    for (int64_t j = 0; j < D; ++j) d[j] += g[j];
   });
 }
 

@@ -18,7 +18,7 @@ int64_t row_grain(int64_t N) {
 
 void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, const float* g, int64_t rows, int64_t N,
                      float eps) {
-  parallel_for(rows, row_grain(N), [&](int64_t r0, int64_t r1) {
+  parallel_for(rows, row_grain(N), [&, w](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * N;
       float* yr = y + r * N;
@@ -45,7 +45,9 @@ void rmsnorm_backward(float* dx, float* dw, float* dg, const float* dy, const fl
   const int nt = num_threads();
   std::vector<float> dw_part(size_t(nt) * size_t(N), 0.0f);
   std::vector<float> dn_buf(size_t(nt) * size_t(N));
-  parallel_for(rows, row_grain(N), [&](int64_t r0, int64_t r1) {
+  parallel_for(rows, row_grain(N), [&, w](int64_t r0, int64_t r1) {
+    // NOTE: w is captured by value: read through the closure, GCC reloads and gathers it in every SIMD lane.
+    const float* __restrict wl = w;
     const int tid = omp_in_parallel() ? omp_get_thread_num() : 0;
     float* dwp = dw_part.data() + size_t(tid) * size_t(N);
     float* dn = dn_buf.data() + size_t(tid) * size_t(N);
@@ -60,7 +62,7 @@ void rmsnorm_backward(float* dx, float* dw, float* dg, const float* dy, const fl
 #pragma omp simd
         for (int64_t j = 0; j < N; ++j) {
           const float s = fast_sigmoid(gr[j]);
-          dgr[j] += dyr[j] * xr[j] * rs * w[j] * s * (1.0f - s);
+          dgr[j] += dyr[j] * xr[j] * rs * wl[j] * s * (1.0f - s);
           dn[j] = dyr[j] * s;
         }
       } else {
@@ -71,11 +73,11 @@ void rmsnorm_backward(float* dx, float* dw, float* dg, const float* dy, const fl
 #pragma omp simd reduction(+ : dot)
       for (int64_t j = 0; j < N; ++j) {
         dwp[j] += dn[j] * xr[j] * rs;
-        dot += dn[j] * w[j] * xr[j];
+        dot += dn[j] * wl[j] * xr[j];
       }
       const float c = rs * rs * dot / float(N);
 #pragma omp simd
-      for (int64_t j = 0; j < N; ++j) dxr[j] += rs * (dn[j] * w[j] - xr[j] * c);
+      for (int64_t j = 0; j < N; ++j) dxr[j] += rs * (dn[j] * wl[j] - xr[j] * c);
     }
   });
   for (int t = 0; t < nt; ++t) {

@@ -13,7 +13,8 @@ namespace myriad::cpu {
 #pragma omp declare simd
 inline float fast_exp(float x) {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  const float n = __builtin_roundf(x * 1.44269504088896341f);
+  // rint (not round): round-to-nearest-even vectorises without -ffast-math; round() becomes a scalar libm call.
+  const float n = __builtin_rintf(x * 1.44269504088896341f);
   // x - n ln2 in two parts for accuracy
   float r = x - n * 0.693145751953125f;
   r = r - n * 1.428606765330187045e-06f;
