@@ -53,6 +53,15 @@ struct AttentionShape {
   float scale = 1.0f;
 };
 
+// Kimi Delta Attention (DESIGN 1.2), per sequence b and head h: q, k, g [B, T, H, K]; v [B, T, H, V];
+// beta [B, T, H]; states [B, H, K, V] (S0 null = zeros: a fresh sequence). q, k arrive L2-normalised (q also
+// scaled by K^-1/2); g <= 0 is the per-channel log-decay. Per token: S <- Diag(e^g) S; S <- S + beta k (v - S^T k)^T;
+// o = S^T q. The chunkwise form does `chunk` tokens at a time with matrix products (WY form of the delta rule).
+struct KdaShape {
+  int64_t B = 1, T = 0, H = 1, K = 0, V = 0;
+  int64_t chunk = 64;
+};
+
 namespace cpu {
 
 // C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b]; op = transpose when ta / tb. A is M x K after op, B is K x N.
@@ -139,6 +148,18 @@ void embedding_backward(float* dtable, const float* dout, const int64_t* ids, in
 
 // AdamW (decoupled weight decay, bias-corrected), in place on p, m, v.
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, AdamWParams hp);
+
+// KDA: the recurrent form (decode: one token at a time, fixed-size state) and the chunkwise-parallel form
+// (prefill and training). Both read S0 and write S_out (may be null); they agree to f32 rounding.
+void kda_recurrent_forward(float* o, float* S_out, const float* q, const float* k, const float* v, const float* g,
+                           const float* beta, const float* S0, KdaShape s);
+void kda_chunk_forward(float* o, float* S_out, const float* q, const float* k, const float* v, const float* g,
+                       const float* beta, const float* S0, KdaShape s);
+// Backward (accumulates): keeps only chunk-boundary states ([B, H, T/chunk, K, V]), recomputing the states
+// inside one chunk at a time, so memory never holds a K x V state per token. dS_out may be null.
+void kda_backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, float* dS0, const float* dout,
+                  const float* dS_out, const float* q, const float* k, const float* v, const float* g,
+                  const float* beta, const float* S0, KdaShape s);
 
 // Sum of all elements (double accumulation); sum over rows into [N] (bias/broadcast gradients).
 double sum_all(const float* x, int64_t n);
