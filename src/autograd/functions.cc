@@ -445,6 +445,46 @@ Var cross_entropy(const Var& h, const Var& W, const Tensor& targets, int64_t ign
   return out;
 }
 
+std::pair<Var, Var> kda(const Var& q, const Var& k, const Var& v, const Var& g, const Var& beta, const Var& state_in,
+                        int64_t chunk) {
+  require_cpu("kda", {&q.value(), &k.value(), &v.value(), &g.value(), &beta.value()});
+  const bool ok = q.value().ndim() == 4 && k.shape() == q.shape() && g.shape() == q.shape() && v.value().ndim() == 4 &&
+                  v.shape()[0] == q.shape()[0] && v.shape()[1] == q.shape()[1] && v.shape()[2] == q.shape()[2] &&
+                  beta.shape() == Shape{q.shape()[0], q.shape()[1], q.shape()[2]};
+  MYRIAD_REQUIRE(ok, kShape, "kda: q ", shape_str(q.shape()), " k ", shape_str(k.shape()), " v ", shape_str(v.shape()),
+                 " g ", shape_str(g.shape()), " beta ", shape_str(beta.shape()),
+                 " must be [B, T, H, K] x3 (q, k, g), [B, T, H, V] and [B, T, H]");
+  KdaShape s{q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3], v.shape()[3], chunk};
+  const Shape state_shape{s.B, s.H, s.K, s.V};
+  if (state_in.defined())
+    MYRIAD_REQUIRE(state_in.shape() == state_shape, kShape, "kda: state ", shape_str(state_in.shape()), " should be ",
+                   shape_str(state_shape));
+  Tensor o = Tensor::empty(v.shape()), st = Tensor::empty(state_shape);
+  const float* s0 = state_in.defined() ? cf(state_in.value()) : nullptr;
+  cpu::kda_chunk_forward(mf(o), mf(st), cf(q.value()), cf(k.value()), cf(v.value()), cf(g.value()), cf(beta.value()),
+                         s0, s);
+  const bool needs = needs_grad({&q, &k, &v, &g, &beta, &state_in});
+  Var out = make_output(o, needs), state_out = make_output(st, needs);
+  if (needs) {
+    auto oi = out.impl(), si = state_out.impl();
+    Tape::current().record("kda", {oi, si}, [q, k, v, g, beta, state_in, oi, si, s]() mutable {
+      auto grad_or_scratch = [](const Var& x) {
+        return x.requires_grad() ? x.grad_buffer() : Tensor::zeros(x.shape());
+      };
+      Tensor dq = grad_or_scratch(q), dk = grad_or_scratch(k), dv = grad_or_scratch(v), dg = grad_or_scratch(g),
+             db = grad_or_scratch(beta);
+      float* ds0 = state_in.requires_grad() ? mf(state_in.grad_buffer()) : nullptr;
+      // Either output may have no gradient (e.g. the final state is unused): read zeros for it.
+      Tensor dout = oi->grad.defined() ? oi->grad : Tensor::zeros(oi->value.shape());
+      const float* dsout = si->grad.defined() ? cf(si->grad) : nullptr;
+      cpu::kda_backward(mf(dq), mf(dk), mf(dv), mf(dg), mf(db), ds0, cf(dout), dsout, cf(q.value()), cf(k.value()),
+                        cf(v.value()), cf(g.value()), cf(beta.value()),
+                        state_in.defined() ? cf(state_in.value()) : nullptr, s);
+    });
+  }
+  return {out, state_out};
+}
+
 Var embedding(const Var& table, const Tensor& ids) {
   require_cpu("embedding", {&table.value(), &ids});
   MYRIAD_REQUIRE(table.value().ndim() == 2 && ids.dtype() == DType::kI64, kShape, "embedding: table ",

@@ -63,6 +63,12 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale);
 // Fused lm_head + cross-entropy: h [T, D], W [V, D], targets [T] (i64) -> mean loss over counted targets.
 Var cross_entropy(const Var& h, const Var& W, const Tensor& targets, int64_t ignore_index = -100);
 
+// Kimi Delta Attention, chunkwise: q, k, g [B, T, H, K]; v [B, T, H, V]; beta [B, T, H]; state_in [B, H, K, V]
+// or undefined (zeros). Returns o [B, T, H, V] and the final state (a Var, so a following piece's gradient
+// flows back through it). One tape node; its backward keeps only chunk-boundary states.
+std::pair<Var, Var> kda(const Var& q, const Var& k, const Var& v, const Var& g, const Var& beta, const Var& state_in,
+                        int64_t chunk = 64);
+
 Var embedding(const Var& table, const Tensor& ids);  // table [V, D], ids [...] i64 -> [..., D]
 Var gather_rows(const Var& src, const Tensor& idx);  // src [m, N], idx [n] i32 -> [n, N]
 Var scatter_add_rows(int64_t rows, const Var& src, const Tensor& idx, const Var& weights);  // -> [rows, N]

@@ -191,6 +191,34 @@ TEST(Autograd, SequenceOpsGradients) {
   check_param_grad(rp, r, "rope dx");
 }
 
+// KDA through the tape: two pieces chained by the carried state, gradients to every input of both pieces
+// and to the initial state.
+TEST(Autograd, KdaTwoPiecesChainedThroughStateGradients) {
+  std::mt19937 rng(5);
+  const int64_t B = 1, T = 6, H = 2, K = 3, V = 2;
+  auto unit = [&](const Shape& s) {
+    Tensor t = randn(rng, s);
+    float* p = t.data<float>();
+    for (int64_t r = 0; r < t.numel() / s.back(); ++r) {
+      float n = 0;
+      for (int64_t c = 0; c < s.back(); ++c) n += p[r * s.back() + c] * p[r * s.back() + c];
+      for (int64_t c = 0; c < s.back(); ++c) p[r * s.back() + c] /= std::sqrt(n);
+    }
+    return t;
+  };
+  Var q(unit({B, T, H, K}), true, "q"), k(unit({B, T, H, K}), true, "k"), v(randn(rng, {B, T, H, V}), true, "v");
+  Tensor gt = randn(rng, {B, T, H, K});
+  for (int64_t i = 0; i < gt.numel(); ++i) gt.data<float>()[i] = -1.0f / (1.0f + std::exp(-gt.data<float>()[i]));
+  Var g(gt, true, "g"), beta(Tensor::full({B, T, H}, 0.6f), true, "beta"), s0(randn(rng, {B, H, K, V}), true, "s0");
+  Var w(randn(rng, {B, T, H, V}), false);
+  auto f = [&] {
+    auto [o1, st] = kda(q, k, v, g, beta, s0, 4);   // chunk 4 over T = 6: a partial chunk too
+    auto [o2, st2] = kda(q, k, v, g, beta, st, 4);  // the same inputs again, from the carried state
+    return add(sum(mul(add(o1, o2), w)), sum(mul(st2, st2)));
+  };
+  for (Var* p : {&q, &k, &v, &g, &beta, &s0}) check_param_grad(f, *p, "kda " + p->name());
+}
+
 TEST(RopeTable, YarnKeepsHighFrequenciesAndInterpolatesLowOnes) {
   const int64_t rot = 64;
   const double theta = 10000.0;
