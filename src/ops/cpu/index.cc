@@ -1,6 +1,9 @@
 // Index ops on the CPU: top-k with deterministic ties, row gather / scatter-add (MoE token permutation),
 // embedding lookup. Scatter-adds thread over column blocks, so repeated indices never race.
+#include <immintrin.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -24,8 +27,8 @@ void check_indices(const I* idx, int64_t n, int64_t rows, const char* op) {
 // element sums its contributions in the original order, as a serial loop would), then threads take whole
 // destination rows. Each destination row is written by one thread only and read-modify-written once per
 // contribution while it is in cache.
-template <class I, class F>
-void for_each_destination_row(const I* idx, int64_t n, int64_t rows, F&& fn) {
+template <class I, class P, class F>
+void for_each_destination_row(const I* idx, int64_t n, int64_t rows, P&& prefetch_row, F&& fn) {
   std::vector<int64_t> start(static_cast<size_t>(rows + 1), 0);
   for (int64_t i = 0; i < n; ++i) ++start[size_t(idx[i]) + 1];
   for (int64_t r = 0; r < rows; ++r) start[size_t(r + 1)] += start[size_t(r)];
@@ -34,8 +37,49 @@ void for_each_destination_row(const I* idx, int64_t n, int64_t rows, F&& fn) {
   for (int64_t i = 0; i < n; ++i) order[size_t(fill[size_t(idx[i])]++)] = i;
   parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
-      for (int64_t p = start[size_t(r)]; p < start[size_t(r + 1)]; ++p) fn(r, order[size_t(p)]);
+      for (int64_t p = start[size_t(r)]; p < start[size_t(r + 1)]; ++p) {
+        // The copies arrive in destination order, so their source rows are scattered: prefetch the row two
+        // copies ahead (one cache line in 4 is enough to start the hardware prefetcher on the rest).
+        if (p + 2 < n) prefetch_row(order[size_t(p + 2)]);
+        fn(r, order[size_t(p)]);
+      }
   });
+}
+
+// Row copy with non-temporal stores for rows of at least a few vectors: the
+// gathered copies are written once and read much later (by the expert GEMMs), so bypassing the cache saves
+// the read-for-ownership of every destination line.
+inline void copy_row_streaming(float* dst, const float* src, int64_t N) {
+#if defined(__AVX512F__) || defined(__AVX__)
+#if defined(__AVX512F__)
+  constexpr int64_t kLanes = 16;
+#else
+  constexpr int64_t kLanes = 8;
+#endif
+  // Plain stores up to the first aligned destination vector, streaming stores for whole vectors, plain tail.
+  const int64_t mis = int64_t(reinterpret_cast<uintptr_t>(dst) % (kLanes * 4));
+  if (mis % 4 == 0 && N >= 4 * kLanes) {
+    const int64_t head = mis ? (kLanes * 4 - mis) / 4 : 0;
+    std::memcpy(dst, src, size_t(head) * sizeof(float));
+    int64_t j = head;
+    for (; j + kLanes <= N; j += kLanes) {
+#if defined(__AVX512F__)
+      _mm512_stream_ps(dst + j, _mm512_loadu_ps(src + j));
+#else
+      _mm256_stream_ps(dst + j, _mm256_loadu_ps(src + j));
+#endif
+    }
+    std::memcpy(dst + j, src + j, size_t(N - j) * sizeof(float));
+    return;
+  }
+#endif
+  std::memcpy(dst, src, size_t(N) * sizeof(float));
+}
+
+inline void store_fence() {
+#if defined(__SSE__)
+  _mm_sfence();  // streaming stores are weakly ordered: make them visible before the caller reads
+#endif
 }
 
 }  // namespace
@@ -61,14 +105,18 @@ void topk(int32_t* idx, float* val, const float* x, int64_t rows, int64_t N, int
 void gather_rows(float* out, const float* src, const int32_t* idx, int64_t n, int64_t src_rows, int64_t N) {
   check_indices(idx, n, src_rows, "gather_rows");
   parallel_for(n, std::max<int64_t>(1, 8192 / std::max<int64_t>(N, 1)), [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) std::memcpy(out + i * N, src + int64_t(idx[i]) * N, size_t(N) * sizeof(float));
+    for (int64_t i = i0; i < i1; ++i) copy_row_streaming(out + i * N, src + int64_t(idx[i]) * N, N);
   });
+  store_fence();
 }
 
 void scatter_add_rows(float* dst, const float* src, const int32_t* idx, const float* w, int64_t n, int64_t dst_rows,
                       int64_t N) {
   check_indices(idx, n, dst_rows, "scatter_add_rows");
-  for_each_destination_row(idx, n, dst_rows, [&, dst, src, w, N](int64_t r, int64_t i) {
+  auto prefetch = [src, N](int64_t i) {
+    for (int64_t j = 0; j < N; j += 64) __builtin_prefetch(src + i * N + j);
+  };
+  for_each_destination_row(idx, n, dst_rows, prefetch, [&, dst, src, w, N](int64_t r, int64_t i) {
     float* d = dst + r * N;
     const float* s = src + i * N;
     const float a = w ? w[i] : 1.0f;
@@ -106,7 +154,10 @@ void embedding_forward(float* out, const float* table, const int64_t* ids, int64
 
 void embedding_backward(float* dtable, const float* dout, const int64_t* ids, int64_t T, int64_t V, int64_t D) {
   check_indices(ids, T, V, "embedding_backward");
-  for_each_destination_row(ids, T, V, [&, dtable, dout, D](int64_t r, int64_t t) {
+  auto prefetch = [dout, D](int64_t t) {
+    for (int64_t j = 0; j < D; j += 64) __builtin_prefetch(dout + t * D + j);
+  };
+  for_each_destination_row(ids, T, V, prefetch, [&, dtable, dout, D](int64_t r, int64_t t) {
     float* d = dtable + r * D;
     const float* g = dout + t * D;
 #pragma omp simd
