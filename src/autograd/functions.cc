@@ -1,6 +1,7 @@
 #include "autograd/functions.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace myriad::ag {
 
@@ -483,6 +484,214 @@ std::pair<Var, Var> kda(const Var& q, const Var& k, const Var& v, const Var& g, 
     });
   }
   return {out, state_out};
+}
+
+Var slice_last(const Var& x, int64_t start, int64_t end) {
+  require_cpu("slice_last", {&x.value()});
+  MYRIAD_REQUIRE(x.value().ndim() >= 1 && 0 <= start && start <= end && end <= x.shape().back(), kShape,
+                 "slice_last: [", start, ", ", end, ") out of range for ", shape_str(x.shape()));
+  const int64_t N = x.shape().back(), rows = rows_of(x.shape()), w = end - start;
+  Shape os = x.shape();
+  os.back() = w;
+  Tensor y = Tensor::empty(os);
+  const float* src = cf(x.value());
+  float* dst = mf(y);
+  for (int64_t r = 0; r < rows; ++r) std::copy(src + r * N + start, src + r * N + end, dst + r * w);
+  const bool needs = needs_grad({&x});
+  Var out = make_output(y, needs);
+  if (needs) {
+    auto oi = out.impl();
+    Tape::current().record("slice_last", {oi}, [x, oi, rows, N, start, w]() {
+      float* g = mf(x.grad_buffer());
+      const float* d = cf(oi->grad);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < w; ++j) g[r * N + start + j] += d[r * w + j];
+    });
+  }
+  return out;
+}
+
+Var concat_last(const std::vector<Var>& parts) {
+  MYRIAD_REQUIRE(!parts.empty(), kShape, "concat_last: no parts");
+  Shape lead(parts[0].shape().begin(), parts[0].shape().end() - 1);
+  int64_t N = 0;
+  for (const Var& p : parts) {
+    require_cpu("concat_last", {&p.value()});
+    const Shape pl(p.shape().begin(), p.shape().end() - 1);
+    MYRIAD_REQUIRE(pl == lead, kShape, "concat_last: part ", shape_str(p.shape()), " does not match ",
+                   shape_str(parts[0].shape()), " in the leading dims");
+    N += p.shape().back();
+  }
+  const int64_t rows = shape_numel(lead);
+  Shape os = lead;
+  os.push_back(N);
+  Tensor y = Tensor::empty(os);
+  float* dst = mf(y);
+  int64_t off = 0;
+  bool needs = false;
+  for (const Var& p : parts) {
+    const int64_t w = p.shape().back();
+    const float* src = cf(p.value());
+    for (int64_t r = 0; r < rows; ++r) std::copy(src + r * w, src + (r + 1) * w, dst + r * N + off);
+    off += w;
+    needs = needs || needs_grad({&p});
+  }
+  Var out = make_output(y, needs);
+  if (needs) {
+    auto oi = out.impl();
+    Tape::current().record("concat_last", {oi}, [parts, oi, rows, N]() {
+      const float* d = cf(oi->grad);
+      int64_t o = 0;
+      for (const Var& p : parts) {
+        const int64_t w = p.shape().back();
+        if (p.requires_grad()) {
+          float* g = mf(p.grad_buffer());
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t j = 0; j < w; ++j) g[r * w + j] += d[r * N + o + j];
+        }
+        o += w;
+      }
+    });
+  }
+  return out;
+}
+
+Var slice_rows(const Var& x, int64_t start, int64_t end) {
+  MYRIAD_REQUIRE(x.value().ndim() == 2 && 0 <= start && start <= end && end <= x.shape()[0], kShape, "slice_rows: [",
+                 start, ", ", end, ") out of range for ", shape_str(x.shape()));
+  const int64_t N = x.shape()[1];
+  Tensor y = x.value().slice(0, start, end).contiguous();  // rows are contiguous: a view
+  const bool needs = needs_grad({&x});
+  Var out = make_output(y, needs);
+  if (needs) {
+    auto oi = out.impl();
+    Tape::current().record("slice_rows", {oi}, [x, oi, start, N]() {
+      cpu::axpy(mf(x.grad_buffer()) + start * N, cf(oi->grad), 1.0f, oi->grad.numel());
+    });
+  }
+  return out;
+}
+
+Var concat_rows(const std::vector<Var>& parts, int64_t N) {
+  int64_t n = 0;
+  bool needs = false;
+  for (const Var& p : parts) {
+    MYRIAD_REQUIRE(p.value().ndim() == 2 && p.shape()[1] == N, kShape, "concat_rows: part ", shape_str(p.shape()),
+                   " should be [n, ", N, "]");
+    n += p.shape()[0];
+    needs = needs || needs_grad({&p});
+  }
+  Tensor y = Tensor::empty({n, N});
+  int64_t off = 0;
+  for (const Var& p : parts) {
+    if (p.value().numel()) std::copy(cf(p.value()), cf(p.value()) + p.value().numel(), mf(y) + off * N);
+    off += p.shape()[0];
+  }
+  Var out = make_output(y, needs);
+  if (needs) {
+    auto oi = out.impl();
+    Tape::current().record("concat_rows", {oi}, [parts, oi, N]() {
+      int64_t o = 0;
+      for (const Var& p : parts) {
+        if (p.requires_grad()) cpu::axpy(mf(p.grad_buffer()), cf(oi->grad) + o * N, 1.0f, p.value().numel());
+        o += p.shape()[0];
+      }
+    });
+  }
+  return out;
+}
+
+Var kda_gate(const Var& f, const Var& A_log, const Var& dt_bias, float lower_bound) {
+  require_cpu("kda_gate", {&f.value(), &A_log.value(), &dt_bias.value()});
+  MYRIAD_REQUIRE(f.value().ndim() == 3 && A_log.shape() == Shape{f.shape()[1]} &&
+                     dt_bias.shape() == Shape{f.shape()[1] * f.shape()[2]},
+                 kShape, "kda_gate: f ", shape_str(f.shape()), " ([T, H, K]), A_log ", shape_str(A_log.shape()),
+                 " ([H]) and dt_bias ", shape_str(dt_bias.shape()), " ([H*K]) do not agree");
+  const int64_t T = f.shape()[0], H = f.shape()[1], K = f.shape()[2];
+  Tensor g = Tensor::empty(f.shape());
+  const float* fv = cf(f.value());
+  const float* al = cf(A_log.value());
+  const float* dt = cf(dt_bias.value());
+  float* gv = mf(g);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      const float a = std::exp(al[h]);
+      for (int64_t c = 0; c < K; ++c) {
+        const int64_t i = (t * H + h) * K + c;
+        gv[i] = lower_bound / (1.0f + std::exp(-a * (fv[i] + dt[h * K + c])));
+      }
+    }
+  const bool needs = needs_grad({&f, &A_log, &dt_bias});
+  Var out = make_output(g, needs);
+  if (needs) {
+    auto oi = out.impl();
+    Tape::current().record("kda_gate", {oi}, [f, A_log, dt_bias, oi, T, H, K, lower_bound]() {
+      const float* d = cf(oi->grad);
+      const float* fv2 = cf(f.value());
+      const float* al2 = cf(A_log.value());
+      const float* dt2 = cf(dt_bias.value());
+      float* df = f.requires_grad() ? mf(f.grad_buffer()) : nullptr;
+      float* dA = A_log.requires_grad() ? mf(A_log.grad_buffer()) : nullptr;
+      float* ddt = dt_bias.requires_grad() ? mf(dt_bias.grad_buffer()) : nullptr;
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < H; ++h) {
+          const float a = std::exp(al2[h]);
+          for (int64_t c = 0; c < K; ++c) {
+            const int64_t i = (t * H + h) * K + c;
+            const float x = fv2[i] + dt2[h * K + c];
+            const float s = 1.0f / (1.0f + std::exp(-a * x));
+            const float dz = d[i] * lower_bound * s * (1.0f - s);  // d loss / d (a x)
+            if (df) df[i] += dz * a;
+            if (ddt) ddt[h * K + c] += dz * a;
+            if (dA) dA[h] += dz * a * x;  // d(a)/d(A_log) = a
+          }
+        }
+    });
+  }
+  return out;
+}
+
+Var route_weights(const Var& s, const Tensor& idx, float scale_factor, bool renormalize) {
+  require_cpu("route_weights", {&s.value(), &idx});
+  MYRIAD_REQUIRE(
+      s.value().ndim() == 2 && idx.dtype() == DType::kI32 && idx.ndim() == 2 && idx.shape()[0] == s.shape()[0], kShape,
+      "route_weights: scores ", shape_str(s.shape()), " ([T, E]) and I32 indices ", shape_str(idx.shape()),
+      " ([T, k]) do not agree");
+  const int64_t T = s.shape()[0], E = s.shape()[1], k = idx.shape()[1];
+  Tensor ic = idx.contiguous();
+  const int32_t* id = ic.data<int32_t>();
+  for (int64_t i = 0; i < T * k; ++i)
+    MYRIAD_REQUIRE(id[i] >= 0 && id[i] < E, kValue, "route_weights: expert ", id[i], " outside [0, ", E, ")");
+  Tensor p = Tensor::empty({T, k}), denom = Tensor::empty({T});
+  const float* sv = cf(s.value());
+  for (int64_t t = 0; t < T; ++t) {
+    float S = 0.0f;
+    for (int64_t j = 0; j < k; ++j) S += sv[t * E + id[t * k + j]];
+    mf(denom)[t] = renormalize ? S : 1.0f;
+    for (int64_t j = 0; j < k; ++j) mf(p)[t * k + j] = scale_factor * sv[t * E + id[t * k + j]] / mf(denom)[t];
+  }
+  const bool needs = needs_grad({&s});
+  Var out = make_output(p, needs);
+  if (needs) {
+    auto oi = out.impl();
+    Tape::current().record("route_weights", {oi}, [s, oi, ic, denom, T, E, k, scale_factor, renormalize]() {
+      const float* d = cf(oi->grad);
+      const float* sv2 = cf(s.value());
+      const int32_t* id2 = ic.data<int32_t>();
+      float* ds = mf(s.grad_buffer());
+      for (int64_t t = 0; t < T; ++t) {
+        const float S = cf(denom)[t];
+        float dot = 0.0f;  // sum_j dp_j s_j
+        for (int64_t j = 0; j < k; ++j) dot += d[t * k + j] * sv2[t * E + id2[t * k + j]];
+        for (int64_t j = 0; j < k; ++j) {
+          float g = scale_factor * d[t * k + j] / S;
+          if (renormalize) g -= scale_factor * dot / (S * S);
+          ds[t * E + id2[t * k + j]] += g;
+        }
+      }
+    });
+  }
+  return out;
 }
 
 Var embedding(const Var& table, const Tensor& ids) {

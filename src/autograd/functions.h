@@ -69,6 +69,20 @@ Var cross_entropy(const Var& h, const Var& W, const Tensor& targets, int64_t ign
 std::pair<Var, Var> kda(const Var& q, const Var& k, const Var& v, const Var& g, const Var& beta, const Var& state_in,
                         int64_t chunk = 64);
 
+// Structural ops (copies; the backward adds the gradient back into place).
+Var slice_last(const Var& x, int64_t start, int64_t end);   // columns [start, end) of the last dim
+Var concat_last(const std::vector<Var>& parts);             // along the last dim; leading dims must agree
+Var slice_rows(const Var& x, int64_t start, int64_t end);   // rows [start, end) of a 2-D [n, N]
+Var concat_rows(const std::vector<Var>& parts, int64_t N);  // 2-D parts [n_i, N] -> [sum n_i, N] (none -> [0, N])
+
+// KDA's decay gate (DESIGN 1.2), fused: g = lb * sigmoid(exp(A_log[h]) * (f + dt_bias)); f [T, H, K],
+// A_log [H], dt_bias [H*K]; g lies in (lb, 0).
+Var kda_gate(const Var& f, const Var& A_log, const Var& dt_bias, float lower_bound);
+
+// MoE mixture weights for chosen experts: p[t, j] = scale * s[t, idx[t, j]] / sum_j s[t, idx[t, j]].
+// s [T, E]; idx [T, k] (I32, from top-k of s + bias: selection is not differentiated, the weights are).
+Var route_weights(const Var& s, const Tensor& idx, float scale, bool renormalize);
+
 Var embedding(const Var& table, const Tensor& ids);  // table [V, D], ids [...] i64 -> [..., D]
 Var gather_rows(const Var& src, const Tensor& idx);  // src [m, N], idx [n] i32 -> [n, N]
 Var scatter_add_rows(int64_t rows, const Var& src, const Tensor& idx, const Var& weights);  // -> [rows, N]

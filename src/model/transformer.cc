@@ -1,0 +1,276 @@
+#include "model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "ops/rope_table.h"
+
+namespace myriad {
+
+using ag::Var;
+
+namespace {
+
+std::string layer_prefix(int64_t l) {
+  return "model.layers." + std::to_string(l) + ".";
+}
+
+Var constant(Tensor t) {
+  return Var(std::move(t), false);
+}
+
+// [C, 1, W] depthwise conv weight viewed as [C, W] through the tape.
+Var conv_weight(const Var& w) {
+  return ag::reshape(w, {w.shape()[0], w.shape()[2]});
+}
+
+}  // namespace
+
+Var Transformer::glu(const Var& g, const Var& u) const {
+  if (config_.hidden_act == "silu") return ag::mul(ag::silu(g), u);
+  return ag::situ_glu(g, u,
+                      SituParams{float(config_.activation_situ_beta), float(config_.activation_situ_linear_beta)});
+}
+
+// KDA (DESIGN 1.2), chunkwise, from a zero state.
+Var Transformer::kda_mixer(int64_t l, const Var& x, const ForwardOptions& opt) const {
+  const LinearAttnConfig& la = *config_.linear_attn_config;
+  const std::string a = layer_prefix(l) + "self_attn.";
+  const int64_t T = x.shape()[0], H = la.num_heads, K = la.head_dim, V = la.head_dim;
+  auto short_conv = [&](const char* name) {  // SiLU(ShortConv(W x)) -> [T, H*K]
+    Var lin = ag::linear(x, p(a + name + "_proj.weight"));
+    auto [y, state] = ag::conv1d(ag::reshape(lin, {1, T, H * K}), conv_weight(p(a + name + "_conv1d.weight")), Var());
+    (void)state;
+    return ag::silu(ag::reshape(y, {T, H * K}));
+  };
+  const float eps_l2 = 1e-6f;
+  Var q = ag::scale(ag::l2norm(ag::reshape(short_conv("q"), {T, H, K}), eps_l2), 1.0f / std::sqrt(float(K)));
+  Var k = ag::l2norm(ag::reshape(short_conv("k"), {T, H, K}), eps_l2);
+  Var v = ag::reshape(short_conv("v"), {T, H, V});
+  Var f = ag::reshape(ag::linear(ag::linear(x, p(a + "f_a_proj.weight")), p(a + "f_b_proj.weight")), {T, H, K});
+  Var g = ag::kda_gate(f, p(a + "A_log"), p(a + "dt_bias"), float(la.gate_lower_bound));
+  Var beta = ag::sigmoid(ag::linear(x, p(a + "b_proj.weight")));  // [T, H]
+  auto [o, state] = ag::kda(ag::reshape(q, {1, T, H, K}), ag::reshape(k, {1, T, H, K}), ag::reshape(v, {1, T, H, V}),
+                            ag::reshape(g, {1, T, H, K}), ag::reshape(beta, {1, T, H}), Var(), opt.kda_chunk);
+  (void)state;
+  Var gate = ag::reshape(ag::linear(x, p(a + "g_proj.weight")), {T, H, V});
+  Var normed = ag::rmsnorm_gated(ag::reshape(o, {T, H, V}), p(a + "o_norm.weight"), gate, float(config_.rms_norm_eps));
+  return ag::linear(ag::reshape(normed, {T, H * V}), p(a + "o_proj.weight"));
+}
+
+// Gated MLA (DESIGN 1.3), naive form: per-head K and V are materialised.
+Var Transformer::mla_mixer(int64_t l, const Var& x) const {
+  const std::string a = layer_prefix(l) + "self_attn.";
+  const ModelConfig& c = config_;
+  const int64_t T = x.shape()[0], H = c.num_attention_heads, Dn = c.qk_nope_head_dim, Dr = c.qk_rope_head_dim,
+                Dv = c.v_head_dim, C = c.kv_lora_rank, Dq = Dn + Dr;
+  Var q;
+  if (c.q_lora_rank) {
+    Var cq = ag::rmsnorm(ag::linear(x, p(a + "q_a_proj.weight")), p(a + "q_a_layernorm.weight"), 1e-6f);
+    q = ag::reshape(ag::linear(cq, p(a + "q_b_proj.weight")), {T, H, Dq});
+  } else {
+    q = ag::reshape(ag::linear(x, p(a + "q_proj.weight")), {T, H, Dq});
+  }
+  Var kv_a = ag::linear(x, p(a + "kv_a_proj_with_mqa.weight"));  // [T, C + Dr]
+  Var c_kv = ag::slice_last(kv_a, 0, C);
+  Var k_pe = ag::reshape(ag::slice_last(kv_a, C, C + Dr), {T, 1, Dr});
+  Var kv = ag::reshape(ag::linear(ag::rmsnorm(c_kv, p(a + "kv_a_layernorm.weight"), 1e-6f), p(a + "kv_b_proj.weight")),
+                       {T, H, Dn + Dv});
+  Var k_nope = ag::slice_last(kv, 0, Dn), v = ag::slice_last(kv, Dn, Dn + Dv);
+  float scale = 1.0f / std::sqrt(float(Dq));
+  Var q_nope = ag::slice_last(q, 0, Dn), q_pe = ag::slice_last(q, Dn, Dq);
+  if (!c.mla_use_nope && Dr > 0) {
+    std::vector<int64_t> pos(static_cast<size_t>(T));
+    std::iota(pos.begin(), pos.end(), 0);
+    std::optional<YarnParams> yarn;
+    if (c.rope_scaling && c.rope_scaling->factor > 1.0) {
+      const RopeScaling& rs = *c.rope_scaling;
+      yarn = YarnParams{rs.factor,
+                        rs.original_max_position_embeddings.value_or(c.max_position_embeddings),
+                        rs.beta_fast.value_or(32.0),
+                        rs.beta_slow.value_or(1.0),
+                        rs.mscale.value_or(1.0),
+                        rs.mscale_all_dim.value_or(0.0)};
+    }
+    const RopeTables rt = make_rope_tables(pos, Dr, c.rope_theta, yarn ? &*yarn : nullptr);
+    scale *= rt.softmax_scale_factor;
+    const RopeLayout layout{0, Dr, false};
+    q_pe = ag::rope(q_pe, rt.cos, rt.sin, layout);
+    k_pe = ag::rope(k_pe, rt.cos, rt.sin, layout);
+  }
+  // k_pe is shared by every head: broadcast it over H through an add (its gradient sums over heads).
+  Var k_pe_h = ag::add(constant(Tensor::zeros({T, H, Dr})), k_pe);
+  Var qf = ag::concat_last({q_nope, q_pe}), kf = ag::concat_last({k_nope, k_pe_h});
+  Var att = ag::attention(ag::reshape(qf, {1, T, H, Dq}), ag::reshape(kf, {1, T, H, Dq}), ag::reshape(v, {1, T, H, Dv}),
+                          scale);
+  Var out = ag::reshape(att, {T, H * Dv});
+  if (c.mla_use_output_gate) out = ag::mul(out, ag::sigmoid(ag::linear(x, p(a + "g_proj.weight"))));
+  return ag::linear(out, p(a + "o_proj.weight"));
+}
+
+Var Transformer::dense_ffn(int64_t l, const Var& x) const {
+  const std::string m = layer_prefix(l) + "mlp.";
+  return ag::linear(glu(ag::linear(x, p(m + "gate_proj.weight")), ag::linear(x, p(m + "up_proj.weight"))),
+                    p(m + "down_proj.weight"));
+}
+
+// Latent MoE (DESIGN 1.5): router on full-width x, top-k of s + b, renormalised weights; token copies grouped
+// by expert, one matrix product per expert in the latent width, weighted scatter back; RMSNorm, up-projection,
+// shared expert.
+Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats) const {
+  const ModelConfig& c = config_;
+  const std::string m = layer_prefix(l) + "block_sparse_moe.";
+  const int64_t T = x.shape()[0], E = c.num_experts, k = c.num_experts_per_token;
+  Var logits = ag::linear(x, p(m + "gate.weight"));  // [T, E], f32
+  Var s = c.moe_router_activation_func == "softmax" ? ag::softmax(logits) : ag::sigmoid(logits);
+  // Selection: top-k of s + b (b selects, never weighs).
+  Tensor biased = s.value().clone();
+  if (c.topk_method == "noaux_tc") {
+    const float* b = p(m + "gate.e_score_correction_bias").value().data<float>();
+    float* bs = biased.data<float>();
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t e = 0; e < E; ++e) bs[t * E + e] += b[e];
+  }
+  Tensor idx = Tensor::empty({T, k}, DType::kI32), top = Tensor::empty({T, k});
+  cpu::topk(idx.data<int32_t>(), top.data<float>(), biased.data<float>(), T, E, k);
+  Var weights = ag::route_weights(s, idx, float(c.routed_scaling_factor), c.moe_renormalize);  // [T, k]
+  // Group copies by expert (counting sort, stable in token order).
+  const int32_t* id = idx.data<int32_t>();
+  std::vector<int64_t> start(static_cast<size_t>(E + 1), 0);
+  for (int64_t i = 0; i < T * k; ++i) ++start[size_t(id[i]) + 1];
+  for (int64_t e = 0; e < E; ++e) start[size_t(e + 1)] += start[size_t(e)];
+  Tensor copy_token = Tensor::empty({T * k}, DType::kI32), copy_slot = Tensor::empty({T * k}, DType::kI32);
+  {
+    std::vector<int64_t> fill(start.begin(), start.end() - 1);
+    for (int64_t i = 0; i < T * k; ++i) {
+      const int64_t pos = fill[size_t(id[i])]++;
+      copy_token.data<int32_t>()[pos] = int32_t(i / k);
+      copy_slot.data<int32_t>()[pos] = int32_t(i);
+    }
+  }
+  if (stats) {
+    stats->layer = l;
+    stats->load.resize(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) stats->load[size_t(e)] = start[size_t(e + 1)] - start[size_t(e)];
+    stats->scores = s.value().clone();
+  }
+  const bool latent = c.routed_expert_hidden_size.has_value();
+  Var z = latent ? ag::linear(x, p(m + "routed_expert_down_proj.weight")) : x;  // [T, L]
+  const int64_t L = z.shape()[1];
+  Var z_sorted = ag::gather_rows(z, copy_token);  // [T k, L]
+  std::vector<Var> outs;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t b0 = start[size_t(e)], b1 = start[size_t(e + 1)];
+    if (b0 == b1) continue;
+    const std::string ex = m + "experts." + std::to_string(e) + ".";
+    Var ze = ag::slice_rows(z_sorted, b0, b1);
+    outs.push_back(
+        ag::linear(glu(ag::linear(ze, p(ex + "w1.weight")), ag::linear(ze, p(ex + "w3.weight"))), p(ex + "w2.weight")));
+  }
+  Var y_sorted = ag::concat_rows(outs, L);
+  Var w_sorted = ag::reshape(ag::gather_rows(ag::reshape(weights, {T * k, 1}), copy_slot), {T * k});
+  Var u = ag::scatter_add_rows(T, y_sorted, copy_token, w_sorted);  // [T, L]
+  Var y = u;
+  if (latent) {
+    if (c.latent_moe_use_norm) u = ag::rmsnorm(u, p(m + "routed_expert_norm.weight"), float(c.rms_norm_eps));
+    y = ag::linear(u, p(m + "routed_expert_up_proj.weight"));
+  }
+  if (c.num_shared_experts > 0) {
+    const std::string sh = m + "shared_experts.";
+    y = ag::add(y, ag::linear(glu(ag::linear(x, p(sh + "gate_proj.weight")), ag::linear(x, p(sh + "up_proj.weight"))),
+                              p(sh + "down_proj.weight")));
+  }
+  return y;
+}
+
+// AttnRes read (DESIGN 1.4): score_c = sum_d (w_norm * w_proj)_d V_c,d / rms(V_c); softmax over candidates.
+Var Transformer::attn_res_read(const std::string& norm, const std::string& proj, const std::vector<Var>& cands) const {
+  std::vector<Var> scores;
+  for (const Var& v : cands)
+    scores.push_back(ag::linear(ag::rmsnorm(v, p(norm), float(config_.rms_norm_eps)), p(proj)));  // [T, 1]
+  Var prob = ag::softmax(ag::concat_last(scores));                                                // [T, C]
+  Var read;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    Var term = ag::mul(cands[i], ag::slice_last(prob, int64_t(i), int64_t(i) + 1));
+    read = read.defined() ? ag::add(read, term) : term;
+  }
+  return read;
+}
+
+ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets, const ForwardOptions& opt) const {
+  const ModelConfig& c = config_;
+  MYRIAD_REQUIRE(tokens.dtype() == DType::kI64 && tokens.ndim() == 1, kShape, "forward: tokens must be I64 [T], got ",
+                 dtype_name(tokens.dtype()), " ", shape_str(tokens.shape()));
+  const int64_t T = tokens.numel();
+  MYRIAD_REQUIRE(T <= c.max_position_embeddings, kValue, "forward: sequence of ", T,
+                 " tokens is longer than max_position_embeddings (", c.max_position_embeddings, ")");
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t id = tokens.contiguous().data<int64_t>()[t];
+    MYRIAD_REQUIRE(id >= 0 && id < c.vocab_size, kValue, "forward: token id ", id, " at position ", t,
+                   " is outside the vocabulary [0, ", c.vocab_size, ")");
+  }
+  ForwardResult result;
+  const float eps = float(c.rms_norm_eps);
+  Var running = ag::embedding(p("model.embed_tokens.weight"), tokens);  // [T, D]
+  std::vector<Var> sealed;
+  const bool block = c.attn_res_mode == AttnResMode::kBlock;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string pre = layer_prefix(l);
+    auto mixer = [&](const Var& h) {
+      Var n = ag::rmsnorm(h, p(pre + "input_layernorm.weight"), eps);
+      return c.mixer(l) == Mixer::kKda ? kda_mixer(l, n, opt) : mla_mixer(l, n);
+    };
+    auto ffn = [&](const Var& h) {
+      Var n = ag::rmsnorm(h, p(pre + "post_attention_layernorm.weight"), eps);
+      if (!c.is_moe_layer(l)) return dense_ffn(l, n);
+      RoutingStats st;
+      Var y = moe_ffn(l, n, &st);
+      result.routing.push_back(std::move(st));
+      return y;
+    };
+    if (!block) {  // plain pre-norm residual
+      running = ag::add(running, mixer(running));
+      running = ag::add(running, ffn(running));
+      continue;
+    }
+    auto with_running = [&](const Var& r) {
+      std::vector<Var> cands = sealed;
+      cands.push_back(r);
+      return cands;
+    };
+    Var h = sealed.empty() ? running
+                           : attn_res_read(pre + "self_attention_res_norm.weight",
+                                           pre + "self_attention_res_proj.weight", with_running(running));
+    Var mixed = mixer(h);
+    if (l % c.attn_res_block_size == 0) {
+      sealed.push_back(running);
+      running = mixed;  // the running sum restarts (empty) and receives the mixer output
+    } else {
+      running = ag::add(running, mixed);
+    }
+    h = attn_res_read(pre + "mlp_res_norm.weight", pre + "mlp_res_proj.weight", with_running(running));
+    running = ag::add(running, ffn(h));
+  }
+  Var h = running;
+  if (block)
+    h = attn_res_read("model.output_attn_res_norm.weight", "model.output_attn_res_proj.weight", [&] {
+      std::vector<Var> cands = sealed;
+      cands.push_back(running);
+      return cands;
+    }());
+  result.hidden = ag::rmsnorm(h, p("model.norm.weight"), eps);
+  if (targets.defined()) {
+    const Var& head = c.tie_word_embeddings ? p("model.embed_tokens.weight") : p("lm_head.weight");
+    result.loss = ag::cross_entropy(result.hidden, head, targets, -100);
+  }
+  return result;
+}
+
+Tensor Transformer::logits(const Var& hidden) const {
+  ag::NoGradGuard no_grad;
+  const Var& head = config_.tie_word_embeddings ? p("model.embed_tokens.weight") : p("lm_head.weight");
+  return ag::linear(Var(hidden.value(), false), head).value();
+}
+
+}  // namespace myriad

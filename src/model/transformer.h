@@ -1,0 +1,59 @@
+// The text model of DESIGN.md §1 on autograd Vars: embeddings, KDA and gated-MLA mixers in the config's
+// layout, dense SiTU-GLU or latent MoE FFNs, AttnRes (block / none), final norm, lm_head, loss.
+// One sequence at a time (tokens [T]); the model code knows nothing of ranks or devices.
+// Shape legend: T tokens, D hidden, H heads, K/V KDA head dims, Dn/Dr/Dv MLA head dims, C kv_lora_rank,
+// L latent width, E experts, k top-k.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "autograd/functions.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace myriad {
+
+struct ForwardOptions {
+  int64_t kda_chunk = 64;
+  bool mla_absorbed = false;  // reserved: the absorbed form is the decode path (serving issue)
+};
+
+// Per-layer routing statistics of one forward (what balancing and the metrics read).
+struct RoutingStats {
+  int64_t layer = -1;
+  std::vector<int64_t> load;  // copies per expert
+  Tensor scores;              // [T, E] router scores s (f32, no grad), for quantile balancing
+};
+
+struct ForwardResult {
+  ag::Var hidden;  // [T, D] after the final norm
+  ag::Var loss;    // [] when targets were given
+  std::vector<RoutingStats> routing;
+};
+
+class Transformer {
+ public:
+  Transformer(ModelConfig config, ModelWeights weights) : config_(std::move(config)), w_(std::move(weights)) {}
+  const ModelConfig& config() const { return config_; }
+  ModelWeights& weights() { return w_; }
+
+  // tokens [T] (I64); targets [T] (I64, -100 = ignore) or undefined. Token ids and length are checked.
+  ForwardResult forward(const Tensor& tokens, const Tensor& targets, const ForwardOptions& opt = {}) const;
+  // Logits [T, vocab] of hidden states (no gradient).
+  Tensor logits(const ag::Var& hidden) const;
+
+ private:
+  ag::Var kda_mixer(int64_t layer, const ag::Var& x, const ForwardOptions& opt) const;
+  ag::Var mla_mixer(int64_t layer, const ag::Var& x) const;
+  ag::Var dense_ffn(int64_t layer, const ag::Var& x) const;
+  ag::Var moe_ffn(int64_t layer, const ag::Var& x, RoutingStats* stats) const;
+  ag::Var glu(const ag::Var& g, const ag::Var& u) const;  // SiTU-GLU, or SwiGLU for hidden_act "silu"
+  ag::Var attn_res_read(const std::string& norm, const std::string& proj, const std::vector<ag::Var>& cands) const;
+  const ag::Var& p(const std::string& name) const { return w_.at(name); }
+
+  ModelConfig config_;
+  ModelWeights w_;
+};
+
+}  // namespace myriad

@@ -1,0 +1,30 @@
+// Model weights as autograd Vars, keyed by checkpoint name (docs/tensors.md). Trainable tensors require
+// gradients; buffers (the router's e_score_correction_bias, set by balancing) do not.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "autograd/tape.h"
+#include "model/config.h"
+
+namespace myriad {
+
+class Checkpoint;
+
+class ModelWeights {
+ public:
+  // Validates names, shapes and dtypes against the config first (one error naming the tensor).
+  static ModelWeights from_checkpoint(const Checkpoint& ckpt, const ModelConfig& config);
+  static ModelWeights random(const ModelConfig& config, uint64_t seed);
+
+  const ag::Var& at(const std::string& name) const;  // kFormat error naming the tensor when absent
+  bool contains(const std::string& name) const { return vars_.count(name) > 0; }
+  const std::map<std::string, ag::Var>& all() const { return vars_; }
+  void zero_grad();
+
+ private:
+  std::map<std::string, ag::Var> vars_;
+};
+
+}  // namespace myriad
