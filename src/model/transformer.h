@@ -43,7 +43,8 @@ class Transformer {
   // Logits [T, vocab] of hidden states (no gradient).
   Tensor logits(const ag::Var& hidden) const;
 
- private:
+  // The modules, public so that tests, benchmarks and the decode paths can run one alone. x is the normed
+  // input [T, D]; each returns [T, D] (the residual add is the caller's).
   ag::Var kda_mixer(int64_t layer, const ag::Var& x, const ForwardOptions& opt) const;
   ag::Var mla_mixer(int64_t layer, const ag::Var& x) const;
   ag::Var dense_ffn(int64_t layer, const ag::Var& x) const;
@@ -52,6 +53,7 @@ class Transformer {
   ag::Var attn_res_read(const std::string& norm, const std::string& proj, const std::vector<ag::Var>& cands) const;
   const ag::Var& p(const std::string& name) const { return w_.at(name); }
 
+ private:
   ModelConfig config_;
   ModelWeights w_;
 };
