@@ -48,6 +48,7 @@ int run_logits(const myriad::cli::Args& args) {
   MYRIAD_REQUIRE(!grads || targets.defined(), kValue, "--grads needs --targets (the gradient of the loss)");
   ForwardOptions opt;
   opt.kda_chunk = args.get_int("chunk", 64, 1, 1 << 20);
+  opt.checkpoint_layers = args.has("checkpoint");
   std::optional<ag::NoGradGuard> no_grad;
   if (!grads) no_grad.emplace();
   ForwardResult r = model.forward(tokens, targets, opt);
@@ -77,5 +78,6 @@ MYRIAD_COMMAND("logits", "run one forward pass and write the logits (and loss, g
                 {"targets", "LIST", "comma-separated next-token targets (-100 = ignore): also write the loss"},
                 {"grads", "", "also write every parameter's gradient of the loss (grad.<name>)"},
                 {"chunk", "N", "KDA chunk size (default 64)"},
+                {"checkpoint", "", "gradient checkpointing per layer (recompute in backward)"},
                 {"out", "FILE", "output .safetensors (logits [T, vocab] f32, loss [], grad.*)"}},
                run_logits);

@@ -486,6 +486,38 @@ std::pair<Var, Var> kda(const Var& q, const Var& k, const Var& v, const Var& g, 
   return {out, state_out};
 }
 
+Var checkpoint(std::function<Var(const std::vector<Var>&)> fn, const std::vector<Var>& inputs) {
+  Var y;
+  {
+    NoGradGuard no_grad;
+    y = fn(inputs);
+  }
+  bool needs = grad_enabled();
+  if (needs) {
+    needs = false;
+    for (const Var& in : inputs) needs = needs || in.requires_grad();
+  }
+  // Trainable weights inside fn are reached through the recompute, so the node is recorded even when no
+  // input needs a gradient, as long as recording is on.
+  needs = needs || grad_enabled();
+  Var out = make_output(y.value(), needs);
+  if (needs) {
+    auto oi = out.impl();
+    Tape::current().record("checkpoint", {oi}, [fn, inputs, oi]() {
+      EnableGradGuard grad_on;
+      TapeScope scope;
+      std::vector<Var> fresh;  // the same values, as leaves of the recompute's own graph
+      fresh.reserve(inputs.size());
+      for (const Var& in : inputs) fresh.emplace_back(in.value(), in.requires_grad());
+      Var y2 = fn(fresh);
+      if (y2.requires_grad()) Tape::current().backward({{y2, oi->grad}});
+      for (size_t i = 0; i < inputs.size(); ++i)
+        if (inputs[i].requires_grad() && fresh[i].has_grad()) cpu_accumulate(inputs[i].grad_buffer(), fresh[i].grad());
+    });
+  }
+  return out;
+}
+
 Var slice_last(const Var& x, int64_t start, int64_t end) {
   require_cpu("slice_last", {&x.value()});
   MYRIAD_REQUIRE(x.value().ndim() >= 1 && 0 <= start && start <= end && end <= x.shape().back(), kShape,

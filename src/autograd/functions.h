@@ -5,7 +5,9 @@
 // Shape legend: T tokens, B batch, H heads, D width, V vocabulary, C channels, W conv width.
 #pragma once
 
+#include <functional>
 #include <utility>
+#include <vector>
 
 #include "autograd/tape.h"
 #include "ops/kernels.h"
@@ -68,6 +70,11 @@ Var cross_entropy(const Var& h, const Var& W, const Tensor& targets, int64_t ign
 // flows back through it). One tape node; its backward keeps only chunk-boundary states.
 std::pair<Var, Var> kda(const Var& q, const Var& k, const Var& v, const Var& g, const Var& beta, const Var& state_in,
                         int64_t chunk = 64);
+
+// Gradient checkpointing: runs fn(inputs) without recording; its backward recomputes fn on a tape of its own
+// (with gradients) and back-propagates the output gradient through it, so the activations inside fn live
+// only during its own backward. fn must be deterministic and own everything it captures.
+Var checkpoint(std::function<Var(const std::vector<Var>&)> fn, const std::vector<Var>& inputs);
 
 // Structural ops (copies; the backward adds the gradient back into place).
 Var slice_last(const Var& x, int64_t start, int64_t end);   // columns [start, end) of the last dim

@@ -4,7 +4,8 @@ namespace myriad::ag {
 
 namespace {
 thread_local bool t_grad_enabled = true;
-}
+thread_local Tape* t_tape = nullptr;  // null: the thread's base tape
+}  // namespace
 
 Var::Var(Tensor value, bool requires_grad, std::string name) : impl_(std::make_shared<VarImpl>()) {
   MYRIAD_REQUIRE(value.defined(), kValue, "Var: undefined tensor");
@@ -25,8 +26,22 @@ Tensor& Var::grad_buffer() const {
 }
 
 Tape& Tape::current() {
-  thread_local Tape tape;
-  return tape;
+  thread_local Tape base;
+  return t_tape ? *t_tape : base;
+}
+
+TapeScope::TapeScope() : prev_(t_tape) {
+  t_tape = &tape_;
+}
+TapeScope::~TapeScope() {
+  t_tape = prev_;
+}
+
+EnableGradGuard::EnableGradGuard() : prev_(t_grad_enabled) {
+  t_grad_enabled = true;
+}
+EnableGradGuard::~EnableGradGuard() {
+  t_grad_enabled = prev_;
 }
 
 void Tape::record(const char* op, std::vector<std::shared_ptr<VarImpl>> outputs, std::function<void()> backward) {
@@ -38,16 +53,26 @@ void Tape::backward(const Var& loss) {
                  "backward: the loss must be a single element, got ", shape_str(loss.shape()));
   MYRIAD_REQUIRE(loss.requires_grad(), kValue,
                  "backward: the loss does not depend on anything that requires a gradient");
-  Var l = loss;
-  Tensor& g = l.grad_buffer();
-  g.fill(1.0f);
-  NoGradGuard no_grad;  // backward closures use the kernels directly; nothing they do is recorded
-  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
+  backward({{loss, Tensor::full({}, 1.0f).view(loss.shape())}});
+}
+
+void Tape::backward(const std::vector<std::pair<Var, Tensor>>& seeds) {
+  for (const auto& [v, g] : seeds) {
+    MYRIAD_REQUIRE(g.shape() == v.shape(), kShape, "backward: seed gradient ", shape_str(g.shape()),
+                   " does not match its output ", shape_str(v.shape()));
+    if (!v.requires_grad()) continue;
+    cpu_accumulate(v.grad_buffer(), g);
+  }
+  // Nodes run with recording off (their closures call kernels directly); a node may turn it back on to
+  // recompute (gradient checkpointing) on a tape of its own.
+  std::vector<TapeNode> nodes = std::move(nodes_);
+  nodes_.clear();
+  NoGradGuard no_grad;
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
     bool any = false;
     for (const auto& o : it->outputs) any = any || o->grad.defined();
     if (any) it->backward();
   }
-  nodes_.clear();
 }
 
 bool grad_enabled() {
@@ -66,6 +91,19 @@ bool needs_grad(std::initializer_list<const Var*> inputs) {
   for (const Var* v : inputs)
     if (v && v->requires_grad()) return true;
   return false;
+}
+
+}  // namespace myriad::ag
+
+namespace myriad::ag {
+
+void cpu_accumulate(Tensor& dst, const Tensor& src) {
+  MYRIAD_REQUIRE(dst.device() == Device::kCPU && src.device() == Device::kCPU && dst.shape() == src.shape(), kShape,
+                 "gradient accumulation: ", shape_str(src.shape()), " into ", shape_str(dst.shape()));
+  Tensor s = src.contiguous();
+  float* d = dst.data<float>();
+  const float* a = s.data<float>();
+  for (int64_t i = 0; i < dst.numel(); ++i) d[i] += a[i];
 }
 
 }  // namespace myriad::ag

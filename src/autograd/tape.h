@@ -55,10 +55,12 @@ struct TapeNode {
 
 class Tape {
  public:
-  static Tape& current();  // this thread's tape
+  static Tape& current();  // this thread's current tape (see TapeScope)
   void record(const char* op, std::vector<std::shared_ptr<VarImpl>> outputs, std::function<void()> backward);
   // Seeds d(loss) = 1 (loss must have one element) and runs every recorded node in reverse, then clears.
   void backward(const Var& loss);
+  // Seeds the given gradients on several outputs (each [shape of its Var]) and runs the tape in reverse.
+  void backward(const std::vector<std::pair<Var, Tensor>>& seeds);
   void clear() { nodes_.clear(); }
   size_t size() const { return nodes_.size(); }
 
@@ -67,6 +69,31 @@ class Tape {
 };
 
 bool grad_enabled();
+
+// Makes a fresh tape current for its lifetime (recomputation inside a backward records on its own tape).
+class TapeScope {
+ public:
+  TapeScope();
+  ~TapeScope();
+  TapeScope(const TapeScope&) = delete;
+  TapeScope& operator=(const TapeScope&) = delete;
+
+ private:
+  Tape tape_;
+  Tape* prev_;
+};
+
+// Turns recording on for its lifetime (a checkpointed layer recomputes with gradients inside backward).
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
 
 class NoGradGuard {
  public:
@@ -78,6 +105,9 @@ class NoGradGuard {
  private:
   bool prev_;
 };
+
+// dst += src (cpu f32, same shape).
+void cpu_accumulate(Tensor& dst, const Tensor& src);
 
 // True when recording is on and any of the vars requires a gradient.
 bool needs_grad(std::initializer_list<const Var*> inputs);

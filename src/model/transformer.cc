@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 
 #include "ops/rope_table.h"
@@ -198,6 +199,46 @@ Var Transformer::attn_res_read(const std::string& norm, const std::string& proj,
   return read;
 }
 
+Var Transformer::layer_forward(int64_t l, const std::vector<Var>& sealed, const Var& running_in,
+                               const ForwardOptions& opt, RoutingStats* stats) const {
+  const ModelConfig& c = config_;
+  const float eps = float(c.rms_norm_eps);
+  const std::string pre = layer_prefix(l);
+  auto mixer = [&](const Var& h) {
+    Var n = ag::rmsnorm(h, p(pre + "input_layernorm.weight"), eps);
+    return c.mixer(l) == Mixer::kKda ? kda_mixer(l, n, opt) : mla_mixer(l, n);
+  };
+  auto ffn = [&](const Var& h) {
+    Var n = ag::rmsnorm(h, p(pre + "post_attention_layernorm.weight"), eps);
+    return c.is_moe_layer(l) ? moe_ffn(l, n, stats) : dense_ffn(l, n);
+  };
+  if (c.attn_res_mode != AttnResMode::kBlock) {  // plain pre-norm residual
+    Var r = ag::add(running_in, mixer(running_in));
+    return ag::add(r, ffn(r));
+  }
+  auto candidates = [&](std::vector<Var> base, const Var& r) {
+    base.push_back(r);
+    return base;
+  };
+  // 1. the mixer's input: the running sum until something is sealed, then a read over everything
+  Var h = sealed.empty() ? running_in
+                         : attn_res_read(pre + "self_attention_res_norm.weight", pre + "self_attention_res_proj.weight",
+                                         candidates(sealed, running_in));
+  Var mixed = mixer(h);
+  // 2. at a block boundary the running sum is sealed (by the caller) and restarts from the mixer's output
+  std::vector<Var> snapshots = sealed;
+  Var running;
+  if (l % c.attn_res_block_size == 0) {
+    snapshots.push_back(running_in);
+    running = mixed;
+  } else {
+    running = ag::add(running_in, mixed);
+  }
+  // 3. the FFN reads over the snapshots and the running sum
+  h = attn_res_read(pre + "mlp_res_norm.weight", pre + "mlp_res_proj.weight", candidates(snapshots, running));
+  return ag::add(running, ffn(h));
+}
+
 ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets, const ForwardOptions& opt) const {
   const ModelConfig& c = config_;
   MYRIAD_REQUIRE(tokens.dtype() == DType::kI64 && tokens.ndim() == 1, kShape, "forward: tokens must be I64 [T], got ",
@@ -216,41 +257,26 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets, 
   std::vector<Var> sealed;
   const bool block = c.attn_res_mode == AttnResMode::kBlock;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string pre = layer_prefix(l);
-    auto mixer = [&](const Var& h) {
-      Var n = ag::rmsnorm(h, p(pre + "input_layernorm.weight"), eps);
-      return c.mixer(l) == Mixer::kKda ? kda_mixer(l, n, opt) : mla_mixer(l, n);
-    };
-    auto ffn = [&](const Var& h) {
-      Var n = ag::rmsnorm(h, p(pre + "post_attention_layernorm.weight"), eps);
-      if (!c.is_moe_layer(l)) return dense_ffn(l, n);
-      RoutingStats st;
-      Var y = moe_ffn(l, n, &st);
-      result.routing.push_back(std::move(st));
-      return y;
-    };
-    if (!block) {  // plain pre-norm residual
-      running = ag::add(running, mixer(running));
-      running = ag::add(running, ffn(running));
-      continue;
-    }
-    auto with_running = [&](const Var& r) {
-      std::vector<Var> cands = sealed;
-      cands.push_back(r);
-      return cands;
-    };
-    Var h = sealed.empty() ? running
-                           : attn_res_read(pre + "self_attention_res_norm.weight",
-                                           pre + "self_attention_res_proj.weight", with_running(running));
-    Var mixed = mixer(h);
-    if (l % c.attn_res_block_size == 0) {
-      sealed.push_back(running);
-      running = mixed;  // the running sum restarts (empty) and receives the mixer output
+    auto stats = std::make_shared<RoutingStats>();
+    Var next;
+    if (opt.checkpoint_layers && ag::grad_enabled()) {
+      std::vector<Var> inputs = sealed;
+      inputs.push_back(running);
+      auto first = std::make_shared<bool>(true);
+      const Transformer* self = this;
+      next = ag::checkpoint(
+          [self, l, opt, stats, first](const std::vector<Var>& in) {
+            RoutingStats* sp = *first ? stats.get() : nullptr;  // statistics from the first pass only
+            *first = false;
+            return self->layer_forward(l, std::vector<Var>(in.begin(), in.end() - 1), in.back(), opt, sp);
+          },
+          inputs);
     } else {
-      running = ag::add(running, mixed);
+      next = layer_forward(l, sealed, running, opt, stats.get());
     }
-    h = attn_res_read(pre + "mlp_res_norm.weight", pre + "mlp_res_proj.weight", with_running(running));
-    running = ag::add(running, ffn(h));
+    if (stats->layer >= 0) result.routing.push_back(std::move(*stats));
+    if (block && l % c.attn_res_block_size == 0) sealed.push_back(running);
+    running = next;
   }
   Var h = running;
   if (block)

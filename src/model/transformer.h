@@ -16,7 +16,9 @@ namespace myriad {
 
 struct ForwardOptions {
   int64_t kda_chunk = 64;
-  bool mla_absorbed = false;  // reserved: the absorbed form is the decode path (serving issue)
+  // Gradient checkpointing: each layer runs without keeping its activations and is recomputed during the
+  // backward (one layer's activations alive at a time).
+  bool checkpoint_layers = false;
 };
 
 // Per-layer routing statistics of one forward (what balancing and the metrics read).
@@ -50,6 +52,10 @@ class Transformer {
   ag::Var dense_ffn(int64_t layer, const ag::Var& x) const;
   ag::Var moe_ffn(int64_t layer, const ag::Var& x, RoutingStats* stats) const;
   ag::Var glu(const ag::Var& g, const ag::Var& u) const;  // SiTU-GLU, or SwiGLU for hidden_act "silu"
+  // One layer: AttnRes state in (the sealed snapshots, the running sum), new running sum out. When
+  // l % attn_res_block_size == 0 the caller appends running_in to the snapshots afterwards.
+  ag::Var layer_forward(int64_t l, const std::vector<ag::Var>& sealed, const ag::Var& running,
+                        const ForwardOptions& opt, RoutingStats* stats) const;
   ag::Var attn_res_read(const std::string& norm, const std::string& proj, const std::vector<ag::Var>& cands) const;
   const ag::Var& p(const std::string& name) const { return w_.at(name); }
 

@@ -1,0 +1,181 @@
+// The C++ model's own invariants (its parity with the float64 reference is tests/model/parity.py):
+// AttnRes reads, grouped MoE dispatch = a per-token loop, the decay range, bad input, and the 896-expert
+// config taking optimizer steps.
+#include "model/transformer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "model/config.h"
+#include "ops/kernels.h"
+
+namespace myriad {
+namespace {
+
+using ag::Var;
+
+ModelConfig load(const char* name) {
+  return load_model_config(std::string(MYRIAD_SOURCE_DIR) + "/configs/" + name, nullptr);
+}
+
+Tensor randn(std::mt19937& rng, const Shape& s, float sd = 1.0f) {
+  std::normal_distribution<float> d(0.0f, sd);
+  Tensor t = Tensor::empty(s);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
+  return t;
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  const auto x = a.to_vector(), y = b.to_vector();
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, double(std::abs(x[i] - y[i])));
+  return m;
+}
+
+TEST(AttnRes, OneCandidateIsIdentityZeroQueryIsMeanAndGradientsReachEverySnapshot) {
+  const ModelConfig c = load("tiny.json");
+  Transformer model(c, ModelWeights::random(c, 1));
+  std::mt19937 rng(2);
+  const int64_t T = 5, D = c.hidden_size;
+  Var a(randn(rng, {T, D}), true), b(randn(rng, {T, D}), true), r(randn(rng, {T, D}), true);
+  const std::string norm = "model.layers.1.mlp_res_norm.weight", proj = "model.layers.1.mlp_res_proj.weight";
+  {
+    ag::NoGradGuard ng;
+    // One candidate: softmax over one score is 1, the read is the candidate itself.
+    EXPECT_LE(max_abs_diff(model.attn_res_read(norm, proj, {a}).value(), a.value()), 1e-6);
+  }
+  // Random init gives zero query projections (uniform mixing): the read is the mean of the candidates.
+  Tensor proj_w = model.weights().at(proj).value();  // a handle on the weight's storage
+  proj_w.zero();
+  {
+    ag::NoGradGuard ng;
+    Tensor mean = Tensor::empty({T, D});
+    for (int64_t i = 0; i < T * D; ++i)
+      mean.data<float>()[i] =
+          (a.value().data<float>()[i] + b.value().data<float>()[i] + r.value().data<float>()[i]) / 3;
+    EXPECT_LE(max_abs_diff(model.attn_res_read(norm, proj, {a, b, r}).value(), mean), 1e-6);
+  }
+  // Gradients reach every candidate and the query weights (a non-zero query, so the softmax is not flat).
+  proj_w.copy_from(randn(rng, {1, D}));
+  model.weights().zero_grad();
+  ag::backward(ag::sum(ag::mul(model.attn_res_read(norm, proj, {a, b, r}), Var(randn(rng, {T, D}), false))));
+  for (const Var* v : {&a, &b, &r}) {
+    ASSERT_TRUE(v->has_grad());
+    double n = 0;
+    for (float g : v->grad().to_vector()) n += std::abs(g);
+    EXPECT_GT(n, 1e-3);
+  }
+  EXPECT_TRUE(model.weights().at(norm).has_grad() && model.weights().at(proj).has_grad());
+}
+
+// The grouped dispatch (copies sorted by expert, one matrix product per expert, weighted scatter back)
+// against a loop over tokens that applies each token's chosen experts one at a time.
+TEST(Moe, GroupedDispatchEqualsPerTokenLoop) {
+  const ModelConfig c = load("tiny.json");
+  Transformer model(c, ModelWeights::random(c, 3));
+  std::mt19937 rng(4);
+  const int64_t T = 23, D = c.hidden_size, E = c.num_experts, k = c.num_experts_per_token, l = 1;
+  ASSERT_TRUE(c.is_moe_layer(l));
+  Tensor x = randn(rng, {T, D});
+  ag::NoGradGuard ng;
+  RoutingStats stats;
+  const Tensor grouped = model.moe_ffn(l, Var(x, false), &stats).value();
+  int64_t copies = 0;
+  for (int64_t n : stats.load) copies += n;
+  EXPECT_EQ(copies, T * k);
+  const std::string m = "model.layers.1.block_sparse_moe.";
+  const float* bias = model.p(m + "gate.e_score_correction_bias").value().data<float>();
+  for (int64_t t = 0; t < T; ++t) {
+    Var xt(x.slice(0, t, t + 1).contiguous(), false);
+    Var s = ag::sigmoid(ag::linear(xt, model.p(m + "gate.weight")));
+    std::vector<std::pair<float, int>> order;
+    for (int e = 0; e < E; ++e) order.push_back({-(s.value().data<float>()[e] + bias[e]), e});
+    std::sort(order.begin(), order.end());
+    double denom = 0;
+    for (int j = 0; j < k; ++j) denom += s.value().data<float>()[order[size_t(j)].second];
+    Var z = ag::linear(xt, model.p(m + "routed_expert_down_proj.weight"));
+    Var u;
+    for (int j = 0; j < k; ++j) {
+      const int e = order[size_t(j)].second;
+      const std::string ex = m + "experts." + std::to_string(e) + ".";
+      Var y = ag::linear(ag::situ_glu(ag::linear(z, model.p(ex + "w1.weight")),
+                                      ag::linear(z, model.p(ex + "w3.weight")), SituParams{4.0f, 25.0f}),
+                         model.p(ex + "w2.weight"));
+      Var term = ag::scale(y, float(c.routed_scaling_factor * s.value().data<float>()[e] / denom));
+      u = u.defined() ? ag::add(u, term) : term;
+    }
+    Var y = ag::linear(ag::rmsnorm(u, model.p(m + "routed_expert_norm.weight"), float(c.rms_norm_eps)),
+                       model.p(m + "routed_expert_up_proj.weight"));
+    const std::string sh = m + "shared_experts.";
+    y = ag::add(y, ag::linear(ag::situ_glu(ag::linear(xt, model.p(sh + "gate_proj.weight")),
+                                           ag::linear(xt, model.p(sh + "up_proj.weight")), SituParams{4.0f, 25.0f}),
+                              model.p(sh + "down_proj.weight")));
+    // f32, different summation order over k experts: 1e-5 of O(0.1) outputs.
+    EXPECT_LE(max_abs_diff(y.value(), grouped.slice(0, t, t + 1).contiguous()), 2e-5) << "token " << t;
+  }
+}
+
+TEST(Kda, DecayStaysInsideItsBounds) {
+  std::mt19937 rng(5);
+  const float lb = -5.0f;
+  Var f(randn(rng, {7, 2, 3}, 30.0f), false), A(randn(rng, {2}), false), dt(randn(rng, {6}), false);
+  Tensor g = ag::kda_gate(f, A, dt, lb).value();
+  for (float v : g.to_vector()) {
+    // alpha = e^g in [e^lb, 1]: strictly inside in exact arithmetic; f32's sigmoid may saturate to the ends.
+    EXPECT_GE(v, lb);
+    EXPECT_LE(v, 0.0f);
+  }
+}
+
+TEST(Transformer, BadInputGivesClearErrors) {
+  const ModelConfig c = load("tiny.json");
+  Transformer model(c, ModelWeights::random(c, 6));
+  ag::NoGradGuard ng;
+  try {
+    model.forward(Tensor::from_vector(std::vector<int64_t>{1, c.vocab_size, 2}, {3}), Tensor());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(c.vocab_size)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("position 1"), std::string::npos) << e.what();
+  }
+  std::vector<int64_t> longer(static_cast<size_t>(c.max_position_embeddings + 1), 1);
+  EXPECT_THROW(model.forward(Tensor::from_vector(longer, {int64_t(longer.size())}), Tensor()), Error);
+}
+
+// The 896-expert config takes optimizer steps: forward, backward, AdamW, and the loss on the batch falls.
+TEST(Transformer, ManyExpertsConfigSteps) {
+  const ModelConfig c = load("many-experts.json");
+  ASSERT_EQ(c.num_experts, 896);
+  Transformer model(c, ModelWeights::random(c, 7));
+  std::vector<int64_t> ids(64), tg(64);
+  for (int64_t t = 0; t < 64; ++t) ids[size_t(t)] = (t * 37 + 11) % c.vocab_size;
+  for (int64_t t = 0; t < 64; ++t) tg[size_t(t)] = t + 1 < 64 ? ids[size_t(t + 1)] : -100;
+  const Tensor tokens = Tensor::from_vector(ids, {64}), targets = Tensor::from_vector(tg, {64});
+  std::map<std::string, std::pair<Tensor, Tensor>> state;
+  float first = 0, last = 0;
+  for (int step = 1; step <= 4; ++step) {
+    model.weights().zero_grad();
+    ForwardResult r = model.forward(tokens, targets);
+    const float loss = r.loss.value().data<float>()[0];
+    ASSERT_TRUE(std::isfinite(loss));
+    if (step == 1) first = loss;
+    last = loss;
+    ag::backward(r.loss);
+    for (const auto& [name, v] : model.weights().all()) {
+      if (!v.requires_grad() || !v.has_grad()) continue;
+      auto& [m, s] = state[name];
+      if (!m.defined()) {
+        m = Tensor::zeros(v.shape());
+        s = Tensor::zeros(v.shape());
+      }
+      cpu::adamw_update(v.value().data<float>(), v.grad().data<float>(), m.data<float>(), s.data<float>(),
+                        v.value().numel(), AdamWParams{3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, step});
+    }
+  }
+  EXPECT_LT(last, first) << "the loss on a repeated batch should fall within 4 AdamW steps";
+}
+
+}  // namespace
+}  // namespace myriad
