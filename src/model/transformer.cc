@@ -200,7 +200,7 @@ Var Transformer::attn_res_read(const std::string& norm, const std::string& proj,
 }
 
 Var Transformer::layer_forward(int64_t l, const std::vector<Var>& sealed, const Var& running_in,
-                               const ForwardOptions& opt, RoutingStats* stats) const {
+                               const ForwardOptions& opt, RoutingStats* stats, Var* mixer_out) const {
   const ModelConfig& c = config_;
   const float eps = float(c.rms_norm_eps);
   const std::string pre = layer_prefix(l);
@@ -212,8 +212,10 @@ Var Transformer::layer_forward(int64_t l, const std::vector<Var>& sealed, const 
     Var n = ag::rmsnorm(h, p(pre + "post_attention_layernorm.weight"), eps);
     return c.is_moe_layer(l) ? moe_ffn(l, n, stats) : dense_ffn(l, n);
   };
-  if (c.attn_res_mode != AttnResMode::kBlock) {  // plain pre-norm residual
-    Var r = ag::add(running_in, mixer(running_in));
+  if (c.attn_res_mode != AttnResMode::kBlock) {  // plain pre-norm residual ("none"; "skip" adds to it outside)
+    Var m = mixer(running_in);
+    if (mixer_out) *mixer_out = m;
+    Var r = ag::add(running_in, m);
     return ag::add(r, ffn(r));
   }
   auto candidates = [&](std::vector<Var> base, const Var& r) {
@@ -256,10 +258,21 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets, 
   Var running = ag::embedding(p("model.embed_tokens.weight"), tokens);  // [T, D]
   std::vector<Var> sealed;
   const bool block = c.attn_res_mode == AttnResMode::kBlock;
+  const bool skip = c.attn_res_mode == AttnResMode::kSkip;
+  MYRIAD_REQUIRE(!(skip && opt.checkpoint_layers), kUnsupported,
+                 "attn_res_mode \"skip\" with gradient checkpointing: the held mixer output would need a second "
+                 "checkpoint output; use \"block\" or \"none\", or turn checkpointing off");
+  Var skip_buffer;  // "skip": the mixer output of a block's first layer, added again after its last layer
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     auto stats = std::make_shared<RoutingStats>();
     Var next;
-    if (opt.checkpoint_layers && ag::grad_enabled()) {
+    if (skip) {
+      Var m;
+      next = layer_forward(l, sealed, running, opt, stats.get(), &m);
+      const int64_t B = c.attn_res_block_size;
+      if (l % B == 0) skip_buffer = m;
+      if ((l + 1) % B == 0 && skip_buffer.defined()) next = ag::add(next, skip_buffer);
+    } else if (opt.checkpoint_layers && ag::grad_enabled()) {
       std::vector<Var> inputs = sealed;
       inputs.push_back(running);
       auto first = std::make_shared<bool>(true);

@@ -1,5 +1,8 @@
 // The text model of DESIGN.md §1 on autograd Vars: embeddings, KDA and gated-MLA mixers in the config's
-// layout, dense SiTU-GLU or latent MoE FFNs, AttnRes (block / none), final norm, lm_head, loss.
+// layout, dense SiTU-GLU or latent MoE FFNs, AttnRes, final norm, lm_head, loss.
+// AttnRes modes: "block" (DESIGN 1.4), "none" (plain pre-norm residual), and the seed's "skip": a plain
+// residual where the mixer output of each block's first layer (l % B == 0) is held and added to the stream
+// again after the block's last layer ((l + 1) % B == 0).
 // One sequence at a time (tokens [T]); the model code knows nothing of ranks or devices.
 // Shape legend: T tokens, D hidden, H heads, K/V KDA head dims, Dn/Dr/Dv MLA head dims, C kv_lora_rank,
 // L latent width, E experts, k top-k.
@@ -54,8 +57,9 @@ class Transformer {
   ag::Var glu(const ag::Var& g, const ag::Var& u) const;  // SiTU-GLU, or SwiGLU for hidden_act "silu"
   // One layer: AttnRes state in (the sealed snapshots, the running sum), new running sum out. When
   // l % attn_res_block_size == 0 the caller appends running_in to the snapshots afterwards.
+  // mixer_out (may be null) receives the mixer's output (AttnRes "skip" mode holds it).
   ag::Var layer_forward(int64_t l, const std::vector<ag::Var>& sealed, const ag::Var& running,
-                        const ForwardOptions& opt, RoutingStats* stats) const;
+                        const ForwardOptions& opt, RoutingStats* stats, ag::Var* mixer_out = nullptr) const;
   ag::Var attn_res_read(const std::string& norm, const std::string& proj, const std::vector<ag::Var>& cands) const;
   const ag::Var& p(const std::string& name) const { return w_.at(name); }
 

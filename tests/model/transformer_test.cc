@@ -129,6 +129,32 @@ TEST(Kda, DecayStaysInsideItsBounds) {
   }
 }
 
+// "skip" = "none" plus the held mixer output of each block's first layer, added after the block's last layer.
+TEST(Transformer, SkipModeAddsTheHeldMixerOutputAfterEachBlock) {
+  ModelConfig c = load("tiny.json");
+  c.attn_res_mode = AttnResMode::kNone;
+  Transformer none(c, ModelWeights::random(c, 8));
+  c.attn_res_mode = AttnResMode::kSkip;
+  c.attn_res_block_size = 2;
+  Transformer skip(c, ModelWeights::random(c, 8));
+  ag::NoGradGuard ng;
+  const Tensor tokens = Tensor::from_vector(std::vector<int64_t>{3, 1, 4, 1, 5, 9, 2, 6}, {8});
+  // By hand, with the "none" model's layers: h_{l+1} = layer(h_l) (+ mixer output of layer l-1 when l is odd).
+  Var h = ag::embedding(none.p("model.embed_tokens.weight"), tokens);
+  Var held;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    Var m;
+    h = none.layer_forward(l, {}, h, ForwardOptions{}, nullptr, &m);
+    if (l % 2 == 0) held = m;
+    if (l % 2 == 1) h = ag::add(h, held);
+  }
+  const Tensor want = ag::rmsnorm(h, none.p("model.norm.weight"), float(c.rms_norm_eps)).value();
+  const Tensor got = skip.forward(tokens, Tensor()).hidden.value();
+  EXPECT_LE(max_abs_diff(got, want), 1e-6);  // the same operations in the same order
+  const Tensor plain = none.forward(tokens, Tensor()).hidden.value();
+  EXPECT_GT(max_abs_diff(got, plain), 1e-3);  // and the skip really changes the result
+}
+
 TEST(Transformer, BadInputGivesClearErrors) {
   const ModelConfig c = load("tiny.json");
   Transformer model(c, ModelWeights::random(c, 6));
