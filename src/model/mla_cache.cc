@@ -1,0 +1,400 @@
+#include "model/mla_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <string>
+
+#include "ops/cpu/parallel.h"
+#include "ops/cpu/vmath.h"
+#include "ops/kernels.h"
+
+namespace myriad {
+
+namespace {
+
+constexpr float kLatentNormEps = 1e-6f;  // q_a_layernorm / kv_a_layernorm (DESIGN 1.3 NOTE)
+constexpr int64_t kQueryTile = 64;       // prefill: query rows per task
+// step: multiply-adds per thread below which the cache is not split (a fork/join costs a few microseconds).
+constexpr int64_t kStepWorkPerThread = int64_t(1) << 18;
+
+// An f32, contiguous, cpu copy (or the tensor itself when it already is one).
+Tensor f32_contiguous(const Tensor& t) {
+  MYRIAD_REQUIRE(t.device() == Device::kCPU, kUnsupported, "mla decoder: weights must be on the cpu");
+  Tensor r = t.dtype() == DType::kF32 ? t : t.to(DType::kF32);
+  return r.is_contiguous() ? r : r.contiguous();
+}
+
+Tensor weight(const ModelWeights& w, const std::string& name, const Shape& shape) {
+  const Tensor& t = w.at(name).value();
+  MYRIAD_REQUIRE(t.shape() == shape, kShape, "mla decoder: ", name, " is ", shape_str(t.shape()), ", the config needs ",
+                 shape_str(shape));
+  return f32_contiguous(t);
+}
+
+void check_input(const Tensor& x, const char* what) {
+  MYRIAD_REQUIRE(x.defined() && x.device() == Device::kCPU && x.dtype() == DType::kF32, kValue, "mla decoder: ", what,
+                 " must be a defined f32 cpu tensor");
+}
+
+// y = x W^T for x [T, in] and W [out, in] (row-major), y [T, out] at row stride ldy.
+void linear(float* y, int64_t ldy, const float* x, int64_t T, const Tensor& w) {
+  const int64_t out = w.shape()[0], in = w.shape()[1];
+  cpu::gemm(false, true, T, out, in, 1.0f, x, in, w.data<float>(), in, 0.0f, y, ldy);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------------
+// MlaCache
+
+MlaCache::MlaCache(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens)
+    : C_(kv_lora_rank), Dr_(rope_dim), page_tokens_(page_tokens) {
+  MYRIAD_REQUIRE(kv_lora_rank > 0 && rope_dim >= 0, kValue, "mla cache: kv_lora_rank ", kv_lora_rank,
+                 " must be > 0 and qk_rope_head_dim ", rope_dim, " >= 0");
+  MYRIAD_REQUIRE(page_tokens > 0, kValue, "mla cache: page_tokens ", page_tokens, " must be > 0");
+}
+
+float* MlaCache::next_row() {
+  const int64_t r = size_ % page_tokens_;
+  if (r == 0 && size_ / page_tokens_ == num_pages()) pages_.push_back(Tensor::empty({page_tokens_, row_width()}));
+  float* p = pages_[size_t(size_ / page_tokens_)].data<float>() + r * row_width();
+  ++size_;
+  return p;
+}
+
+void MlaCache::append(const float* c_kv, const float* k_pe) {
+  float* r = next_row();
+  std::memcpy(r, c_kv, size_t(C_) * sizeof(float));
+  if (Dr_ > 0) std::memcpy(r + C_, k_pe, size_t(Dr_) * sizeof(float));
+}
+
+void MlaCache::append(const Tensor& c_kv, const Tensor& k_pe) {
+  check_input(c_kv, "c_kv");
+  check_input(k_pe, "k_pe");
+  MYRIAD_REQUIRE(c_kv.ndim() == 2 && k_pe.ndim() == 2 && c_kv.shape()[1] == C_ && k_pe.shape()[1] == Dr_ &&
+                     k_pe.shape()[0] == c_kv.shape()[0],
+                 kShape, "mla cache: append c_kv ", shape_str(c_kv.shape()), " k_pe ", shape_str(k_pe.shape()),
+                 ", expected [n, ", C_, "] and [n, ", Dr_, "]");
+  const Tensor c = c_kv.contiguous(), k = k_pe.contiguous();
+  for (int64_t t = 0; t < c.shape()[0]; ++t) append(c.data<float>() + t * C_, k.data<float>() + t * Dr_);
+}
+
+MlaCache MlaCache::clone() const {
+  MlaCache c(C_, Dr_, page_tokens_);
+  c.size_ = size_;
+  c.pages_.reserve(pages_.size());
+  for (const Tensor& p : pages_) c.pages_.push_back(p.clone());
+  return c;
+}
+
+void MlaCache::clear() {
+  pages_.clear();
+  size_ = 0;
+}
+
+size_t MlaCache::bytes() const {
+  return pages_.size() * size_t(page_tokens_) * size_t(row_width()) * sizeof(float);
+}
+
+int64_t MlaCache::page_rows(int64_t p) const {
+  return std::clamp<int64_t>(size_ - p * page_tokens_, 0, page_tokens_);
+}
+
+const float* MlaCache::row(int64_t t) const {
+  MYRIAD_CHECK(t >= 0 && t < size_, "mla cache: token ", t, " of ", size_);
+  return page(t / page_tokens_) + (t % page_tokens_) * row_width();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// MlaDecoder
+
+MlaDecoder::MlaDecoder(const ModelConfig& c, const ModelWeights& w, int64_t layer) : layer_(layer) {
+  MYRIAD_REQUIRE(layer >= 0 && layer < c.num_hidden_layers, kValue, "mla decoder: layer ", layer, " outside [0, ",
+                 c.num_hidden_layers, ")");
+  MYRIAD_REQUIRE(c.mixer(layer) == Mixer::kMla, kValue, "mla decoder: layer ", layer, " is a ",
+                 mixer_name(c.mixer(layer)), " layer, not MLA");
+  D_ = c.hidden_size;
+  H_ = c.num_attention_heads;
+  Dn_ = c.qk_nope_head_dim;
+  Dr_ = c.qk_rope_head_dim;
+  Dv_ = c.v_head_dim;
+  C_ = c.kv_lora_rank;
+  Dq_ = Dn_ + Dr_;
+  gate_ = c.mla_use_output_gate;
+  rope_ = !c.mla_use_nope && Dr_ > 0;
+  rope_theta_ = c.rope_theta;
+  const std::string a = "model.layers." + std::to_string(layer) + ".self_attn.";
+  if (c.q_lora_rank) {
+    const int64_t Cq = *c.q_lora_rank;
+    w_qa_ = weight(w, a + "q_a_proj.weight", {Cq, D_});
+    w_qa_norm_ = weight(w, a + "q_a_layernorm.weight", {Cq});
+    w_qb_ = weight(w, a + "q_b_proj.weight", {H_ * Dq_, Cq});
+  } else {
+    w_q_ = weight(w, a + "q_proj.weight", {H_ * Dq_, D_});
+  }
+  w_kva_ = weight(w, a + "kv_a_proj_with_mqa.weight", {C_ + Dr_, D_});
+  w_kv_norm_ = weight(w, a + "kv_a_layernorm.weight", {C_});
+  const Tensor kvb = weight(w, a + "kv_b_proj.weight", {H_ * (Dn_ + Dv_), C_}).view({H_, Dn_ + Dv_, C_});
+  w_uk_ = kvb.slice(1, 0, Dn_).contiguous();
+  w_uv_ = kvb.slice(1, Dn_, Dn_ + Dv_).contiguous();
+  if (gate_) w_g_ = weight(w, a + "g_proj.weight", {H_ * Dv_, D_});
+  w_o_ = weight(w, a + "o_proj.weight", {D_, H_ * Dv_});
+
+  // The score scale, exactly as Transformer::mla_mixer computes it.
+  scale_ = 1.0f / std::sqrt(float(Dq_));
+  if (rope_) {
+    MYRIAD_REQUIRE(Dr_ % 2 == 0, kConfig, "mla decoder: qk_rope_head_dim ", Dr_, " must be even for RoPE");
+    if (c.rope_scaling && c.rope_scaling->factor > 1.0) {
+      const RopeScaling& rs = *c.rope_scaling;
+      yarn_ = YarnParams{rs.factor,
+                         rs.original_max_position_embeddings.value_or(c.max_position_embeddings),
+                         rs.beta_fast.value_or(32.0),
+                         rs.beta_slow.value_or(1.0),
+                         rs.mscale.value_or(1.0),
+                         rs.mscale_all_dim.value_or(0.0)};
+      const double m = yarn_mscale(yarn_->factor, yarn_->mscale_all_dim);
+      scale_ *= float(m * m);
+    }
+  }
+}
+
+MlaCache MlaDecoder::make_cache(int64_t page_tokens) const {
+  return MlaCache(C_, Dr_, page_tokens);
+}
+
+void MlaDecoder::check_cache(const MlaCache& cache) const {
+  MYRIAD_REQUIRE(cache.kv_lora_rank() == C_ && cache.rope_dim() == Dr_, kShape, "mla decoder: cache rows are [",
+                 cache.kv_lora_rank(), " | ", cache.rope_dim(), "], layer ", layer_, " needs [", C_, " | ", Dr_, "]");
+}
+
+void MlaDecoder::project(const float* x, int64_t T, int64_t start_position, float* q, float* rows) const {
+  MYRIAD_REQUIRE(start_position >= 0, kValue, "mla decoder: negative position ", start_position);
+  const int64_t W = C_ + Dr_;
+  if (w_qa_.defined()) {
+    const int64_t Cq = w_qa_.shape()[0];
+    std::vector<float> cq(static_cast<size_t>(T * Cq));
+    std::vector<float> rstd(static_cast<size_t>(T));
+    linear(cq.data(), Cq, x, T, w_qa_);
+    cpu::rmsnorm_forward(cq.data(), rstd.data(), cq.data(), w_qa_norm_.data<float>(), nullptr, T, Cq, kLatentNormEps);
+    linear(q, H_ * Dq_, cq.data(), T, w_qb_);
+  } else {
+    linear(q, H_ * Dq_, x, T, w_q_);
+  }
+  linear(rows, W, x, T, w_kva_);  // [T, C + Dr] = [c_kv | k_pe], raw
+  for (int64_t t = 0; t < T; ++t) {
+    float rstd = 0.0f;  // in place: each output element reads only its own input element
+    cpu::rmsnorm_forward(rows + t * W, &rstd, rows + t * W, w_kv_norm_.data<float>(), nullptr, 1, C_, kLatentNormEps);
+  }
+  if (rope_) {
+    std::vector<int64_t> pos(static_cast<size_t>(T));
+    std::iota(pos.begin(), pos.end(), start_position);
+    const RopeTables rt = make_rope_tables(pos, Dr_, rope_theta_, yarn_ ? &*yarn_ : nullptr);
+    const float* cs = rt.cos.data<float>();
+    const float* sn = rt.sin.data<float>();
+    cpu::rope_forward(q, q, cs, sn, T, H_, Dq_, RopeLayout{Dn_, Dr_, false});    // q_pe of every head
+    cpu::rope_forward(rows, rows, cs, sn, T, 1, W, RopeLayout{C_, Dr_, false});  // k_pe, shared by the heads
+  }
+}
+
+void MlaDecoder::finish(const float* x, int64_t T, float* attn, float* out) const {
+  const int64_t HV = H_ * Dv_;
+  if (gate_) {
+    std::vector<float> g(static_cast<size_t>(T * HV));
+    linear(g.data(), HV, x, T, w_g_);
+    cpu::unary_forward(Unary::kSigmoid, g.data(), g.data(), T * HV);
+    for (int64_t i = 0; i < T * HV; ++i) attn[i] *= g[size_t(i)];
+  }
+  linear(out, D_, attn, T, w_o_);
+}
+
+Tensor MlaDecoder::step(const Tensor& x_in, int64_t position, MlaCache& cache, Tensor* attn_out) const {
+  check_input(x_in, "x");
+  MYRIAD_REQUIRE(x_in.ndim() == 1 && x_in.shape()[0] == D_, kShape, "mla decoder: step input ", shape_str(x_in.shape()),
+                 " must be [", D_, "]");
+  check_cache(cache);
+  const Tensor x = x_in.contiguous();
+  const int64_t W = C_ + Dr_, HV = H_ * Dv_;
+  std::vector<float> q(static_cast<size_t>(H_ * Dq_));
+  std::vector<float> row(static_cast<size_t>(W));
+  project(x.data<float>(), 1, position, q.data(), row.data());
+  cache.append(row.data(), row.data() + C_);
+
+  // Every head's query row [q_lat | q_pe] (q_lat[h] = q_nope[h] W_uk[h]), so that one sgemm per page scores all
+  // heads: the cached rows are read once per step, not once per head.
+  std::vector<float> qcat(static_cast<size_t>(H_ * W));
+  cpu::gemm(false, false, 1, C_, Dn_, 1.0f, q.data(), Dq_, w_uk_.data<float>(), C_, 0.0f, qcat.data(), W, H_, Dq_,
+            Dn_ * C_, W);
+  for (int64_t h = 0; h < H_; ++h)
+    std::copy(q.data() + h * Dq_ + Dn_, q.data() + (h + 1) * Dq_, qcat.data() + h * W + C_);
+
+  // Pages are split into contiguous ranges, one per part; each part runs an online softmax over its pages (running
+  // max m, sum l and unnormalised o_lat per head), and the parts are merged at the end (flash-decoding).
+  const int64_t pages = cache.num_pages(), P = cache.page_tokens();
+  const int64_t work = H_ * cache.size() * (W + C_);  // multiply-adds
+  const int64_t parts = std::clamp<int64_t>(std::min<int64_t>(work / kStepWorkPerThread, pages), 1, num_threads());
+  std::vector<float> m(static_cast<size_t>(parts * H_)), l(static_cast<size_t>(parts * H_)),
+      o(static_cast<size_t>(parts * H_ * C_));
+  const float scale = scale_;
+  auto run_part = [&](int64_t part) {
+    const int64_t p0 = pages * part / parts, p1 = pages * (part + 1) / parts;
+    float* mp = m.data() + part * H_;
+    float* lp = l.data() + part * H_;
+    float* op = o.data() + part * H_ * C_;
+    std::fill(mp, mp + H_, -std::numeric_limits<float>::infinity());
+    std::fill(lp, lp + H_, 0.0f);
+    std::fill(op, op + H_ * C_, 0.0f);
+    std::vector<float> S(static_cast<size_t>(H_ * P));
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t n = cache.page_rows(p);
+      const float* pg = cache.page(p);
+      cpu::gemm(false, true, H_, n, W, scale, qcat.data(), W, pg, W, 0.0f, S.data(), P);  // [H, n] scores
+      for (int64_t h = 0; h < H_; ++h) {
+        float* sr = S.data() + h * P;
+        float mx = mp[h];
+#pragma omp simd reduction(max : mx)
+        for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]);
+        const float corr = cpu::fast_exp(mp[h] - mx);  // ~0 on the first page (m = -inf), where l = o = 0
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < n; ++j) {
+          sr[j] = cpu::fast_exp(sr[j] - mx);
+          sum += sr[j];
+        }
+        lp[h] = lp[h] * corr + sum;
+        mp[h] = mx;
+        if (corr != 1.0f) cpu::scale(op + h * C_, op + h * C_, corr, C_);
+      }
+      cpu::gemm(false, false, H_, C_, n, 1.0f, S.data(), P, pg, W, 1.0f, op, C_);  // o_lat += p c_kv
+    }
+  };
+  if (parts == 1) {
+    run_part(0);
+  } else {
+    cpu::BlasSingleThread single;
+#pragma omp parallel for num_threads(int(parts)) schedule(static, 1)
+    for (int64_t part = 0; part < parts; ++part) run_part(part);
+  }
+  // Merge the parts: o_lat[h] = sum_i e^(m_i - m) o_i / sum_i e^(m_i - m) l_i, m = max_i m_i.
+  std::vector<float> o_lat(static_cast<size_t>(H_ * C_));
+  for (int64_t h = 0; h < H_; ++h) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < parts; ++i) mx = std::max(mx, m[size_t(i * H_ + h)]);
+    float den = 0.0f;
+    float* oh = o_lat.data() + h * C_;
+    std::fill(oh, oh + C_, 0.0f);
+    for (int64_t i = 0; i < parts; ++i) {
+      const float f = std::exp(m[size_t(i * H_ + h)] - mx);
+      den += f * l[size_t(i * H_ + h)];
+      cpu::axpy(oh, o.data() + (i * H_ + h) * C_, f, C_);
+    }
+    cpu::scale(oh, oh, 1.0f / den, C_);
+  }
+  // out[h] = W_uv[h] o_lat[h]
+  Tensor attn = Tensor::empty({HV});
+  float* attn_p = attn.data<float>();
+  cpu::gemm(false, true, 1, Dv_, C_, 1.0f, o_lat.data(), C_, w_uv_.data<float>(), C_, 0.0f, attn_p, HV, H_, C_,
+            Dv_ * C_, Dv_);
+  if (attn_out) *attn_out = attn.clone();
+  Tensor out = Tensor::empty({D_});
+  finish(x.data<float>(), 1, attn_p, out.data<float>());
+  return out;
+}
+
+Tensor MlaDecoder::prefill(const Tensor& x_in, int64_t start_position, MlaCache& cache, Tensor* attn_out) const {
+  check_input(x_in, "x");
+  MYRIAD_REQUIRE(x_in.ndim() == 2 && x_in.shape()[1] == D_, kShape, "mla decoder: prefill input ",
+                 shape_str(x_in.shape()), " must be [T, ", D_, "]");
+  check_cache(cache);
+  const Tensor x = x_in.contiguous();
+  const int64_t T = x.shape()[0], W = C_ + Dr_, HV = H_ * Dv_, HQ = H_ * Dq_;
+  Tensor out = Tensor::empty({T, D_});
+  Tensor attn = Tensor::empty({T, HV});
+  if (T == 0) {
+    if (attn_out) *attn_out = attn;
+    return out;
+  }
+  std::vector<float> q(static_cast<size_t>(T * HQ));
+  std::vector<float> rows(static_cast<size_t>(T * W));
+  project(x.data<float>(), T, start_position, q.data(), rows.data());
+  for (int64_t t = 0; t < T; ++t) cache.append(rows.data() + t * W, rows.data() + t * W + C_);
+
+  const int64_t N = cache.size(), base = N - T, P = cache.page_tokens();
+  const int64_t tiles = (T + kQueryTile - 1) / kQueryTile, tasks = H_ * tiles;
+  float* attn_p = attn.data<float>();
+  const float* uk = w_uk_.data<float>();
+  const float* uv = w_uv_.data<float>();
+  const float scale = scale_;
+  struct Scratch {
+    std::vector<float> qcat, S, o_lat;
+  };
+  auto make_scratch = [&] {
+    Scratch sc;
+    sc.qcat.resize(static_cast<size_t>(kQueryTile * W));
+    sc.S.resize(static_cast<size_t>(kQueryTile * N));
+    sc.o_lat.resize(static_cast<size_t>(kQueryTile * C_));
+    return sc;
+  };
+  // One (head, query tile): rows i0 .. i0 + m - 1 of the chunk, i.e. cache tokens base + i0 ...
+  auto run = [&](int64_t task, Scratch& sc) {
+    const int64_t h = task / tiles, tile = tiles - 1 - task % tiles;  // largest tiles first
+    const int64_t i0 = tile * kQueryTile, m = std::min(kQueryTile, T - i0), kend = base + i0 + m, ldS = N;
+    float* qc = sc.qcat.data();
+    float* S = sc.S.data();
+    float* ol = sc.o_lat.data();
+    // [q_lat | q_pe] rows: q_lat = q_nope W_uk[h]  ([m, Dn] x [Dn, C])
+    const float* qh = q.data() + i0 * HQ + h * Dq_;
+    cpu::gemm(false, false, m, C_, Dn_, 1.0f, qh, HQ, uk + h * Dn_ * C_, C_, 0.0f, qc, W);
+    for (int64_t r = 0; r < m; ++r) std::copy(qh + r * HQ + Dn_, qh + r * HQ + Dq_, qc + r * W + C_);
+    // scores against every key the tile may see, one sgemm per page
+    for (int64_t k0 = 0; k0 < kend; k0 += P) {
+      const int64_t n = std::min(P, kend - k0);
+      cpu::gemm(false, true, m, n, W, scale, qc, W, cache.page(k0 / P), W, 0.0f, S + k0, ldS);
+    }
+    // causal softmax: row r sees keys [0, base + i0 + r]
+    for (int64_t r = 0; r < m; ++r) {
+      float* sr = S + r * ldS;
+      const int64_t n = base + i0 + r + 1;
+      float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+      for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]);
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < n; ++j) {
+        sr[j] = cpu::fast_exp(sr[j] - mx);
+        sum += sr[j];
+      }
+      const float inv = 1.0f / sum;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) sr[j] *= inv;
+      std::fill(sr + n, sr + kend, 0.0f);
+    }
+    // o_lat = P c_kv  ([m, kend] x [kend, C]: the first C columns of the cached rows), page by page
+    for (int64_t k0 = 0; k0 < kend; k0 += P) {
+      const int64_t n = std::min(P, kend - k0);
+      cpu::gemm(false, false, m, C_, n, 1.0f, S + k0, ldS, cache.page(k0 / P), W, k0 == 0 ? 0.0f : 1.0f, ol, C_);
+    }
+    // out[h] = o_lat W_uv[h]^T  ([m, C] x [C, Dv])
+    cpu::gemm(false, true, m, Dv_, C_, 1.0f, ol, C_, uv + h * Dv_ * C_, C_, 0.0f, attn_p + i0 * HV + h * Dv_, HV);
+  };
+  const int nt = num_threads();
+  if (tasks < 2 * nt || nt == 1) {
+    Scratch sc = make_scratch();
+    for (int64_t t = 0; t < tasks; ++t) run(t, sc);
+  } else {
+    cpu::BlasSingleThread single;
+#pragma omp parallel num_threads(nt)
+    {
+      Scratch sc = make_scratch();
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t t = 0; t < tasks; ++t) run(t, sc);
+    }
+  }
+  if (attn_out) *attn_out = attn.clone();
+  finish(x.data<float>(), T, attn_p, out.data<float>());
+  return out;
+}
+
+}  // namespace myriad

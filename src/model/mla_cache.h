@@ -1,0 +1,143 @@
+// Gated MLA decoding (DESIGN.md §1.3) with a latent cache, in the absorbed form.
+//
+// MlaCache: one sequence, one MLA layer. Per token it keeps only
+//   c_kv  [kv_lora_rank]      AFTER kv_a_layernorm (normed), and
+//   k_pe  [qk_rope_head_dim]  already rotated by its own position when RoPE is on (mla_use_nope false),
+// stored as one row [c_kv | k_pe] (width W = C + Dr), rows grouped in pages of `page_tokens` tokens so that a
+// serving engine can later hand out pages from a pool. Why normed c_kv: every use of c_kv in the layer (both
+// halves of kv_b_proj, and in the absorbed form both the scores and the value sum) reads RMSNorm(c_kv), never the
+// raw one, and both take the same room; caching the raw value would mean re-normalising every cached token at
+// every decode step (an extra pass over the whole cache, or an extra per-token rstd to carry) for nothing. It is
+// also what the reference's absorbed form keeps (kimi_ref.py records the normed c_kv). Likewise k_pe is rotated
+// once, at its own position, when it is appended. The row layout [c_kv | k_pe] lets a query row [q_lat | q_pe] score a
+// key with ONE dot product of width W (q_lat . c_kv + q_pe . k_pe), and the first C columns of the same rows are the
+// "values".
+//
+// MlaDecoder: the absorbed form (DeepSeek-V2 §2.1.2 / the reference's impl "absorbed"). kv_b_proj [H(Dn+Dv), C]
+// is split once into W_uk [H, Dn, C] (key half) and W_uv [H, Dv, C] (value half). Per head h and query t:
+//   q_lat[h] = W_uk[h]^T q_nope[h]                                        (C wide)
+//   s_j      = (q_lat[h] . c_kv_j + q_pe[h] . k_pe_j) * scale              for cached tokens j <= t
+//   scale    = (Dn + Dr)^-1/2, times mscale(factor, mscale_all_dim)^2 when RoPE is on with YaRN (factor > 1),
+//              exactly as Transformer::mla_mixer
+//   p        = softmax_j(s);  o_lat[h] = sum_j p_j c_kv_j;  out[h] = W_uv[h] o_lat[h]   (Dv wide)
+// then the output gate (attn * sigmoid(W_g x), when mla_use_output_gate) and o_proj. No per-head K or V is
+// ever formed. The positions given to step/prefill only set the RoPE angles; causality is cache order (a query
+// sees every cached token before it and itself), so for one sequence the position is normally cache.size().
+//
+// Threads and memory traffic:
+//   - prefill runs (head, 64-query tile) tasks in parallel, each with sgemm (cpu::gemm, single-threaded inside a
+//     task; with fewer tasks than 2x threads the tasks run in turn with threaded sgemm). Working memory: one
+//     [64, context] score block per task.
+//   - step scores ALL heads against a page with one sgemm ([H, W] x [W, page]): in the absorbed form every head
+//     reads the same cached rows (MQA-like), so the cache is read once per step instead of once per head (at
+//     flagship scale, H = 96 and a 576-float row per token, reading it per head would make decode 96x more
+//     memory-bound). Threads split the PAGES (flash-decoding: each part keeps a running max, sum and unnormalised
+//     o_lat per head, merged at the end); small contexts run on one thread. Working memory: [H, page] per part.
+// Inputs are f32 cpu tensors; weights of other dtypes are converted to f32 once, at construction.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "ops/rope_table.h"
+
+namespace myriad {
+
+class MlaCache {
+ public:
+  static constexpr int64_t kDefaultPageTokens = 64;
+
+  MlaCache(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens = kDefaultPageTokens);
+  // Move-only: the pages are shared-storage tensors, so a plain copy would alias them. clone() copies deeply
+  // (e.g. to fork a sequence after a shared prompt).
+  MlaCache(MlaCache&&) = default;
+  MlaCache& operator=(MlaCache&&) = default;
+  MlaCache(const MlaCache&) = delete;
+  MlaCache& operator=(const MlaCache&) = delete;
+  MlaCache clone() const;
+  static MlaCache for_config(const ModelConfig& config, int64_t page_tokens = kDefaultPageTokens) {
+    return MlaCache(config.kv_lora_rank, config.qk_rope_head_dim, page_tokens);
+  }
+
+  // One token: c_kv [C] (normed), k_pe [Dr] (rotated when RoPE is on). Allocates a page when the last is full.
+  void append(const float* c_kv, const float* k_pe);
+  // n tokens: c_kv [n, C], k_pe [n, Dr] (f32 cpu, any strides).
+  void append(const Tensor& c_kv, const Tensor& k_pe);
+  // Drops every token and releases the pages (bytes() becomes 0).
+  void clear();
+
+  int64_t size() const { return size_; }
+  int64_t kv_lora_rank() const { return C_; }
+  int64_t rope_dim() const { return Dr_; }
+  int64_t row_width() const { return C_ + Dr_; }  // W: one cached row is [c_kv | k_pe]
+  int64_t page_tokens() const { return page_tokens_; }
+  int64_t num_pages() const { return int64_t(pages_.size()); }
+  // Bytes held by the allocated pages: ceil(size / page_tokens) * page_tokens * W * 4.
+  size_t bytes() const;
+
+  // Page p: rows [page_tokens, W] (only the first page_rows(p) hold tokens). Token t lives in page
+  // t / page_tokens, row t % page_tokens.
+  const float* page(int64_t p) const { return pages_[size_t(p)].data<float>(); }
+  int64_t page_rows(int64_t p) const;
+  const float* row(int64_t t) const;  // [W]
+  const float* c_kv(int64_t t) const { return row(t); }
+  const float* k_pe(int64_t t) const { return row(t) + C_; }
+
+ private:
+  float* next_row();
+
+  int64_t C_, Dr_, page_tokens_;
+  int64_t size_ = 0;
+  std::vector<Tensor> pages_;
+};
+
+class MlaDecoder {
+ public:
+  // `layer` (0-based) must be an MLA layer of `config`. The f32 weights are referenced (shared storage), not
+  // copied, except kv_b_proj, which is split into W_uk / W_uv copies: build a new decoder after the weights change.
+  MlaDecoder(const ModelConfig& config, const ModelWeights& weights, int64_t layer);
+
+  // A cache shaped for this layer.
+  MlaCache make_cache(int64_t page_tokens = MlaCache::kDefaultPageTokens) const;
+
+  // One token: x [D] is the normed input (input_layernorm applied). Appends its c_kv / k_pe to the cache, attends
+  // over the whole cache, returns the mixer output [D] (o_proj applied). When attn is given it receives the
+  // attention output before the gate and o_proj, [H * Dv].
+  Tensor step(const Tensor& x, int64_t position, MlaCache& cache, Tensor* attn = nullptr) const;
+
+  // A chunk of T tokens at positions start_position .. + T - 1: x [T, D]. Appends the chunk to the cache; token
+  // i of the chunk sees the tokens cached before the chunk and chunk tokens 0..i. Returns [T, D]; attn (when
+  // given) receives [T, H * Dv] before the gate and o_proj. Long prompts: call once per chunk.
+  Tensor prefill(const Tensor& x, int64_t start_position, MlaCache& cache, Tensor* attn = nullptr) const;
+
+  const Tensor& w_uk() const { return w_uk_; }  // [H, Dn, C]
+  const Tensor& w_uv() const { return w_uv_; }  // [H, Dv, C]
+  float softmax_scale() const { return scale_; }
+  int64_t layer() const { return layer_; }
+
+ private:
+  // Shared front end for T tokens: q [T, H, Dn + Dr] (q_pe rotated) and the rows [T, W] to cache
+  // (normed c_kv | rotated k_pe).
+  void project(const float* x, int64_t T, int64_t start_position, float* q, float* rows) const;
+  // attn [T, H*Dv] (gated in place when the gate is on) -> out [T, D].
+  void finish(const float* x, int64_t T, float* attn, float* out) const;
+  void check_cache(const MlaCache& cache) const;
+
+  int64_t layer_;
+  int64_t D_, H_, Dn_, Dr_, Dv_, C_, Dq_;
+  bool rope_ = false;
+  bool gate_ = false;
+  double rope_theta_ = 10000.0;
+  std::optional<YarnParams> yarn_;  // RoPE with rope_scaling factor > 1 (as Transformer::mla_mixer)
+  float scale_ = 1.0f;
+  Tensor w_qa_, w_qa_norm_, w_qb_, w_q_;  // q_a_proj, q_a_layernorm, q_b_proj; or q_proj without q_lora_rank
+  Tensor w_kva_, w_kv_norm_;              // kv_a_proj_with_mqa [C + Dr, D], kv_a_layernorm [C]
+  Tensor w_uk_, w_uv_;                    // [H, Dn, C], [H, Dv, C]
+  Tensor w_g_, w_o_;                      // g_proj [H Dv, D] (gate only), o_proj [D, H Dv]
+};
+
+}  // namespace myriad
