@@ -1,0 +1,222 @@
+// Training report: a synthetic run (two stages, evals with tasks, MoE loads for 2 layers x 8 experts, samples,
+// one malformed line) gives one self-contained page with every chart; missing runs and empty metrics files are
+// clear errors; runs without MoE or with few fields still render; long runs stay small.
+#include "train/report.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "core/error.h"
+
+namespace myriad {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* const kTasks[] = {"arithmetic", "copy", "reverse", "recall"};
+
+class ReportTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+    dir_ =
+        fs::path(testing::TempDir()) / (std::string("myriad_report_") + info->name() + "_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "run");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string run() const { return (dir_ / "run").string(); }
+  void write(const std::string& name, const std::string& text) const {
+    std::ofstream(dir_ / "run" / name, std::ios::binary) << text;
+  }
+
+  fs::path dir_;
+};
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + what.size())) ++n;
+  return n;
+}
+
+// 300 steps: stage 0 (seq 256) to step 149, stage 1 (seq 1024) from 150; an eval every 50 steps; MoE loads for
+// layers 1 and 2 (8 experts; expert 3 of layer 2 dies in stage 1); samples; one torn line in the middle.
+std::string synthetic_metrics() {
+  std::ostringstream o;
+  o << R"({"type":"stage","step":0,"stage":0,"seq_len":256})"
+    << "\n";
+  for (int s = 1; s <= 300; ++s) {
+    const int stage = s < 150 ? 0 : 1, seq = stage == 0 ? 256 : 1024;
+    if (s == 150)
+      o << R"({"type":"stage","step":150,"stage":1,"seq_len":1024})"
+        << "\n";
+    const double loss = 2.0 + 8.0 * std::exp(-s / 60.0) + 0.15 * std::sin(s * 1.7);
+    const double lr = s < 20 ? 1e-3 * s / 20 : 1e-3 * 0.5 * (1 + std::cos(M_PI * (s - 20) / 280.0));
+    o << R"({"type":"step","step":)" << s << R"(,"stage":)" << stage << R"(,"seq_len":)" << seq << R"(,"loss":)" << loss
+      << R"(,"lr":)" << lr << R"(,"grad_norm":)" << 0.5 + 3.0 * std::exp(-s / 30.0)
+      << R"(,"tokens":4096,"tokens_per_s":)" << (stage == 0 ? 5300 : 4100) + 200 * std::sin(s * 0.3) << R"(,"mfu":)"
+      << (stage == 0 ? 0.31 : 0.36) << R"(,"skipped":)" << (s >= 77) + (s >= 201) << R"(,"time_s":)" << s * 0.8
+      << R"(,"moe":[)";
+    for (int layer = 1; layer <= 2; ++layer) {
+      o << (layer > 1 ? "," : "") << R"({"layer":)" << layer << R"(,"max_violation":)"
+        << 0.6 * std::exp(-s / 100.0) * layer << R"(,"dropped_fraction":0.0,"router_entropy":1.9,"dead_experts":)"
+        << (layer == 2 && stage == 1 ? 1 : 0) << R"(,"load":[)";
+      for (int e = 0; e < 8; ++e) {
+        const double load = (layer == 2 && stage == 1 && e == 3) ? 0 : 512 * (1 + 0.5 * std::sin(e + s / 40.0 * layer));
+        o << (e ? "," : "") << int(load);
+      }
+      o << "]}";
+    }
+    o << "]}\n";
+    if (s % 50 == 0) {
+      o << R"({"type":"eval","step":)" << s << R"(,"val_loss":)" << loss + 0.1 << R"(,"val_bpb":)" << loss * 0.6
+        << R"(,"tasks":{)";
+      for (int t = 0; t < 4; ++t) o << (t ? "," : "") << '"' << kTasks[t] << "\":" << 0.1 * t + s / 1000.0;
+      o << "}}\n";
+    }
+    if (s % 100 == 0)
+      o << R"({"type":"sample","step":)" << s
+        << R"(,"prompt":"Once upon a time","text":" there was <b>a</b> & \"x\"\nline two"})"
+        << "\n";
+    if (s == 123)
+      o << R"({"type":"step","step":124,"loss":)"
+        << "\n";  // torn line
+  }
+  return o.str();
+}
+
+void expect_error(const std::string& run, const std::string& fragment) {
+  try {
+    render_report(run, nullptr);
+    ADD_FAILURE() << "no error for " << run;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(ReportTest, SyntheticRunGivesOneSelfContainedPage) {
+  write("metrics.jsonl", synthetic_metrics());
+  write("config.json", read_all(std::string(MYRIAD_SOURCE_DIR) + "/configs/tiny.json"));
+  write("train.json", R"({"seed":7,"batch_tokens":4096,"optimizer":{"lr":0.001,"weight_decay":0.1},)"
+                      R"("stages":[{"seq_len":256,"tokens":600000},{"seq_len":1024,"tokens":600000}]})");
+  const ReportSummary s = write_report(run());
+  EXPECT_EQ(s.path, (fs::path(run()) / "report.html").string());
+  ASSERT_TRUE(fs::exists(s.path));
+  EXPECT_EQ(s.skipped_lines, 1);
+  EXPECT_EQ(s.records, 2 + 300 + 6 + 3);
+  const std::string html = read_all(s.path);
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+
+  // One <svg> per chart, balanced.
+  for (const char* title :
+       {"Loss", "Learning rate", "Throughput", "Gradient norm and skipped steps", "Task accuracy", "MoE load imbalance",
+        "Expert load by layer (last recorded step)", "Expert load over training (layer 1, the first MoE layer)"})
+    EXPECT_EQ(count(html, std::string("aria-label=\"") + title + "\""), 1u) << title;
+  EXPECT_EQ(count(html, "<svg "), 8u);
+  EXPECT_EQ(count(html, "<svg "), count(html, "</svg>"));
+  EXPECT_EQ(count(html, "<html"), count(html, "</html>"));
+  EXPECT_EQ(count(html, "<figure>"), count(html, "</figure>"));
+
+  // Stage markers, task names, the malformed line, the configs.
+  EXPECT_GE(count(html, "stage 0 \xC2\xB7 seq 256"), 1u);
+  EXPECT_GE(count(html, "stage 1 \xC2\xB7 seq 1024"), 5u) << "a marker on every step chart";
+  for (const char* t : kTasks) EXPECT_NE(html.find(t), std::string::npos) << t;
+  EXPECT_NE(html.find("1 malformed line</b>"), std::string::npos);
+  EXPECT_NE(html.find("line 128"), std::string::npos) << "names the first malformed line";
+  EXPECT_NE(html.find("num_experts_per_token"), std::string::npos);
+  EXPECT_NE(html.find("activated per token"), std::string::npos);
+  EXPECT_NE(html.find("optimizer.weight_decay"), std::string::npos);
+  EXPECT_NE(html.find("skipped step (2 in all)"), std::string::npos);
+
+  // Self-contained, and sample text escaped.
+  EXPECT_EQ(html.find("http"), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("src="), std::string::npos);
+  EXPECT_EQ(html.find("url("), std::string::npos);
+  EXPECT_EQ(html.find("<b>a</b>"), std::string::npos);
+  EXPECT_NE(html.find("there was &lt;b&gt;a&lt;/b&gt; &amp; &quot;x&quot;\nline two"), std::string::npos);
+
+  // Written atomically: no temporary file left beside it.
+  size_t entries = 0;
+  for (const auto& e : fs::directory_iterator(run())) entries += e.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(entries, 4u);
+}
+
+TEST_F(ReportTest, OutOption) {
+  write("metrics.jsonl", R"({"type":"step","step":1,"loss":3.0})"
+                         "\n");
+  const std::string out = (dir_ / "elsewhere.html").string();
+  EXPECT_EQ(write_report(run(), out).path, out);
+  EXPECT_TRUE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(fs::path(run()) / "report.html"));
+}
+
+TEST_F(ReportTest, MissingRunIsAnErrorNamingThePath) {
+  expect_error((dir_ / "no-such-run").string(), (dir_ / "no-such-run").string());
+  expect_error(run(), "metrics.jsonl' does not exist");
+  write("metrics.jsonl", "");
+  expect_error(run(), (fs::path(run()) / "metrics.jsonl").string() + " has no records");
+  write("metrics.jsonl", "\n  \nnot json\n");
+  expect_error(run(), "has no records (1 malformed line skipped)");
+  try {
+    write_report((dir_ / "no-such-run").string());
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kIo);
+  }
+  EXPECT_FALSE(fs::exists(fs::path(run()) / "report.html"));
+}
+
+TEST_F(ReportTest, DenseRunWithFewFields) {
+  // No MoE, no evals, no throughput, no stages; one record without a loss.
+  write("metrics.jsonl", R"({"type":"step","step":0,"loss":5.0})"
+                         "\n"
+                         R"({"type":"step","step":1,"lr":0.001})"
+                         "\n"
+                         R"({"type":"step","step":2,"loss":4.5,"lr":0.001})"
+                         "\n"
+                         R"({"type":"future_kind","step":2})"
+                         "\n");
+  ReportSummary s;
+  const std::string html = render_report(run(), &s);
+  EXPECT_EQ(s.records, 3);
+  EXPECT_EQ(s.skipped_lines, 0);
+  EXPECT_EQ(s.ignored_records, 1);
+  EXPECT_NE(html.find("No MoE statistics"), std::string::npos);
+  EXPECT_NE(html.find("No task accuracies"), std::string::npos);
+  EXPECT_NE(html.find("no config.json"), std::string::npos);
+  EXPECT_EQ(count(html, "<svg "), 2u) << "loss and learning rate";
+  EXPECT_EQ(count(html, "<svg "), count(html, "</svg>"));
+  EXPECT_EQ(html.find("malformed"), std::string::npos);
+}
+
+TEST_F(ReportTest, LongRunIsDownsampled) {
+  std::ostringstream o;
+  for (int s = 0; s < 50000; ++s)
+    o << R"({"type":"step","step":)" << s << R"(,"loss":)" << 3 + std::sin(s * 0.1) << R"(,"grad_norm":)"
+      << (s == 31337 ? 1000.0 : 1.0) << R"(,"moe":[{"layer":3,"max_violation":0.1,"load":[1,2,3,4]}]})"
+      << "\n";
+  write("metrics.jsonl", o.str());
+  const std::string html = render_report(run(), nullptr);
+  EXPECT_LT(html.size(), 400000u) << "curves are drawn with ~1000 points, not 50000";
+  EXPECT_NE(html.find("Many points"), std::string::npos);
+  EXPECT_NE(html.find("Expert load over training (layer 3"), std::string::npos);
+  EXPECT_EQ(count(html, "<svg "), count(html, "</svg>"));
+  // The single spike survives the downsampling: the gradient norm axis reaches 1000.
+  EXPECT_NE(html.find(">1000</text>"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace myriad
