@@ -1,6 +1,9 @@
 // myriad: entry point. Dispatches to subcommands; catches the one typed Error at the boundary, prints it
 // once and exits with status 1 (2 for usage errors).
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
@@ -110,6 +113,15 @@ void print_main_help() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // NOTE: libgomp's idle threads spin for ~300k iterations before sleeping. When the cores are shared (OpenBLAS's
+  // own threads, or any other process on a 2-core machine) a spinning thread starves the one it waits for, and a
+  // tiny model's many short parallel regions ran 10x slower. A short spin fixes it; libgomp reads the setting
+  // when it loads, so the process re-executes itself once with it set (unless the user chose one).
+  if (!std::getenv("GOMP_SPINCOUNT") && !std::getenv("OMP_WAIT_POLICY") && !std::getenv("MYRIAD_NO_REEXEC")) {
+    ::setenv("GOMP_SPINCOUNT", "10000", 1);
+    ::setenv("MYRIAD_NO_REEXEC", "1", 1);
+    ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the default
+  }
   std::vector<std::string> rest(argv + 1, argv + argc);
   if (rest.empty() || rest[0] == "--help" || rest[0] == "-h" || rest[0] == "help") {
     print_main_help();

@@ -140,7 +140,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   };
   const int64_t tasks = s.B * s.Hk;
   const int nt = num_threads();
-  if (tasks < nt || nt == 1) {
+  const double flops = 5.0 * double(s.B * s.H) * double(s.T) * double(s.T) * double(s.Dk + s.Dv);
+  if (tasks < nt || nt == 1 || flops < 1e7) {
     std::vector<float> P(size_t(kTile * s.T)), dS(size_t(kTile * s.T)), delta(static_cast<size_t>(kTile));
     for (int64_t t = 0; t < tasks; ++t) run(t, P.data(), dS.data(), delta.data());
     return;

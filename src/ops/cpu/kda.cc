@@ -76,7 +76,9 @@ template <class F>
 void for_each_head(const KdaShape& s, F&& fn) {
   const int64_t n = s.B * s.H;
   const int nt = num_threads();
-  if (n >= nt && nt > 1) {
+  // Below ~1 MFLOP per head a fork/join costs more than it saves.
+  const bool worth_it = double(s.T) * double(s.K) * double(s.V) * 8.0 > 1e6;
+  if (n >= nt && nt > 1 && worth_it) {
     BlasSingleThread single;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int64_t i = 0; i < n; ++i) fn(i / s.H, i % s.H);

@@ -1,0 +1,75 @@
+#include "train/optimizer.h"
+
+#include <cmath>
+
+#include "io/safetensors.h"
+#include "model/param_spec.h"
+
+namespace myriad {
+
+AdamW::AdamW(const ModelConfig& config, const ModelWeights& weights, AdamWConfig hp) : hp_(hp) {
+  for (const ParamSpec& spec : model_param_specs(config)) {
+    if (spec.buffer) continue;
+    decay_[spec.name] = spec.weight_decay;
+    m_[spec.name] = Tensor::zeros(spec.shape);
+    v_[spec.name] = Tensor::zeros(spec.shape);
+  }
+  for (const auto& [name, on] : decay_) MYRIAD_CHECK(weights.contains(name), "optimizer: weight ", name, " missing");
+}
+
+double AdamW::grad_norm(const ModelWeights& weights) const {
+  double ss = 0.0;
+  for (const auto& [name, on] : decay_) {
+    const ag::Var& v = weights.at(name);
+    if (!v.has_grad()) continue;
+    const float* g = v.grad().data<float>();
+    const int64_t n = v.grad().numel();
+    double s = 0.0;
+#pragma omp parallel for reduction(+ : s) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) s += double(g[i]) * double(g[i]);
+    ss += s;
+  }
+  return std::sqrt(ss);
+}
+
+void AdamW::step(ModelWeights& weights, float lr, float clip_scale) {
+  ++step_;
+  for (auto& [name, decay] : decay_) {
+    const ag::Var& var = weights.at(name);
+    Tensor p = var.value();
+    Tensor g = var.has_grad() ? var.grad() : Tensor::zeros(var.shape());  // an unused expert still decays
+    if (clip_scale != 1.0f) cpu::scale(g.data<float>(), g.data<float>(), clip_scale, g.numel());
+    const AdamWParams hp{lr, hp_.beta1, hp_.beta2, hp_.eps, decay ? hp_.weight_decay : 0.0f, step_};
+    cpu::adamw_update(p.data<float>(), g.data<float>(), m_.at(name).data<float>(), v_.at(name).data<float>(), p.numel(),
+                      hp);
+  }
+}
+
+void AdamW::save(const std::string& path, const std::map<std::string, std::string>& metadata) const {
+  NamedTensors t;
+  for (const auto& [name, m] : m_) t.emplace_back("m." + name, m);
+  for (const auto& [name, v] : v_) t.emplace_back("v." + name, v);
+  std::map<std::string, std::string> meta = metadata;
+  meta["adamw_step"] = std::to_string(step_);
+  save_safetensors(path, t, meta);
+}
+
+void AdamW::load(const std::string& path) {
+  SafetensorsFile f = SafetensorsFile::open(path);
+  auto it = f.metadata().find("adamw_step");
+  MYRIAD_REQUIRE(it != f.metadata().end(), kFormat, path, ": optimizer state has no adamw_step metadata");
+  step_ = std::stoll(it->second);
+  for (auto* table : {&m_, &v_}) {
+    const std::string prefix = table == &m_ ? "m." : "v.";
+    for (auto& [name, t] : *table) {
+      MYRIAD_REQUIRE(f.contains(prefix + name), kFormat, path, ": optimizer state lacks ", prefix + name,
+                     " (a checkpoint from another config?)");
+      Tensor src = f.tensor(prefix + name);
+      MYRIAD_REQUIRE(src.shape() == t.shape(), kFormat, path, ": ", prefix + name, " has shape ",
+                     shape_str(src.shape()), ", expected ", shape_str(t.shape()));
+      t.copy_from(src);
+    }
+  }
+}
+
+}  // namespace myriad

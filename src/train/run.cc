@@ -1,0 +1,183 @@
+#include "train/run.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "io/atomic_file.h"
+#include "io/checkpoint.h"
+#include "model/config.h"
+#include "train/corpus.h"
+#include "train/generate.h"
+#include "train/loader.h"
+#include "train/run_checkpoint.h"
+#include "train/shards.h"
+#include "train/tasks.h"
+#include "train/tokenizer.h"
+
+namespace fs = std::filesystem;
+
+namespace myriad {
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  MYRIAD_REQUIRE(in.good(), kIo, "cannot read ", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The shard loader behind the trainer's BatchSource.
+class LoaderSource final : public BatchSource {
+ public:
+  LoaderSource(const std::string& dir, uint64_t seed, const Tokenizer& tok) : loader_(dir, seed), tok_(tok) {}
+  TrainBatch next(int64_t seq_len) override { return to_batch(loader_.next_batch(seq_len, 1)); }
+  nlohmann::json state() const override { return loader_.state(); }
+  void restore(const nlohmann::json& s) override { loader_.restore(s); }
+  std::vector<TrainBatch> validation(int64_t seq_len, int64_t max_batches) override {
+    std::vector<TrainBatch> out;
+    ValBatches vb = loader_.val_batches(seq_len, 1);
+    for (int64_t i = 0; i < std::min<int64_t>(vb.size(), max_batches); ++i) out.push_back(to_batch(vb[i]));
+    return out;
+  }
+  int64_t target_bytes(const TrainBatch& b) const override {
+    int64_t n = 0;
+    const int64_t* t = b.targets.data<int64_t>();
+    for (int64_t i = 0; i < b.targets.numel(); ++i)
+      if (t[i] >= 0) n += int64_t(tok_.token_bytes(int32_t(t[i])).size());
+    return n;
+  }
+
+ private:
+  static TrainBatch to_batch(const Batch& b) {
+    return {Tensor::from_vector(b.tokens, {int64_t(b.tokens.size())}),
+            Tensor::from_vector(b.targets, {int64_t(b.targets.size())})};
+  }
+  Loader loader_;
+  const Tokenizer& tok_;
+};
+
+TrainConfig default_train_config(const ModelConfig& mc) {
+  nlohmann::json j = {{"stages", {{{"seq_len", std::min<int64_t>(256, mc.max_position_embeddings)}, {"steps", 200}},
+                                  {{"seq_len", std::min<int64_t>(1024, mc.max_position_embeddings)}, {"steps", 40}}}}};
+  return parse_train_config(j, "the built-in default ladder", mc);
+}
+
+bool is_shard_dir(const std::string& p) { return fs::is_directory(p) && fs::exists(fs::path(p) / "meta.json"); }
+
+}  // namespace
+
+TrainSummary run_training(const RunRequest& req) {
+  std::vector<std::string> warnings;
+  const ModelConfig mc = load_model_config(req.model_config_path, &warnings);
+  const std::string config_path =
+      fs::is_directory(req.model_config_path) ? req.model_config_path + "/config.json" : req.model_config_path;
+  const std::string config_json = read_file(config_path);
+  const bool resuming = !req.resume.empty();
+  // Output directory: new, or the run being resumed.
+  const std::string out = req.out_dir;
+  MYRIAD_REQUIRE(!out.empty(), kValue, "train needs --out DIR");
+  if (!resuming && fs::exists(out) && !fs::is_empty(out) && !req.force)
+    throw_error(ErrorKind::kIo, "the output directory ", out, " exists and is not empty (use --resume ", out,
+                " to continue it, or --force to start over)");
+  if (!resuming && req.force && fs::exists(out)) fs::remove_all(out);
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  MYRIAD_REQUIRE(!ec, kIo, "cannot create the output directory ", out, ": ", ec.message());
+  // Training config.
+  TrainConfig tc;
+  std::string tc_path = req.train_config_path;
+  if (tc_path.empty()) {
+    const std::string beside = fs::path(config_path).replace_extension("").string() + ".train.json";
+    if (fs::exists(beside)) tc_path = beside;
+  }
+  if (resuming && tc_path.empty() && fs::exists(out + "/train.json")) tc_path = out + "/train.json";
+  tc = tc_path.empty() ? default_train_config(mc) : load_train_config(tc_path, mc);
+  if (req.seed) tc.seed = *req.seed;
+  if (req.gradient_checkpointing) tc.gradient_checkpointing = *req.gradient_checkpointing;
+  write_file_atomic(out + "/train.json", train_config_to_json(tc).dump(1));
+  write_file_atomic(out + "/config.json", config_json);
+  // Text for the tokenizer and the shards: the given paths, or the built-in corpus written into the run.
+  std::vector<std::string> text_paths = req.data;
+  const bool prepared = req.data.size() == 1 && is_shard_dir(req.data[0]);
+  if (req.data.empty() && !fs::exists(out + "/data/meta.json")) {
+    if (!req.quiet) std::fprintf(stderr, "myriad train: generating the built-in corpus (prose and tasks)\n");
+    std::string jsonl;
+    for (const std::string& doc : generate_corpus(tc.seed, req.builtin_corpus_bytes))
+      jsonl += nlohmann::json{{"text", doc}}.dump() + "\n";
+    fs::create_directories(out + "/corpus");
+    write_file_atomic(out + "/corpus/builtin.jsonl", jsonl);
+    text_paths = {out + "/corpus/builtin.jsonl"};
+  }
+  // Tokenizer.
+  Tokenizer tok;
+  const std::string tok_dir = out + "/tokenizer";
+  if (!req.tokenizer_dir.empty()) {
+    tok = Tokenizer::load(req.tokenizer_dir);
+    tok.save(tok_dir);
+  } else if (fs::exists(tok_dir + "/tokenizer.model")) {
+    tok = Tokenizer::load(tok_dir);
+  } else {
+    MYRIAD_REQUIRE(!prepared, kValue, "prepared shards (", req.data[0], ") need the tokenizer they were made with: --tokenizer DIR");
+    if (!req.quiet) std::fprintf(stderr, "myriad train: training a %lld-token tokenizer\n", (long long)mc.vocab_size);
+    tok = Tokenizer::train(text_paths, mc.vocab_size, tok_dir);
+  }
+  MYRIAD_REQUIRE(tok.vocab_size() <= mc.vocab_size, kConfig, "the tokenizer has ", tok.vocab_size(),
+                 " tokens but the model's vocab_size is ", mc.vocab_size);
+  // Shards.
+  std::string data_dir = out + "/data";
+  if (prepared) {
+    data_dir = req.data[0];
+  } else if (!fs::exists(data_dir + "/meta.json")) {
+    PrepareOptions po;
+    po.progress = !req.quiet;
+    po.tokenizer_path = tok_dir;
+    prepare_data(tok, text_paths, data_dir, po);
+  }
+  // Model and trainer.
+  Transformer model(mc, ModelWeights::random(mc, tc.seed));
+  LoaderSource source(data_dir, tc.seed, tok);
+  TrainerOptions to;
+  to.run_dir = out;
+  to.model_config_json = config_json;
+  to.tokenizer_dir = tok_dir;
+  to.stop_after_step = req.stop_after_step;
+  to.quiet = req.quiet;
+  const int32_t eot = tok.id_of("<|endoftext|>");
+  to.evaluate_tasks = [&tok, &tc, eot](const Transformer& m) {
+    TaskScores s = evaluate_tasks(
+        m, [&tok](const std::string& t) { return tok.encode(t); },
+        [&tok](const std::vector<int32_t>& ids) { return tok.decode(ids); }, int(tc.task_eval_per_task), tc.seed + 99,
+        int(tc.task_eval_max_new_tokens), eot, 1);
+    nlohmann::json j;
+    j["tasks"] = s.by_name();
+    for (const TaskSample& x : s.samples) j["samples"].push_back({{"prompt", x.prompt}, {"got", x.got}, {"want", x.want}});
+    return j;
+  };
+  Trainer trainer(model, tc, source, to);
+  if (resuming) trainer.resume(req.resume);
+  return trainer.run();
+}
+
+std::string generate_text(const std::string& model_dir, const std::string& prompt, int max_new_tokens, float temperature,
+                          uint64_t seed) {
+  std::string dir = model_dir;
+  if (!fs::exists(fs::path(dir) / "model.safetensors") && !fs::exists(fs::path(dir) / "model.safetensors.index.json"))
+    dir = latest_checkpoint(model_dir);
+  const ModelConfig mc = load_model_config(dir, nullptr);
+  Checkpoint ck = Checkpoint::open(dir);
+  Transformer model(mc, ModelWeights::from_checkpoint(ck, mc));
+  const std::string tok_dir = fs::exists(fs::path(dir) / "tokenizer") ? dir + "/tokenizer" : model_dir + "/tokenizer";
+  Tokenizer tok = Tokenizer::load(tok_dir);
+  std::vector<int32_t> ids = tok.encode(prompt);
+  MYRIAD_REQUIRE(!ids.empty(), kValue, "generate: the prompt is empty");
+  const std::vector<int32_t> out = generate(model, ids, max_new_tokens, temperature, seed, tok.id_of("<|endoftext|>"));
+  return tok.decode(out);
+}
+
+}  // namespace myriad

@@ -1,0 +1,36 @@
+// Setting up a training run from the CLI's inputs: the tokenizer (given, or trained on the data), the token
+// shards (given, or prepared from text / the built-in corpus), the model, and the adapter from the shard
+// loader to the trainer. Kept out of tools/ so the CLI stays argument parsing only.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "train/trainer.h"
+
+namespace myriad {
+
+struct RunRequest {
+  std::string model_config_path;
+  std::string train_config_path;  // empty: <config>.train.json beside the model config, else the default ladder
+  std::vector<std::string> data;  // text / JSONL files or directories, or one prepared shard directory; empty:
+                                  // the built-in corpus
+  std::string tokenizer_dir;      // empty: train one on the data
+  std::string out_dir;
+  std::string resume;             // a run or checkpoint directory
+  bool force = false;
+  bool quiet = false;
+  int64_t stop_after_step = -1;
+  std::optional<uint64_t> seed;
+  std::optional<bool> gradient_checkpointing;
+  size_t builtin_corpus_bytes = size_t(3) << 20;
+};
+
+TrainSummary run_training(const RunRequest& req);
+
+// `myriad generate`: loads RUN (its latest checkpoint) or a checkpoint directory with its tokenizer.
+std::string generate_text(const std::string& model_dir, const std::string& prompt, int max_new_tokens, float temperature,
+                          uint64_t seed);
+
+}  // namespace myriad

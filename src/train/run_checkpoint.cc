@@ -1,0 +1,110 @@
+#include "train/run_checkpoint.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace myriad {
+
+namespace {
+
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%06lld", static_cast<long long>(step));
+  return buf;
+}
+
+void fsync_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  MYRIAD_REQUIRE(f != nullptr, kIo, "cannot open ", path, " to sync it");
+  const int rc = ::fsync(fileno(f));
+  std::fclose(f);
+  MYRIAD_REQUIRE(rc == 0, kIo, "fsync failed for ", path);
+}
+
+// Test hook: MYRIAD_FAULT_IN_SAVE=1 ends the process half way through writing a checkpoint (after the weights,
+// before the rename), as a kill during a save would.
+void maybe_fault() {
+  const char* f = std::getenv("MYRIAD_FAULT_IN_SAVE");
+  if (f && std::string(f) == "1") {
+    std::fprintf(stderr, "myriad: MYRIAD_FAULT_IN_SAVE=1: exiting in the middle of a checkpoint save\n");
+    std::fflush(stderr);
+    ::_exit(3);
+  }
+}
+
+}  // namespace
+
+std::string save_run_checkpoint(const std::string& run_dir, int64_t step, const CheckpointContents& c, int64_t keep) {
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  MYRIAD_REQUIRE(!ec, kIo, "cannot create ", root.string(), ": ", ec.message());
+  // Stale temp directories from an interrupted save.
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.is_directory() && e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path(), ec);
+  const std::string name = step_name(step);
+  const fs::path tmp = root / (".tmp-" + name + "-" + std::to_string(::getpid()));
+  const fs::path dst = root / name;
+  fs::create_directories(tmp, ec);
+  MYRIAD_REQUIRE(!ec, kIo, "cannot create ", tmp.string(), ": ", ec.message());
+  write_file_atomic((tmp / "config.json").string(), c.config_json);
+  std::map<std::string, std::string> meta = {{"format", "pt"}, {"myriad_step", std::to_string(step)}};
+  NamedTensors weights;
+  for (const auto& [n, v] : c.weights->all()) weights.emplace_back(n, v.value());
+  save_safetensors((tmp / "model.safetensors").string(), weights, meta);
+  maybe_fault();
+  c.optimizer->save((tmp / "optimizer.safetensors").string(), meta);
+  write_file_atomic((tmp / "trainer_state.json").string(), c.trainer_state.dump(1));
+  if (!c.tokenizer_dir.empty()) {
+    fs::create_directories(tmp / "tokenizer", ec);
+    for (const auto& e : fs::directory_iterator(c.tokenizer_dir)) {
+      if (!e.is_regular_file()) continue;
+      const fs::path to = tmp / "tokenizer" / e.path().filename();
+      fs::copy_file(e.path(), to, fs::copy_options::overwrite_existing, ec);
+      MYRIAD_REQUIRE(!ec, kIo, "cannot copy ", e.path().string(), " into the checkpoint: ", ec.message());
+      fsync_file(to.string());
+    }
+    fsync_directory((tmp / "tokenizer").string());
+  }
+  fsync_directory(tmp.string());
+  if (fs::exists(dst)) fs::remove_all(dst, ec);  // a re-save of the same step (after a resume)
+  fs::rename(tmp, dst, ec);
+  MYRIAD_REQUIRE(!ec, kIo, "cannot move ", tmp.string(), " to ", dst.string(), ": ", ec.message());
+  fsync_directory(root.string());
+  write_file_atomic((root / "latest").string(), name + "\n");
+  // Keep the newest `keep` complete checkpoints.
+  std::vector<std::string> all;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0) all.push_back(e.path().filename());
+  std::sort(all.begin(), all.end());
+  for (size_t i = 0; i + size_t(keep) < all.size(); ++i) fs::remove_all(root / all[i], ec);
+  return dst.string();
+}
+
+std::string latest_checkpoint(const std::string& dir) {
+  const fs::path p(dir);
+  if (fs::exists(p / "trainer_state.json")) return p.string();
+  const fs::path latest = p / "checkpoints" / "latest";
+  std::ifstream in(latest);
+  MYRIAD_REQUIRE(in.good(), kIo, dir, " holds no checkpoint (no checkpoints/latest and no trainer_state.json)");
+  std::string name;
+  std::getline(in, name);
+  const fs::path ck = p / "checkpoints" / name;
+  MYRIAD_REQUIRE(!name.empty() && fs::exists(ck / "trainer_state.json"), kFormat, latest.string(),
+                 " names a checkpoint that is missing or incomplete: ", name);
+  return ck.string();
+}
+
+}  // namespace myriad

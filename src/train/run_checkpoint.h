@@ -1,0 +1,33 @@
+// Training checkpoints in a run directory (docs/training.md):
+//   RUN/checkpoints/step-000123/{config.json, model.safetensors, optimizer.safetensors, trainer_state.json,
+//                                tokenizer/...}
+//   RUN/checkpoints/latest   the newest complete checkpoint's directory name
+// Saving is atomic: everything is written into a hidden temp directory beside the others, each file fsync'ed,
+// the directory renamed into place and the parent fsync'ed, and only then `latest` is replaced (atomically).
+// A process killed at any point leaves the previous checkpoint loadable; stale temp directories are removed
+// by the next save. The last `keep` checkpoints are kept.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/weights.h"
+#include "train/optimizer.h"
+
+namespace myriad {
+
+struct CheckpointContents {
+  std::string config_json;  // the model config file's bytes
+  const ModelWeights* weights = nullptr;
+  const AdamW* optimizer = nullptr;
+  nlohmann::json trainer_state;
+  std::string tokenizer_dir;  // copied in when not empty
+};
+
+// Returns the checkpoint's directory.
+std::string save_run_checkpoint(const std::string& run_dir, int64_t step, const CheckpointContents& c, int64_t keep);
+
+// The directory of the newest complete checkpoint of a run (or of a checkpoint directory given directly).
+std::string latest_checkpoint(const std::string& run_or_checkpoint_dir);
+
+}  // namespace myriad

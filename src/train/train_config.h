@@ -1,0 +1,63 @@
+// The training configuration (train.json): the progressive context ladder and the optimisation settings.
+// Fields (all optional but `stages`; defaults below):
+//   stages            [{"seq_len": T, "steps": N, "lr_scale": 1.0}]  the ladder, run in order
+//   batch_tokens      tokens per optimizer step (sequences per step = max(1, batch_tokens / seq_len); the
+//                     sequences of a step are micro-batches whose gradients accumulate)       default 4096
+//   lr, min_lr_ratio, warmup_steps                   warmup then cosine to lr * min_lr_ratio over all steps
+//   weight_decay, beta1, beta2, eps, clip (global-norm clipping; 0 = off)
+//   seed              data order and everything random                                     default 0
+//   gradient_checkpointing  recompute each layer in backward                                default false
+//   eval_every, eval_batches, task_eval_per_task, task_eval_max_new_tokens
+//   checkpoint_every, keep_checkpoints, max_consecutive_skips, log_every
+//   kda_chunk         KDA chunk size                                                        default 64
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace myriad {
+
+struct ModelConfig;
+
+struct Stage {
+  int64_t seq_len = 256;
+  int64_t steps = 100;
+  double lr_scale = 1.0;
+};
+
+struct TrainConfig {
+  std::vector<Stage> stages;
+  int64_t batch_tokens = 4096;
+  double lr = 3e-3;
+  double min_lr_ratio = 0.1;
+  int64_t warmup_steps = 20;
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double clip = 1.0;
+  uint64_t seed = 0;
+  bool gradient_checkpointing = false;
+  int64_t eval_every = 50;
+  int64_t eval_batches = 4;
+  int64_t task_eval_per_task = 10;
+  int64_t task_eval_max_new_tokens = 6;
+  int64_t checkpoint_every = 100;
+  int64_t keep_checkpoints = 2;
+  int64_t max_consecutive_skips = 5;
+  int64_t log_every = 1;
+  int64_t kda_chunk = 64;
+
+  int64_t total_steps() const;
+  int64_t stage_of(int64_t step) const;  // stage index of a 0-based step
+  double lr_at(int64_t step) const;      // warmup + cosine, times the stage's lr_scale
+  int64_t sequences_per_step(int64_t stage) const;
+};
+
+// Parses and validates (against the model: no stage longer than max_position_embeddings). One kConfig error
+// naming the field, the value and the rule.
+TrainConfig parse_train_config(const nlohmann::json& j, const std::string& source, const ModelConfig& model);
+TrainConfig load_train_config(const std::string& path, const ModelConfig& model);
+nlohmann::json train_config_to_json(const TrainConfig& c);
+
+}  // namespace myriad

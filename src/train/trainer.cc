@@ -1,0 +1,293 @@
+#include "train/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "bench/machine_limits.h"
+#include "io/checkpoint.h"
+#include "model/accounting.h"
+#include "model/balancing.h"
+#include "train/run_checkpoint.h"
+
+namespace myriad {
+
+namespace {
+
+AdamWConfig adamw_config(const TrainConfig& c) {
+  return AdamWConfig{float(c.beta1), float(c.beta2), float(c.eps), float(c.weight_decay)};
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string format_eta(double s) {
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%dh%02dm", int(s / 3600), int(s / 60) % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%dm%02ds", int(s / 60), int(s) % 60);
+  return buf;
+}
+
+}  // namespace
+
+Trainer::Trainer(Transformer& model, TrainConfig config, BatchSource& data, TrainerOptions options)
+    : model_(model),
+      cfg_(std::move(config)),
+      data_(data),
+      opt_(std::move(options)),
+      adamw_(model.config(), model.weights(), adamw_config(cfg_)) {
+  std::error_code ec;
+  std::filesystem::create_directories(opt_.run_dir, ec);
+  MYRIAD_REQUIRE(!ec && ::access(opt_.run_dir.c_str(), W_OK) == 0, kIo, "cannot write to the run directory ",
+                 opt_.run_dir, ec ? ": " + ec.message() : "");
+}
+
+void Trainer::resume(const std::string& dir) {
+  const std::string ck = latest_checkpoint(dir);
+  Checkpoint weights = Checkpoint::open(ck);
+  validate_checkpoint_against_config(weights, model_.config());  // a checkpoint from another config: one error
+  for (const auto& [name, v] : model_.weights().all()) {
+    Tensor dst = v.value();
+    dst.copy_from(weights.tensor(name));
+  }
+  adamw_.load(ck + "/optimizer.safetensors");
+  std::ifstream in(ck + "/trainer_state.json");
+  nlohmann::json st = nlohmann::json::parse(in);
+  step_ = st.at("step").get<int64_t>();
+  skipped_total_ = st.at("skipped_total").get<int64_t>();
+  consecutive_skips_ = st.at("consecutive_skips").get<int64_t>();
+  tokens_seen_ = st.at("tokens_seen").get<int64_t>();
+  data_.restore(st.at("data"));
+  last_checkpoint_ = ck;
+  std::fprintf(stderr, "myriad train: resumed from %s at step %lld\n", ck.c_str(), static_cast<long long>(step_));
+}
+
+void Trainer::log(const nlohmann::json& record) {
+  std::ofstream out(opt_.run_dir + "/metrics.jsonl", std::ios::app);
+  // Generated samples may hold partial UTF-8 (a byte-fallback token cut mid-character): replace, never throw.
+  out << record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+}
+
+std::string Trainer::save(int64_t step) {
+  nlohmann::json st = {{"step", step},
+                       {"stage", cfg_.stage_of(std::max<int64_t>(step - 1, 0))},
+                       {"skipped_total", skipped_total_},
+                       {"consecutive_skips", consecutive_skips_},
+                       {"tokens_seen", tokens_seen_},
+                       {"data", data_.state()},
+                       {"train_config", train_config_to_json(cfg_)}};
+  CheckpointContents c{opt_.model_config_json, &model_.weights(), &adamw_, st, opt_.tokenizer_dir};
+  last_checkpoint_ = save_run_checkpoint(opt_.run_dir, step, c, cfg_.keep_checkpoints);
+  return last_checkpoint_;
+}
+
+nlohmann::json Trainer::evaluate(int64_t seq_len) {
+  ag::NoGradGuard no_grad;
+  double nats = 0, targets = 0, bytes = 0;
+  ForwardOptions fo;
+  fo.kda_chunk = cfg_.kda_chunk;
+  for (const TrainBatch& b : data_.validation(seq_len, cfg_.eval_batches)) {
+    ForwardResult r = model_.forward(b.tokens, b.targets, fo);
+    int64_t n = 0;
+    const int64_t* t = b.targets.data<int64_t>();
+    for (int64_t i = 0; i < b.targets.numel(); ++i) n += t[i] != -100;
+    nats += double(r.loss.value().data<float>()[0]) * double(n);
+    targets += double(n);
+    bytes += double(data_.target_bytes(b));
+  }
+  nlohmann::json e = {{"type", "eval"}, {"step", step_}};
+  if (targets > 0) {
+    e["val_loss"] = nats / targets;
+    if (bytes > 0) e["val_bpb"] = nats / std::log(2.0) / bytes;
+  }
+  if (opt_.evaluate_tasks) {
+    nlohmann::json t = opt_.evaluate_tasks(model_);
+    if (t.contains("tasks")) e["tasks"] = t["tasks"];
+    if (t.contains("samples"))
+      for (const auto& s : t["samples"])
+        log({{"type", "sample"},
+             {"step", step_},
+             {"prompt", s.value("prompt", "")},
+             {"text", s.value("got", "")},
+             {"want", s.value("want", "")}});
+  }
+  return e;
+}
+
+void Trainer::balance(const std::vector<RoutingStats>& routing) {
+  // DESIGN 1.6: the bias is estimated on this step's batch and applied to the next. Only the selection moves;
+  // the mixture weights never see b. (aux_loss balancing acts through the loss instead: nothing to do here.)
+  const ModelConfig& c = model_.config();
+  for (const RoutingStats& r : routing) {
+    const std::string name =
+        "model.layers." + std::to_string(r.layer) + ".block_sparse_moe.gate.e_score_correction_bias";
+    if (!model_.weights().contains(name)) continue;  // greedy top-k: no bias
+    Tensor bias = model_.weights().at(name).value();
+    float* b = bias.data<float>();
+    const int64_t E = c.num_experts;
+    if (c.balancing == Balancing::kQuantile) {
+      const int64_t m = r.scores.size(0);
+      if (m * c.num_experts_per_token < E) continue;  // too few copies for a quantile per expert
+      const std::vector<float> nb = qb_estimate_bias(r.scores.data<float>(), b, m, E, c.num_experts_per_token);
+      std::copy(nb.begin(), nb.end(), b);
+    } else if (c.balancing == Balancing::kSignUpdate) {
+      sign_update(std::span<float>(b, size_t(E)), std::span<const int64_t>(r.load), float(c.bias_update_rate));
+    }
+  }
+}
+
+TrainSummary Trainer::run() {
+  const ModelConfig& mc = model_.config();
+  const ModelAccounting acc = account_model(mc);
+  sgemm_gflops_ = bench::measure_sgemm(2048, 1.0).gflops;  // the MFU denominator, measured in this run
+  const int64_t total = cfg_.total_steps();
+  const int64_t end = opt_.stop_after_step >= 0 ? std::min(total, opt_.stop_after_step) : total;
+  TrainSummary sum;
+  sum.sgemm_gflops = sgemm_gflops_;
+  const auto t_start = std::chrono::steady_clock::now();
+  int64_t stage = step_ < total ? cfg_.stage_of(step_) : -1;
+  if (step_ == 0) log({{"type", "stage"}, {"step", 0}, {"stage", 0}, {"seq_len", cfg_.stages[0].seq_len}});
+  ForwardOptions fo;
+  fo.kda_chunk = cfg_.kda_chunk;
+  fo.checkpoint_layers = cfg_.gradient_checkpointing;
+  const bool tty = ::isatty(fileno(stderr));
+  double window_tokens = 0, window_time = 0;
+  while (step_ < end) {
+    const int64_t s = cfg_.stage_of(step_);
+    if (s != stage) {
+      // Stage boundary: checkpoint, then switch the sequence length.
+      save(step_);
+      stage = s;
+      log({{"type", "stage"}, {"step", step_}, {"stage", s}, {"seq_len", cfg_.stages[size_t(s)].seq_len}});
+      if (!opt_.quiet)
+        std::fprintf(stderr, "%smyriad train: stage %lld: sequence length %lld (checkpoint saved)\n", tty ? "\n" : "",
+                     static_cast<long long>(s), static_cast<long long>(cfg_.stages[size_t(s)].seq_len));
+    }
+    const int64_t T = cfg_.stages[size_t(s)].seq_len;
+    const int64_t n_seq = cfg_.sequences_per_step(s);
+    const auto t0 = std::chrono::steady_clock::now();
+    model_.weights().zero_grad();
+    double loss_sum = 0;
+    bool finite = true;
+    std::vector<RoutingStats> routing;
+    for (int64_t i = 0; i < n_seq; ++i) {
+      TrainBatch b = data_.next(T);
+      ForwardResult r = model_.forward(b.tokens, b.targets, fo);
+      const float loss = r.loss.value().data<float>()[0];
+      finite = finite && std::isfinite(loss);
+      loss_sum += loss;
+      // The step's loss is the mean over its sequences: each backward is seeded with 1 / n_seq.
+      ag::Tape::current().backward({{r.loss, Tensor::full({}, 1.0f / float(n_seq))}});
+      if (i + 1 == n_seq) routing = std::move(r.routing);
+    }
+    const double gnorm = adamw_.grad_norm(model_.weights());
+    const double lr = cfg_.lr_at(step_);
+    finite = finite && std::isfinite(gnorm);
+    if (finite) {
+      const float clip_scale = cfg_.clip > 0 && gnorm > cfg_.clip ? float(cfg_.clip / gnorm) : 1.0f;
+      adamw_.step(model_.weights(), float(lr), clip_scale);
+      balance(routing);
+      consecutive_skips_ = 0;
+    } else {
+      ++skipped_total_;
+      ++consecutive_skips_;
+    }
+    ++step_;
+    tokens_seen_ += n_seq * T;
+    const double dt = seconds_since(t0);
+    window_tokens += double(n_seq * T);
+    window_time += dt;
+    const double tps = double(n_seq * T) / dt;
+    const double mfu = training_flops_per_token(mc, acc, T).total() * tps / (sgemm_gflops_ * 1e9);
+    const double loss = loss_sum / double(n_seq);
+    nlohmann::json rec = {{"type", "step"},
+                          {"step", step_},
+                          {"stage", s},
+                          {"seq_len", T},
+                          {"loss", loss},
+                          {"lr", lr},
+                          {"grad_norm", gnorm},
+                          {"tokens", n_seq * T},
+                          {"tokens_per_s", tps},
+                          {"mfu", mfu},
+                          {"skipped", skipped_total_},
+                          {"time_s", seconds_since(t_start)}};
+    if (!routing.empty()) {
+      nlohmann::json moe = nlohmann::json::array();
+      for (const RoutingStats& r : routing) {
+        double mean = 0, mx = 0;
+        int64_t dead = 0;
+        for (int64_t x : r.load) {
+          mean += double(x);
+          mx = std::max(mx, double(x));
+          dead += x == 0;
+        }
+        mean /= double(std::max<size_t>(r.load.size(), 1));
+        moe.push_back({{"layer", r.layer},
+                       {"max_violation", mean > 0 ? mx / mean - 1.0 : 0.0},
+                       {"dead_experts", dead},
+                       {"load", r.load}});
+      }
+      rec["moe"] = moe;
+    }
+    log(rec);
+    sum.last_loss = loss;
+    if (!finite && consecutive_skips_ >= cfg_.max_consecutive_skips) {
+      throw_error(ErrorKind::kValue, "training stopped: ", consecutive_skips_,
+                  " consecutive steps had a NaN or infinite loss or gradient (step ", step_,
+                  "); the last good "
+                  "checkpoint is ",
+                  last_checkpoint_.empty() ? std::string("(none yet)") : last_checkpoint_,
+                  ". Lower the learning rate or check the data.");
+    }
+    if (!opt_.quiet && (step_ % cfg_.log_every == 0 || step_ == end)) {
+      const double avg_tps = window_tokens / std::max(window_time, 1e-9);
+      double remaining_tokens = 0;
+      for (int64_t k = step_; k < end; ++k)
+        remaining_tokens +=
+            double(cfg_.sequences_per_step(cfg_.stage_of(k)) * cfg_.stages[size_t(cfg_.stage_of(k))].seq_len);
+      std::fprintf(stderr,
+                   "%sstage %lld (T=%lld) step %lld/%lld  loss %.4f  %.0f tok/s  MFU %.1f%%  lr %.2e  gnorm %.3f  "
+                   "skipped %lld  ETA %s%s",
+                   tty ? "\r" : "", static_cast<long long>(s), static_cast<long long>(T), static_cast<long long>(step_),
+                   static_cast<long long>(end), loss, avg_tps, 100.0 * mfu, lr, gnorm,
+                   static_cast<long long>(skipped_total_),
+                   format_eta(remaining_tokens / std::max(avg_tps, 1e-9)).c_str(), tty ? "   " : "\n");
+      std::fflush(stderr);
+    }
+    if (step_ % cfg_.eval_every == 0 || step_ == end) {
+      nlohmann::json e = evaluate(T);
+      log(e);
+      sum.last_val_loss = e.value("val_loss", 0.0);
+      sum.last_val_bpb = e.value("val_bpb", 0.0);
+      if (!opt_.quiet) {
+        std::fprintf(stderr, "%seval at step %lld: val loss %.4f, %.3f bits/byte", tty ? "\n" : "",
+                     static_cast<long long>(step_), sum.last_val_loss, sum.last_val_bpb);
+        if (e.contains("tasks"))
+          for (const auto& [k, v] : e["tasks"].items())
+            std::fprintf(stderr, ", %s %.0f%%", k.c_str(), 100.0 * v.get<double>());
+        std::fprintf(stderr, "\n");
+      }
+    }
+    if (step_ % cfg_.checkpoint_every == 0 || step_ == end) save(step_);
+  }
+  if (tty && !opt_.quiet) std::fprintf(stderr, "\n");
+  sum.steps = step_;
+  sum.skipped = skipped_total_;
+  sum.tokens_per_s = window_tokens / std::max(window_time, 1e-9);
+  sum.mfu =
+      training_flops_per_token(mc, acc, cfg_.stages[size_t(cfg_.stage_of(std::max<int64_t>(step_ - 1, 0)))].seq_len)
+          .total() *
+      sum.tokens_per_s / (sgemm_gflops_ * 1e9);
+  sum.last_checkpoint = last_checkpoint_;
+  return sum;
+}
+
+}  // namespace myriad

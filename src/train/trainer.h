@@ -1,0 +1,85 @@
+// The training loop (DESIGN §2, issue 5): the progressive context ladder, gradient accumulation over the
+// sequences of a step, warmup + cosine, global-norm clipping, AdamW, MoE balancing between steps, NaN/inf
+// steps skipped (and the run stopped after too many in a row, the last good checkpoint intact), periodic
+// evaluation, atomic checkpoints, exact resumption, metrics as JSONL and a live progress line.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/transformer.h"
+#include "train/optimizer.h"
+#include "train/train_config.h"
+
+namespace myriad {
+
+struct TrainBatch {
+  Tensor tokens;   // [T] i64
+  Tensor targets;  // [T] i64 (-100 = ignore)
+};
+
+// Where batches come from (the shard loader; tests use their own). Must be resumable exactly.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual TrainBatch next(int64_t seq_len) = 0;
+  virtual nlohmann::json state() const = 0;
+  virtual void restore(const nlohmann::json& state) = 0;
+  // Up to max_batches validation batches of seq_len, always the same ones.
+  virtual std::vector<TrainBatch> validation(int64_t seq_len, int64_t max_batches) = 0;
+  // UTF-8 bytes the target tokens of a batch stand for (for bits per byte); 0 if unknown.
+  virtual int64_t target_bytes(const TrainBatch& b) const = 0;
+};
+
+struct TrainerOptions {
+  std::string run_dir;
+  std::string model_config_json;  // the config file's bytes, copied into checkpoints
+  std::string tokenizer_dir;      // copied into checkpoints when set
+  int64_t stop_after_step = -1;   // end early (after this many steps in total) — tests, quick checks
+  bool quiet = false;             // no progress line
+  // Task evaluation (returns {"tasks": {...}, "samples": [...]}); optional.
+  std::function<nlohmann::json(const Transformer&)> evaluate_tasks;
+};
+
+struct TrainSummary {
+  int64_t steps = 0;
+  int64_t skipped = 0;
+  double last_loss = 0;
+  double last_val_loss = 0;
+  double last_val_bpb = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;
+  double sgemm_gflops = 0;
+  std::string last_checkpoint;
+};
+
+class Trainer {
+ public:
+  Trainer(Transformer& model, TrainConfig config, BatchSource& data, TrainerOptions options);
+  // Continues from a checkpoint directory (a run dir or a checkpoint): weights, optimizer, data position, step.
+  void resume(const std::string& dir);
+  TrainSummary run();
+
+ private:
+  nlohmann::json evaluate(int64_t seq_len);
+  void balance(const std::vector<RoutingStats>& routing);
+  void log(const nlohmann::json& record);
+  std::string save(int64_t step);
+
+  Transformer& model_;
+  TrainConfig cfg_;
+  BatchSource& data_;
+  TrainerOptions opt_;
+  AdamW adamw_;
+  int64_t step_ = 0;  // steps done
+  int64_t skipped_total_ = 0;
+  int64_t consecutive_skips_ = 0;
+  int64_t tokens_seen_ = 0;
+  double sgemm_gflops_ = 0;
+  std::string last_checkpoint_;
+};
+
+}  // namespace myriad

@@ -1,0 +1,69 @@
+// `myriad train` and `myriad generate`: argument parsing only; the run is set up in src/train/run.cc.
+#include <cstdio>
+
+#include "cli.h"
+#include "train/run.h"
+
+namespace {
+
+int run_train(const myriad::cli::Args& args) {
+  myriad::RunRequest r;
+  r.model_config_path = args.get_or("config", "");
+  MYRIAD_REQUIRE(!r.model_config_path.empty(), kValue, "train needs --config FILE (e.g. configs/tiny.json)");
+  r.train_config_path = args.get_or("train-config", "");
+  if (auto d = args.get("data")) r.data.push_back(*d);
+  for (const auto& p : args.positional()) r.data.push_back(p);
+  r.tokenizer_dir = args.get_or("tokenizer", "");
+  r.out_dir = args.get_or("out", "");
+  r.resume = args.get_or("resume", "");
+  if (!r.resume.empty() && r.out_dir.empty()) r.out_dir = r.resume;
+  r.force = args.has("force");
+  r.quiet = args.has("quiet");
+  r.stop_after_step = args.get_int("stop-after", -1, -1, 1L << 40);
+  if (args.has("seed")) r.seed = uint64_t(args.get_int("seed", 0, 0, 1L << 62));
+  if (args.has("gradient-checkpointing")) r.gradient_checkpointing = true;
+  const myriad::TrainSummary s = myriad::run_training(r);
+  std::printf("trained %lld steps (%lld skipped): loss %.4f, val loss %.4f, %.3f bits/byte; %.0f tokens/s, MFU %.1f%% "
+              "of %.0f GFLOP/s sgemm\nrun: %s (metrics.jsonl, checkpoints/, tokenizer/); last checkpoint: %s\n",
+              (long long)s.steps, (long long)s.skipped, s.last_loss, s.last_val_loss, s.last_val_bpb, s.tokens_per_s,
+              100.0 * s.mfu, s.sgemm_gflops, r.out_dir.c_str(), s.last_checkpoint.c_str());
+  return 0;
+}
+
+int run_generate(const myriad::cli::Args& args) {
+  const auto model = args.get("model");
+  const auto prompt = args.get("prompt");
+  MYRIAD_REQUIRE(model && prompt, kValue, "generate needs --model DIR and --prompt TEXT");
+  const int n = int(args.get_int("max-tokens", 64, 1, 1 << 20));
+  const double temp = std::stod(args.get_or("temperature", "0"));
+  MYRIAD_REQUIRE(temp >= 0 && temp <= 100, kValue, "--temperature ", temp, ": must lie in [0, 100]");
+  const uint64_t seed = uint64_t(args.get_int("seed", 0, 0, 1L << 62));
+  std::printf("%s%s\n", prompt->c_str(), myriad::generate_text(*model, *prompt, n, float(temp), seed).c_str());
+  return 0;
+}
+
+}  // namespace
+
+MYRIAD_COMMAND("train", "train a model (built-in corpus when no data is given)",
+               "myriad train --config F [--data PATH ...] --out runs/NAME [--train-config F] [--resume DIR]",
+               {{"config", "FILE", "model config.json (configs/tiny.json, configs/small.json, ...)"},
+                {"train-config", "FILE", "training config (default: <config>.train.json beside it, else 256/1K ladder)"},
+                {"data", "PATH", "text/JSONL files or directories, or a prepared shard directory (also positional)"},
+                {"tokenizer", "DIR", "use this tokenizer (default: train one on the data)"},
+                {"out", "DIR", "run directory (metrics.jsonl, checkpoints/, tokenizer/)"},
+                {"resume", "DIR", "continue a run (or a checkpoint) exactly where it stopped"},
+                {"seed", "S", "seed for init and data order (overrides the training config)"},
+                {"gradient-checkpointing", "", "recompute each layer in backward (less memory)"},
+                {"stop-after", "N", "stop after N steps in total (checkpointed), e.g. to test resumption"},
+                {"force", "", "replace an existing run directory"},
+                {"quiet", "", "no progress line"}},
+               run_train);
+
+MYRIAD_COMMAND("generate", "generate text from a trained model (greedy or with temperature)",
+               "myriad generate --model RUN_OR_CHECKPOINT --prompt TEXT [--max-tokens N] [--temperature T]",
+               {{"model", "DIR", "a run directory (its latest checkpoint) or a checkpoint directory"},
+                {"prompt", "TEXT", "the prompt"},
+                {"max-tokens", "N", "tokens to generate (default 64)"},
+                {"temperature", "T", "0 = greedy (default)"},
+                {"seed", "S", "sampling seed"}},
+               run_generate);
