@@ -1,10 +1,15 @@
 // `myriad bench ops [--seconds S] [--json FILE]`: the CPU kernels at training-sized shapes beside the
-// machine's own ceilings (sgemm, STREAM triad) measured in the same run. A benchmark, not a test: figures
-// below target print "below" and the exit status stays 0. The measuring code lives in src/bench/.
+// machine's own ceilings (sgemm, STREAM triad) measured in the same run.
+// `myriad bench model --config F [--seq T] [--seconds S] [--json FILE]`: the whole model (forward, forward +
+// backward), KDA chunkwise vs recurrent training, MoE scaling from 8 to 896 experts, and where the time goes,
+// beside the sgemm ceiling of the same run (src/bench/model_bench.h).
+// Benchmarks, not tests: figures below target print "below" and the exit status stays 0. The measuring code
+// lives in src/bench/.
 #include <cstdio>
 #include <string>
 
 #include "bench/machine_limits.h"
+#include "bench/model_bench.h"
 #include "bench/op_bench.h"
 #include "bench/report.h"
 #include "cli.h"
@@ -13,11 +18,9 @@
 
 namespace {
 
-int run_bench(const myriad::cli::Args& args) {
+int run_ops(const myriad::cli::Args& args) {
   using namespace myriad::bench;
-  const auto& pos = args.positional();
-  MYRIAD_REQUIRE(pos.size() == 1 && pos[0] == "ops", kValue, "bench: expected one benchmark name (ops), got ",
-                 pos.empty() ? std::string("none") : "'" + pos[0] + "'" + (pos.size() > 1 ? " and more" : ""));
+  MYRIAD_REQUIRE(!args.has("config") && !args.has("seq"), kValue, "bench ops: --config and --seq are for bench model");
   const long seconds = args.get_int("seconds", 20, 1, 3600);
   const auto json_path = args.get("json");
 
@@ -58,10 +61,61 @@ int run_bench(const myriad::cli::Args& args) {
   return 0;
 }
 
+int run_model(const myriad::cli::Args& args) {
+  using namespace myriad::bench;
+  const auto config = args.get("config");
+  MYRIAD_REQUIRE(config.has_value(), kValue, "bench model needs --config FILE (see myriad bench --help)");
+  ModelBenchOptions opt;
+  opt.config_path = *config;
+  opt.seq = args.get_int("seq", 0, 1, 1 << 20);
+  const long seconds = args.get_int("seconds", 40, 1, 3600);
+  opt.budget_s = double(seconds);
+  const auto json_path = args.get("json");
+
+  std::printf(
+      "myriad bench model: %d threads, ~%ld s of timed repeats plus setup (best of repeats after one warm-up "
+      "call)\n",
+      myriad::num_threads(), seconds);
+  // A short ceiling: the sgemm is measured again at the end of the run to show the drift.
+  const MachineLimits limits = measure_machine_limits(3.0);
+  print_ceilings(stdout, limits);
+  const ModelBenchResult res = run_model_bench(opt, limits, stdout);
+  std::printf(
+      "\n%d of %d targets met (model forward+backward >= %.0f%% of sgemm, KDA training speedup >= %.0fx, MoE "
+      "%lld/%lld experts time <= %.1fx)\n",
+      res.passed, res.targeted, 100 * kModelTarget, kKdaTarget, (long long)kMoeExpertsLarge,
+      (long long)kMoeExpertsSmall, kMoeScalingTarget);
+  if (json_path) {
+    nlohmann::ordered_json j;
+    j["bench"] = "model";
+    j["seconds_budget"] = seconds;
+    j["limits"] = limits_json(limits);
+    for (const auto& [key, value] : res.json.items()) j[key] = value;
+    j["targets_met"] = res.passed;
+    j["targets"] = res.targeted;
+    write_text_file(*json_path, j.dump(2) + "\n");
+    std::printf("wrote %s\n", json_path->c_str());
+  }
+  return 0;
+}
+
+int run_bench(const myriad::cli::Args& args) {
+  const auto& pos = args.positional();
+  MYRIAD_REQUIRE(pos.size() == 1 && (pos[0] == "ops" || pos[0] == "model"), kValue,
+                 "bench: expected one benchmark name (ops or model), got ",
+                 pos.empty() ? std::string("none") : "'" + pos[0] + "'" + (pos.size() > 1 ? " and more" : ""));
+  return pos[0] == "ops" ? run_ops(args) : run_model(args);
+}
+
 }  // namespace
 
-MYRIAD_COMMAND("bench", "benchmark the CPU kernels against this machine's sgemm and memory ceilings",
-               "myriad bench ops [--seconds S] [--json FILE]",
-               {{"seconds", "S", "seconds of timed repeats, all rows together (default 20; about 30 s in all)"},
-                {"json", "FILE", "also write the figures as JSON (to FILE.tmp, then renamed)"}},
+MYRIAD_COMMAND("bench", "benchmark the CPU kernels or a whole model against this machine's sgemm and memory ceilings",
+               "myriad bench ops [--seconds S] [--json FILE]\n"
+               "       myriad bench model --config FILE [--seq T] [--seconds S] [--json FILE]",
+               {{"seconds", "S",
+                 "seconds of timed repeats, all rows together (ops: default 20, about 30 s in all; model: default 40, "
+                 "about 90 s in all for configs/small.json on 2 cores)"},
+                {"json", "FILE", "also write the figures as JSON (to FILE.tmp, then renamed)"},
+                {"config", "FILE", "model: the model config.json (or a directory holding one)"},
+                {"seq", "T", "model: tokens in the sequence (default min(1024, max_position_embeddings))"}},
                run_bench);

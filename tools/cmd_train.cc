@@ -23,10 +23,11 @@ int run_train(const myriad::cli::Args& args) {
   if (args.has("seed")) r.seed = uint64_t(args.get_int("seed", 0, 0, 1L << 62));
   if (args.has("gradient-checkpointing")) r.gradient_checkpointing = true;
   const myriad::TrainSummary s = myriad::run_training(r);
-  std::printf("trained %lld steps (%lld skipped): loss %.4f, val loss %.4f, %.3f bits/byte; %.0f tokens/s, MFU %.1f%% "
-              "of %.0f GFLOP/s sgemm\nrun: %s (metrics.jsonl, checkpoints/, tokenizer/); last checkpoint: %s\n",
-              (long long)s.steps, (long long)s.skipped, s.last_loss, s.last_val_loss, s.last_val_bpb, s.tokens_per_s,
-              100.0 * s.mfu, s.sgemm_gflops, r.out_dir.c_str(), s.last_checkpoint.c_str());
+  std::printf(
+      "trained %lld steps (%lld skipped): loss %.4f, val loss %.4f, %.3f bits/byte; %.0f tokens/s, MFU %.1f%% "
+      "of %.0f GFLOP/s sgemm\nrun: %s (metrics.jsonl, checkpoints/, tokenizer/); last checkpoint: %s\n",
+      (long long)s.steps, (long long)s.skipped, s.last_loss, s.last_val_loss, s.last_val_bpb, s.tokens_per_s,
+      100.0 * s.mfu, s.sgemm_gflops, r.out_dir.c_str(), s.last_checkpoint.c_str());
   return 0;
 }
 
@@ -47,7 +48,8 @@ int run_generate(const myriad::cli::Args& args) {
 MYRIAD_COMMAND("train", "train a model (built-in corpus when no data is given)",
                "myriad train --config F [--data PATH ...] --out runs/NAME [--train-config F] [--resume DIR]",
                {{"config", "FILE", "model config.json (configs/tiny.json, configs/small.json, ...)"},
-                {"train-config", "FILE", "training config (default: <config>.train.json beside it, else 256/1K ladder)"},
+                {"train-config", "FILE",
+                 "training config (default: <config>.train.json beside it, else 256/1K ladder)"},
                 {"data", "PATH", "text/JSONL files or directories, or a prepared shard directory (also positional)"},
                 {"tokenizer", "DIR", "use this tokenizer (default: train one on the data)"},
                 {"out", "DIR", "run directory (metrics.jsonl, checkpoints/, tokenizer/)"},

@@ -63,12 +63,15 @@ class LoaderSource final : public BatchSource {
 };
 
 TrainConfig default_train_config(const ModelConfig& mc) {
-  nlohmann::json j = {{"stages", {{{"seq_len", std::min<int64_t>(256, mc.max_position_embeddings)}, {"steps", 200}},
-                                  {{"seq_len", std::min<int64_t>(1024, mc.max_position_embeddings)}, {"steps", 40}}}}};
+  nlohmann::json j = {{"stages",
+                       {{{"seq_len", std::min<int64_t>(256, mc.max_position_embeddings)}, {"steps", 200}},
+                        {{"seq_len", std::min<int64_t>(1024, mc.max_position_embeddings)}, {"steps", 40}}}}};
   return parse_train_config(j, "the built-in default ladder", mc);
 }
 
-bool is_shard_dir(const std::string& p) { return fs::is_directory(p) && fs::exists(fs::path(p) / "meta.json"); }
+bool is_shard_dir(const std::string& p) {
+  return fs::is_directory(p) && fs::exists(fs::path(p) / "meta.json");
+}
 
 }  // namespace
 
@@ -123,7 +126,8 @@ TrainSummary run_training(const RunRequest& req) {
   } else if (fs::exists(tok_dir + "/tokenizer.model")) {
     tok = Tokenizer::load(tok_dir);
   } else {
-    MYRIAD_REQUIRE(!prepared, kValue, "prepared shards (", req.data[0], ") need the tokenizer they were made with: --tokenizer DIR");
+    MYRIAD_REQUIRE(!prepared, kValue, "prepared shards (", req.data[0],
+                   ") need the tokenizer they were made with: --tokenizer DIR");
     if (!req.quiet) std::fprintf(stderr, "myriad train: training a %lld-token tokenizer\n", (long long)mc.vocab_size);
     tok = Tokenizer::train(text_paths, mc.vocab_size, tok_dir);
   }
@@ -156,7 +160,8 @@ TrainSummary run_training(const RunRequest& req) {
         int(tc.task_eval_max_new_tokens), eot, 1);
     nlohmann::json j;
     j["tasks"] = s.by_name();
-    for (const TaskSample& x : s.samples) j["samples"].push_back({{"prompt", x.prompt}, {"got", x.got}, {"want", x.want}});
+    for (const TaskSample& x : s.samples)
+      j["samples"].push_back({{"prompt", x.prompt}, {"got", x.got}, {"want", x.want}});
     return j;
   };
   Trainer trainer(model, tc, source, to);
@@ -164,8 +169,8 @@ TrainSummary run_training(const RunRequest& req) {
   return trainer.run();
 }
 
-std::string generate_text(const std::string& model_dir, const std::string& prompt, int max_new_tokens, float temperature,
-                          uint64_t seed) {
+std::string generate_text(const std::string& model_dir, const std::string& prompt, int max_new_tokens,
+                          float temperature, uint64_t seed) {
   std::string dir = model_dir;
   if (!fs::exists(fs::path(dir) / "model.safetensors") && !fs::exists(fs::path(dir) / "model.safetensors.index.json"))
     dir = latest_checkpoint(model_dir);

@@ -18,7 +18,7 @@ struct RunRequest {
                                   // the built-in corpus
   std::string tokenizer_dir;      // empty: train one on the data
   std::string out_dir;
-  std::string resume;             // a run or checkpoint directory
+  std::string resume;  // a run or checkpoint directory
   bool force = false;
   bool quiet = false;
   int64_t stop_after_step = -1;
@@ -30,7 +30,7 @@ struct RunRequest {
 TrainSummary run_training(const RunRequest& req);
 
 // `myriad generate`: loads RUN (its latest checkpoint) or a checkpoint directory with its tokenizer.
-std::string generate_text(const std::string& model_dir, const std::string& prompt, int max_new_tokens, float temperature,
-                          uint64_t seed);
+std::string generate_text(const std::string& model_dir, const std::string& prompt, int max_new_tokens,
+                          float temperature, uint64_t seed);
 
 }  // namespace myriad

@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -136,6 +138,23 @@ void Trainer::balance(const std::vector<RoutingStats>& routing) {
       const int64_t m = r.scores.size(0);
       if (m * c.num_experts_per_token < E) continue;  // too few copies for a quantile per expert
       const std::vector<float> nb = qb_estimate_bias(r.scores.data<float>(), b, m, E, c.num_experts_per_token);
+      if (std::getenv("MYRIAD_DEBUG_QB")) {
+        auto viol = [&](const float* bb) {
+          std::vector<int64_t> load(size_t(E), 0);
+          std::vector<float> row(static_cast<size_t>(E));
+          std::vector<int32_t> idx(size_t(c.num_experts_per_token));
+          std::vector<float> val(size_t(c.num_experts_per_token));
+          for (int64_t t = 0; t < m; ++t) {
+            for (int64_t e = 0; e < E; ++e) row[size_t(e)] = r.scores.data<float>()[t * E + e] + bb[e];
+            cpu::topk(idx.data(), val.data(), row.data(), 1, E, c.num_experts_per_token);
+            for (int32_t i : idx) ++load[size_t(i)];
+          }
+          const double mean = double(m * c.num_experts_per_token) / double(E);
+          return double(*std::max_element(load.begin(), load.end())) / mean - 1.0;
+        };
+        std::fprintf(stderr, "qb layer %lld: violation %.2f with b, %.2f with the new b on the same batch\n",
+                     (long long)r.layer, viol(b), viol(nb.data()));
+      }
       std::copy(nb.begin(), nb.end(), b);
     } else if (c.balancing == Balancing::kSignUpdate) {
       sign_update(std::span<float>(b, size_t(E)), std::span<const int64_t>(r.load), float(c.bias_update_rate));
@@ -153,7 +172,20 @@ TrainSummary Trainer::run() {
   sum.sgemm_gflops = sgemm_gflops_;
   const auto t_start = std::chrono::steady_clock::now();
   int64_t stage = step_ < total ? cfg_.stage_of(step_) : -1;
-  if (step_ == 0) log({{"type", "stage"}, {"step", 0}, {"stage", 0}, {"seq_len", cfg_.stages[0].seq_len}});
+  if (step_ == 0) {
+    log({{"type", "stage"}, {"step", 0}, {"stage", 0}, {"seq_len", cfg_.stages[0].seq_len}});
+    // The untrained model's scores, so a user sees what training changed.
+    nlohmann::json e = evaluate(cfg_.stages[0].seq_len);
+    log(e);
+    if (!opt_.quiet) {
+      std::fprintf(stderr, "before training: val loss %.4f, %.3f bits/byte", e.value("val_loss", 0.0),
+                   e.value("val_bpb", 0.0));
+      if (e.contains("tasks"))
+        for (const auto& [k, v] : e["tasks"].items())
+          std::fprintf(stderr, ", %s %.0f%%", k.c_str(), 100.0 * v.get<double>());
+      std::fprintf(stderr, "\n");
+    }
+  }
   ForwardOptions fo;
   fo.kda_chunk = cfg_.kda_chunk;
   fo.checkpoint_layers = cfg_.gradient_checkpointing;
@@ -185,7 +217,20 @@ TrainSummary Trainer::run() {
       loss_sum += loss;
       // The step's loss is the mean over its sequences: each backward is seeded with 1 / n_seq.
       ag::Tape::current().backward({{r.loss, Tensor::full({}, 1.0f / float(n_seq))}});
-      if (i + 1 == n_seq) routing = std::move(r.routing);
+      // Balancing statistics over the whole step: loads summed, router scores of every sequence stacked.
+      if (routing.empty()) {
+        routing = std::move(r.routing);
+      } else {
+        for (size_t j = 0; j < routing.size() && j < r.routing.size(); ++j) {
+          for (size_t e = 0; e < routing[j].load.size(); ++e) routing[j].load[e] += r.routing[j].load[e];
+          const Tensor& a = routing[j].scores;
+          const Tensor& b2 = r.routing[j].scores;
+          Tensor both = Tensor::empty({a.size(0) + b2.size(0), a.size(1)});
+          std::copy(a.data<float>(), a.data<float>() + a.numel(), both.data<float>());
+          std::copy(b2.data<float>(), b2.data<float>() + b2.numel(), both.data<float>() + a.numel());
+          routing[j].scores = both;
+        }
+      }
     }
     const double gnorm = adamw_.grad_norm(model_.weights());
     const double lr = cfg_.lr_at(step_);

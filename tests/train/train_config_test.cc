@@ -1,0 +1,71 @@
+// The training config: the shipped ladders parse, the schedule has the documented shape, bad fields are errors.
+#include "train/train_config.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "model/config.h"
+
+namespace myriad {
+namespace {
+
+std::string repo(const std::string& rel) {
+  return std::string(MYRIAD_SOURCE_DIR) + "/" + rel;
+}
+
+TEST(TrainConfig, ShippedLaddersParse) {
+  const ModelConfig k3 = load_model_config(repo("configs/kimi-k3.json"), nullptr);
+  const TrainConfig t = load_train_config(repo("configs/kimi-k3.train.json"), k3);
+  ASSERT_EQ(t.stages.size(), 4u);
+  EXPECT_EQ(t.stages[0].seq_len, 8192);
+  EXPECT_EQ(t.stages[3].seq_len, 1048576);
+  for (const char* name : {"tiny", "small"}) {
+    const ModelConfig m = load_model_config(repo(std::string("configs/") + name + ".json"), nullptr);
+    const TrainConfig tc = load_train_config(repo(std::string("configs/") + name + ".train.json"), m);
+    EXPECT_GE(tc.stages.size(), 2u) << name;
+    for (size_t i = 1; i < tc.stages.size(); ++i) EXPECT_GT(tc.stages[i].seq_len, tc.stages[i - 1].seq_len) << name;
+  }
+}
+
+TEST(TrainConfig, WarmupThenCosineToTheFloorAndStages) {
+  const ModelConfig m = load_model_config(repo("configs/tiny.json"), nullptr);
+  const TrainConfig t = parse_train_config(
+      nlohmann::json::parse(
+          R"({"stages": [{"seq_len": 64, "steps": 60}, {"seq_len": 128, "steps": 40, "lr_scale": 0.5}],
+                              "lr": 0.01, "warmup_steps": 10, "min_lr_ratio": 0.1, "batch_tokens": 512})"),
+      "t", m);
+  EXPECT_NEAR(t.lr_at(0), 0.001, 1e-12);  // (0 + 1) / 10 of the peak
+  EXPECT_NEAR(t.lr_at(9), 0.01, 1e-12);
+  EXPECT_NEAR(t.lr_at(10), 0.01, 1e-12);  // cosine starts at the peak
+  EXPECT_LT(t.lr_at(50), t.lr_at(20));
+  EXPECT_NEAR(t.lr_at(99), 0.5 * 0.01 * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 89.0 / 90.0))), 1e-12);
+  EXPECT_EQ(t.stage_of(59), 0);
+  EXPECT_EQ(t.stage_of(60), 1);
+  EXPECT_EQ(t.sequences_per_step(0), 8);
+  EXPECT_EQ(t.sequences_per_step(1), 4);
+  EXPECT_EQ(t.total_steps(), 100);
+}
+
+TEST(TrainConfig, BadFieldsAreErrorsNamingTheField) {
+  const ModelConfig m = load_model_config(repo("configs/tiny.json"), nullptr);
+  auto expect_error = [&](const char* json, const char* needle) {
+    try {
+      parse_train_config(nlohmann::json::parse(json), "t.json", m);
+      ADD_FAILURE() << "no error for " << json;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error(R"({"stages": [{"seq_len": 4096, "steps": 1}]})", "max_position_embeddings");  // tiny: 2048
+  expect_error(R"({"stages": []})", "stages");
+  expect_error(R"({"stages": [{"seq_len": 64, "steps": 1}], "lr": -1})", "lr");
+  expect_error(R"({"stages": [{"seq_len": 64, "steps": 1}], "learning_rate": 0.1})", "learning_rate");
+  expect_error(R"({"stages": [{"seq_len": "long", "steps": 1}]})", "seq_len");
+}
+
+}  // namespace
+}  // namespace myriad
