@@ -693,14 +693,17 @@ Var route_weights(const Var& s, const Tensor& idx, float scale_factor, bool reno
   Tensor ic = idx.contiguous();
   const int32_t* id = ic.data<int32_t>();
   for (int64_t i = 0; i < T * k; ++i)
-    MYRIAD_REQUIRE(id[i] >= 0 && id[i] < E, kValue, "route_weights: expert ", id[i], " outside [0, ", E, ")");
+    MYRIAD_REQUIRE(id[i] >= -1 && id[i] < E, kValue, "route_weights: expert ", id[i], " outside [0, ", E,
+                   ") (or -1 for a dropped copy)");
   Tensor p = Tensor::empty({T, k}), denom = Tensor::empty({T});
   const float* sv = cf(s.value());
   for (int64_t t = 0; t < T; ++t) {
     float S = 0.0f;
-    for (int64_t j = 0; j < k; ++j) S += sv[t * E + id[t * k + j]];
-    mf(denom)[t] = renormalize ? S : 1.0f;
-    for (int64_t j = 0; j < k; ++j) mf(p)[t * k + j] = scale_factor * sv[t * E + id[t * k + j]] / mf(denom)[t];
+    for (int64_t j = 0; j < k; ++j)
+      if (id[t * k + j] >= 0) S += sv[t * E + id[t * k + j]];
+    mf(denom)[t] = renormalize && S > 0.0f ? S : 1.0f;
+    for (int64_t j = 0; j < k; ++j)
+      mf(p)[t * k + j] = id[t * k + j] >= 0 ? scale_factor * sv[t * E + id[t * k + j]] / mf(denom)[t] : 0.0f;
   }
   const bool needs = needs_grad({&s});
   Var out = make_output(p, needs);
@@ -713,9 +716,11 @@ Var route_weights(const Var& s, const Tensor& idx, float scale_factor, bool reno
       float* ds = mf(s.grad_buffer());
       for (int64_t t = 0; t < T; ++t) {
         const float S = cf(denom)[t];
-        float dot = 0.0f;  // sum_j dp_j s_j
-        for (int64_t j = 0; j < k; ++j) dot += d[t * k + j] * sv2[t * E + id2[t * k + j]];
+        float dot = 0.0f;  // sum_j dp_j s_j over served copies
+        for (int64_t j = 0; j < k; ++j)
+          if (id2[t * k + j] >= 0) dot += d[t * k + j] * sv2[t * E + id2[t * k + j]];
         for (int64_t j = 0; j < k; ++j) {
+          if (id2[t * k + j] < 0) continue;
           float g = scale_factor * d[t * k + j] / S;
           if (renormalize) g -= scale_factor * dot / (S * S);
           ds[t * E + id2[t * k + j]] += g;

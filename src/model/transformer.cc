@@ -5,6 +5,7 @@
 #include <memory>
 #include <numeric>
 
+#include "model/balancing.h"
 #include "ops/rope_table.h"
 
 namespace myriad {
@@ -119,7 +120,7 @@ Var Transformer::dense_ffn(int64_t l, const Var& x) const {
 // Latent MoE (DESIGN 1.5): router on full-width x, top-k of s + b, renormalised weights; token copies grouped
 // by expert, one matrix product per expert in the latent width, weighted scatter back; RMSNorm, up-projection,
 // shared expert.
-Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats) const {
+Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats, const ForwardOptions& opt) const {
   const ModelConfig& c = config_;
   const std::string m = layer_prefix(l) + "block_sparse_moe.";
   const int64_t T = x.shape()[0], E = c.num_experts, k = c.num_experts_per_token;
@@ -134,17 +135,30 @@ Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats) const {
       for (int64_t e = 0; e < E; ++e) bs[t * E + e] += b[e];
   }
   Tensor idx = Tensor::empty({T, k}, DType::kI32), top = Tensor::empty({T, k});
-  cpu::topk(idx.data<int32_t>(), top.data<float>(), biased.data<float>(), T, E, k);
+  int64_t dropped = 0, rerouted = 0;
+  if (c.has_capacity_limit()) {
+    // DESIGN 1.6: capacity ceil(cf m k / n); overflow goes to the next-best expert with room, else is dropped.
+    CapacityRouting cr = route_with_capacity(biased.data<float>(), T, E, k, c.capacity_factor_at(opt.step));
+    idx = cr.idx;
+    dropped = cr.dropped;
+    rerouted = cr.rerouted;
+  } else {
+    cpu::topk(idx.data<int32_t>(), top.data<float>(), biased.data<float>(), T, E, k);
+  }
+  // Mixture weights over the copies actually served (a dropped copy's share vanishes).
   Var weights = ag::route_weights(s, idx, float(c.routed_scaling_factor), c.moe_renormalize);  // [T, k]
-  // Group copies by expert (counting sort, stable in token order).
+  // Group copies by expert (counting sort, stable in token order); dropped copies (-1) are left out.
   const int32_t* id = idx.data<int32_t>();
   std::vector<int64_t> start(static_cast<size_t>(E + 1), 0);
-  for (int64_t i = 0; i < T * k; ++i) ++start[size_t(id[i]) + 1];
+  for (int64_t i = 0; i < T * k; ++i)
+    if (id[i] >= 0) ++start[size_t(id[i]) + 1];
   for (int64_t e = 0; e < E; ++e) start[size_t(e + 1)] += start[size_t(e)];
-  Tensor copy_token = Tensor::empty({T * k}, DType::kI32), copy_slot = Tensor::empty({T * k}, DType::kI32);
+  const int64_t served = start[size_t(E)];
+  Tensor copy_token = Tensor::empty({served}, DType::kI32), copy_slot = Tensor::empty({served}, DType::kI32);
   {
     std::vector<int64_t> fill(start.begin(), start.end() - 1);
     for (int64_t i = 0; i < T * k; ++i) {
+      if (id[i] < 0) continue;
       const int64_t pos = fill[size_t(id[i])]++;
       copy_token.data<int32_t>()[pos] = int32_t(i / k);
       copy_slot.data<int32_t>()[pos] = int32_t(i);
@@ -155,11 +169,14 @@ Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats) const {
     stats->load.resize(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e) stats->load[size_t(e)] = start[size_t(e + 1)] - start[size_t(e)];
     stats->scores = s.value().clone();
+    stats->copies = T * k;
+    stats->dropped = dropped;
+    stats->rerouted = rerouted;
   }
   const bool latent = c.routed_expert_hidden_size.has_value();
   Var z = latent ? ag::linear(x, p(m + "routed_expert_down_proj.weight")) : x;  // [T, L]
   const int64_t L = z.shape()[1];
-  Var z_sorted = ag::gather_rows(z, copy_token);  // [T k, L]
+  Var z_sorted = ag::gather_rows(z, copy_token);  // [served copies, L]
   std::vector<Var> outs;
   for (int64_t e = 0; e < E; ++e) {
     const int64_t b0 = start[size_t(e)], b1 = start[size_t(e + 1)];
@@ -170,7 +187,7 @@ Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats) const {
         ag::linear(glu(ag::linear(ze, p(ex + "w1.weight")), ag::linear(ze, p(ex + "w3.weight"))), p(ex + "w2.weight")));
   }
   Var y_sorted = ag::concat_rows(outs, L);
-  Var w_sorted = ag::reshape(ag::gather_rows(ag::reshape(weights, {T * k, 1}), copy_slot), {T * k});
+  Var w_sorted = ag::reshape(ag::gather_rows(ag::reshape(weights, {T * k, 1}), copy_slot), {served});
   Var u = ag::scatter_add_rows(T, y_sorted, copy_token, w_sorted);  // [T, L]
   Var y = u;
   if (latent) {
@@ -210,7 +227,7 @@ Var Transformer::layer_forward(int64_t l, const std::vector<Var>& sealed, const 
   };
   auto ffn = [&](const Var& h) {
     Var n = ag::rmsnorm(h, p(pre + "post_attention_layernorm.weight"), eps);
-    return c.is_moe_layer(l) ? moe_ffn(l, n, stats) : dense_ffn(l, n);
+    return c.is_moe_layer(l) ? moe_ffn(l, n, stats, opt) : dense_ffn(l, n);
   };
   if (c.attn_res_mode != AttnResMode::kBlock) {  // plain pre-norm residual ("none"; "skip" adds to it outside)
     Var m = mixer(running_in);

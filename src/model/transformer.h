@@ -22,6 +22,8 @@ struct ForwardOptions {
   // Gradient checkpointing: each layer runs without keeping its activations and is recomputed during the
   // backward (one layer's activations alive at a time).
   bool checkpoint_layers = false;
+  // Training step, for the capacity-factor schedule (capacity_factor_start -> _end over _steps).
+  int64_t step = 0;
 };
 
 // Per-layer routing statistics of one forward (what balancing and the metrics read).
@@ -29,6 +31,9 @@ struct RoutingStats {
   int64_t layer = -1;
   std::vector<int64_t> load;  // copies per expert
   Tensor scores;              // [T, E] router scores s (f32, no grad), for quantile balancing
+  int64_t copies = 0;         // T * k
+  int64_t dropped = 0;        // copies with no expert under the capacity limit
+  int64_t rerouted = 0;       // copies moved to a next-best expert with room
 };
 
 struct ForwardResult {
@@ -53,7 +58,7 @@ class Transformer {
   ag::Var kda_mixer(int64_t layer, const ag::Var& x, const ForwardOptions& opt) const;
   ag::Var mla_mixer(int64_t layer, const ag::Var& x) const;
   ag::Var dense_ffn(int64_t layer, const ag::Var& x) const;
-  ag::Var moe_ffn(int64_t layer, const ag::Var& x, RoutingStats* stats) const;
+  ag::Var moe_ffn(int64_t layer, const ag::Var& x, RoutingStats* stats, const ForwardOptions& opt = {}) const;
   ag::Var glu(const ag::Var& g, const ag::Var& u) const;  // SiTU-GLU, or SwiGLU for hidden_act "silu"
   // One layer: AttnRes state in (the sealed snapshots, the running sum), new running sum out. When
   // l % attn_res_block_size == 0 the caller appends running_in to the snapshots afterwards.

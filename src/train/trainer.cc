@@ -203,6 +203,7 @@ TrainSummary Trainer::run() {
                      static_cast<long long>(s), static_cast<long long>(cfg_.stages[size_t(s)].seq_len));
     }
     const int64_t T = cfg_.stages[size_t(s)].seq_len;
+    fo.step = step_;  // the capacity-factor schedule
     const int64_t n_seq = cfg_.sequences_per_step(s);
     const auto t0 = std::chrono::steady_clock::now();
     model_.weights().zero_grad();
@@ -223,6 +224,8 @@ TrainSummary Trainer::run() {
       } else {
         for (size_t j = 0; j < routing.size() && j < r.routing.size(); ++j) {
           for (size_t e = 0; e < routing[j].load.size(); ++e) routing[j].load[e] += r.routing[j].load[e];
+          routing[j].dropped += r.routing[j].dropped;
+          routing[j].copies += r.routing[j].copies;
           const Tensor& a = routing[j].scores;
           const Tensor& b2 = r.routing[j].scores;
           Tensor both = Tensor::empty({a.size(0) + b2.size(0), a.size(1)});
@@ -267,17 +270,13 @@ TrainSummary Trainer::run() {
     if (!routing.empty()) {
       nlohmann::json moe = nlohmann::json::array();
       for (const RoutingStats& r : routing) {
-        double mean = 0, mx = 0;
-        int64_t dead = 0;
-        for (int64_t x : r.load) {
-          mean += double(x);
-          mx = std::max(mx, double(x));
-          dead += x == 0;
-        }
-        mean /= double(std::max<size_t>(r.load.size(), 1));
+        const RoutingStatsSummary sm =
+            summarize_routing(r.load, r.scores, model_.config().num_experts_per_token, r.dropped);
         moe.push_back({{"layer", r.layer},
-                       {"max_violation", mean > 0 ? mx / mean - 1.0 : 0.0},
-                       {"dead_experts", dead},
+                       {"max_violation", sm.max_violation},
+                       {"dropped_fraction", sm.dropped_fraction},
+                       {"router_entropy", sm.mean_entropy},
+                       {"dead_experts", sm.dead_experts},
                        {"load", r.load}});
       }
       rec["moe"] = moe;

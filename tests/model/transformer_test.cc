@@ -117,6 +117,38 @@ TEST(Moe, GroupedDispatchEqualsPerTokenLoop) {
   }
 }
 
+// A capacity limit (DESIGN 1.6): no expert above ceil(cf m k / n), overflow rerouted or dropped (counted), and
+// the layer still trains (gradients reach the router through the served copies).
+TEST(Moe, CapacityLimitCapsLoadsAndCountsDrops) {
+  ModelConfig c = load("tiny.json");
+  c.capacity_factor_start = 1.0;
+  c.capacity_factor_end = 1.0;
+  Transformer model(c, ModelWeights::random(c, 9));
+  std::mt19937 rng(10);
+  const int64_t T = 64, k = c.num_experts_per_token, E = c.num_experts;
+  // A skewed input: every token shares a large common direction, so the router prefers the same experts.
+  Tensor x = randn(rng, {T, c.hidden_size}, 0.2f);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t d = 0; d < 8; ++d) x.data<float>()[t * c.hidden_size + d] += 3.0f;
+  Tensor gw = model.p("model.layers.1.block_sparse_moe.gate.weight").value();
+  gw.copy_from(randn(rng, {E, c.hidden_size}, 0.5f));
+  RoutingStats st;
+  Var xv(x, true);
+  Var y = model.moe_ffn(1, xv, &st);
+  const int64_t cap = (T * k + E - 1) / E;  // cf = 1
+  int64_t served = 0;
+  for (int64_t n : st.load) {
+    EXPECT_LE(n, cap);
+    served += n;
+  }
+  EXPECT_EQ(served + st.dropped, T * k);
+  EXPECT_GT(st.rerouted + st.dropped, 0) << "the skewed batch should overflow some expert";
+  model.weights().zero_grad();
+  ag::backward(ag::sum(ag::mul(y, y)));
+  EXPECT_TRUE(model.p("model.layers.1.block_sparse_moe.gate.weight").has_grad());
+  EXPECT_TRUE(xv.has_grad());
+}
+
 TEST(Kda, DecayStaysInsideItsBounds) {
   std::mt19937 rng(5);
   const float lb = -5.0f;
