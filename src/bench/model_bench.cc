@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdarg>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -54,9 +55,9 @@ Tensor random_ids(int64_t n, int64_t vocab, uint64_t seed) {
 
 std::string time_str(double s) {
   char buf[32];
-  if (s >= 1.0)
+  if (std::fabs(s) >= 1.0)
     std::snprintf(buf, sizeof buf, "%.3f s", s);
-  else if (s >= 1e-3)
+  else if (std::fabs(s) >= 1e-3)
     std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
   else
     std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
@@ -534,6 +535,19 @@ ModelBenchResult run_model_bench(const ModelBenchOptions& opt, const MachineLimi
                  " must lie in 1..max_position_embeddings (", c.max_position_embeddings, ")");
   check_init_size(c, kInitDefaultMaxGb);
   print("config %s, T = %lld\n%s\n", opt.config_path.c_str(), (long long)T, model_config_summary(c).c_str());
+  // The threading environment changes these figures a lot (OpenMP workers spinning beside OpenBLAS's own
+  // threads), so it is printed and recorded with them.
+  ordered_json env = ordered_json::object();
+  std::string env_line;
+  for (const char* name : {"MYRIAD_THREADS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
+                           "OPENBLAS_NUM_THREADS", "MALLOC_MMAP_THRESHOLD_"}) {
+    const char* v = std::getenv(name);
+    env[name] = v ? ordered_json(v) : ordered_json(nullptr);
+    if (v) env_line += std::string(env_line.empty() ? "" : ", ") + name + "=" + v;
+  }
+  print("threading environment: %s\n", env_line.empty() ? "defaults (none of MYRIAD_THREADS, OMP_*, GOMP_SPINCOUNT, "
+                                                          "OPENBLAS_NUM_THREADS set)"
+                                                        : env_line.c_str());
 
   ModelBenchResult res;
   Verdicts verdicts;
@@ -541,6 +555,7 @@ ModelBenchResult run_model_bench(const ModelBenchOptions& opt, const MachineLimi
   j["config"] = opt.config_path;
   j["seq"] = T;
   j["budget_s"] = opt.budget_s;
+  j["environment"] = env;
   run_model_sections(c, T, limits, opt.budget_s, print, verdicts, j);
   run_kda_section(c, T, opt.budget_s, print, verdicts, j);
   run_moe_section(c, opt.config_path, T, opt.budget_s, print, verdicts, j);
