@@ -7,6 +7,7 @@
 #include <numeric>
 #include <string>
 
+#include "model/rope.h"
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/vmath.h"
 #include "ops/kernels.h"
@@ -147,14 +148,8 @@ MlaDecoder::MlaDecoder(const ModelConfig& c, const ModelWeights& w, int64_t laye
   scale_ = 1.0f / std::sqrt(float(Dq_));
   if (rope_) {
     MYRIAD_REQUIRE(Dr_ % 2 == 0, kConfig, "mla decoder: qk_rope_head_dim ", Dr_, " must be even for RoPE");
-    if (c.rope_scaling && c.rope_scaling->factor > 1.0) {
-      const RopeScaling& rs = *c.rope_scaling;
-      yarn_ = YarnParams{rs.factor,
-                         rs.original_max_position_embeddings.value_or(c.max_position_embeddings),
-                         rs.beta_fast.value_or(32.0),
-                         rs.beta_slow.value_or(1.0),
-                         rs.mscale.value_or(1.0),
-                         rs.mscale_all_dim.value_or(0.0)};
+    yarn_ = mla_yarn_params(c);
+    if (yarn_) {
       const double m = yarn_mscale(yarn_->factor, yarn_->mscale_all_dim);
       scale_ *= float(m * m);
     }

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "model/balancing.h"
+#include "model/rope.h"
 #include "ops/rope_table.h"
 
 namespace myriad {
@@ -85,16 +86,7 @@ Var Transformer::mla_mixer(int64_t l, const Var& x) const {
   if (!c.mla_use_nope && Dr > 0) {
     std::vector<int64_t> pos(static_cast<size_t>(T));
     std::iota(pos.begin(), pos.end(), 0);
-    std::optional<YarnParams> yarn;
-    if (c.rope_scaling && c.rope_scaling->factor > 1.0) {
-      const RopeScaling& rs = *c.rope_scaling;
-      yarn = YarnParams{rs.factor,
-                        rs.original_max_position_embeddings.value_or(c.max_position_embeddings),
-                        rs.beta_fast.value_or(32.0),
-                        rs.beta_slow.value_or(1.0),
-                        rs.mscale.value_or(1.0),
-                        rs.mscale_all_dim.value_or(0.0)};
-    }
+    const std::optional<YarnParams> yarn = mla_yarn_params(c);
     const RopeTables rt = make_rope_tables(pos, Dr, c.rope_theta, yarn ? &*yarn : nullptr);
     scale *= rt.softmax_scale_factor;
     const RopeLayout layout{0, Dr, false};
