@@ -30,7 +30,9 @@ fail() { echo "FAIL: $*"; exit 1; }
 train --out "$work/A" >/dev/null 2>&1 || fail "uninterrupted run failed"
 
 # B: kill -9 after the first checkpoint appears (the data and corpus are generated first, so wait for it).
-train --out "$work/B" >/dev/null 2>&1 &
+# Started directly (not through the `train` function) so that $! is myriad itself, not a subshell: killing a
+# subshell would leave myriad running on, racing the resume.
+"$bin" train --config "$root/configs/tiny.json" --train-config "$work/train.json" --quiet --out "$work/B" >/dev/null 2>&1 &
 pid=$!
 for _ in $(seq 600); do
   [[ -f "$work/B/checkpoints/latest" ]] && break
