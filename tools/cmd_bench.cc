@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "model/config.h"
 
 namespace {
 
@@ -71,6 +72,11 @@ int run_model(const myriad::cli::Args& args) {
   const long seconds = args.get_int("seconds", 40, 1, 3600);
   opt.budget_s = double(seconds);
   const auto json_path = args.get("json");
+  {  // config and --seq errors before the ceilings are measured
+    const myriad::ModelConfig c = myriad::load_model_config(opt.config_path, nullptr);
+    MYRIAD_REQUIRE(opt.seq <= c.max_position_embeddings, kValue, "bench model: --seq ", opt.seq,
+                   " exceeds max_position_embeddings (", c.max_position_embeddings, ") of ", opt.config_path);
+  }
 
   std::printf(
       "myriad bench model: %d threads, ~%ld s of timed repeats plus setup (best of repeats after one warm-up "
@@ -114,7 +120,7 @@ MYRIAD_COMMAND("bench", "benchmark the CPU kernels or a whole model against this
                "       myriad bench model --config FILE [--seq T] [--seconds S] [--json FILE]",
                {{"seconds", "S",
                  "seconds of timed repeats, all rows together (ops: default 20, about 30 s in all; model: default 40, "
-                 "about 90 s in all for configs/small.json on 2 cores)"},
+                 "about 65 s in all for configs/small.json on 2 cores)"},
                 {"json", "FILE", "also write the figures as JSON (to FILE.tmp, then renamed)"},
                 {"config", "FILE", "model: the model config.json (or a directory holding one)"},
                 {"seq", "T", "model: tokens in the sequence (default min(1024, max_position_embeddings))"}},

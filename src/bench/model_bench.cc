@@ -545,6 +545,8 @@ ModelBenchResult run_model_bench(const ModelBenchOptions& opt, const MachineLimi
     env[name] = v ? ordered_json(v) : ordered_json(nullptr);
     if (v) env_line += std::string(env_line.empty() ? "" : ", ") + name + "=" + v;
   }
+  if (std::getenv("MYRIAD_NO_REEXEC"))
+    env_line += " (GOMP_SPINCOUNT=10000 unless chosen: the launcher's default, tools/myriad.cc)";
   print("threading environment: %s\n", env_line.empty() ? "defaults (none of MYRIAD_THREADS, OMP_*, GOMP_SPINCOUNT, "
                                                           "OPENBLAS_NUM_THREADS set)"
                                                         : env_line.c_str());
