@@ -35,6 +35,8 @@ const std::set<std::string>& ignored_fields() {
       "task_specific_params", "prefix", "sep_token_id", "decoder_start_token_id",
       // training-loss infrastructure handled elsewhere (myriad masks by its own rule)
       "ignore_index", "attention_dropout",
+      // provenance records written by myriad tools (model/prune.h: "pruning")
+      "pruning",
       // generation defaults (myriad's sampler takes these per request)
       "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty",
       "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
