@@ -226,4 +226,11 @@ void validate_checkpoint_against_config(const Checkpoint& ck, const ModelConfig&
               problems > 1 ? str(" (and ", problems - 1, " more mismatched tensors)") : std::string());
 }
 
+bool is_quantizable_linear(const ParamSpec& spec) {
+  const Component c = spec.component;
+  const bool weight = spec.name.size() > 7 && spec.name.compare(spec.name.size() - 7, 7, ".weight") == 0;
+  return spec.shape.size() == 2 && weight && c != Component::kEmbeddings && c != Component::kRouter &&
+         c != Component::kNorms && c != Component::kAttnRes;
+}
+
 }  // namespace myriad

@@ -80,6 +80,11 @@ struct ParamSpec {
 // the output AttnRes query and lm_head. Names are unique.
 std::vector<ParamSpec> model_param_specs(const ModelConfig& c);
 
+// A linear layer's weight that block quantization may store quantized: two dims, and not the embeddings (a
+// lookup), the router (routing decisions stay exact), a norm or an AttnRes query. Whether its cols divide
+// into quantization groups is the quantizer's check.
+bool is_quantizable_linear(const ParamSpec& spec);
+
 // Checks that `ck` holds exactly the tensors of model_param_specs(c), each with the spec's shape and dtype.
 // The first problem throws one myriad::Error (kFormat) naming the checkpoint, the tensor, the expected and the
 // found shape and dtype ("missing" / "not in the model" for absent / extra tensors), plus how many other

@@ -1,0 +1,90 @@
+#include "quant/linear_weight.h"
+
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "core/threads.h"
+#include "ops/kernels.h"
+
+namespace myriad {
+
+namespace {
+
+// Decode-sized products (a few rows of x): sgemm would pack (copy) the whole weight on every call, which
+// doubles the memory traffic of a step that is memory-bound to begin with. Here each weight row is read once
+// from memory and dotted with every x row while it sits in L1; threads split the weight rows.
+constexpr int64_t kSkinnyRows = 16;
+
+void skinny_matmul(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y, int64_t ldy) {
+  const int64_t work = rows * cols;
+  const int threads = work >= (int64_t(1) << 16) ? num_threads() : 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* wr = w + r * cols;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xi = x + i * cols;
+      float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t c = 0; c < cols; ++c) acc += wr[c] * xi[c];
+      y[i * ldy + r] = acc;
+    }
+  }
+}
+
+}  // namespace
+
+LinearWeight LinearWeight::dense(const Tensor& w) {
+  MYRIAD_REQUIRE(w.defined() && w.ndim() == 2 && w.device() == Device::kCPU, kShape,
+                 "linear weight: expected a 2-D cpu tensor, got ", w.defined() ? shape_str(w.shape()) : "undefined");
+  LinearWeight l;
+  Tensor f = w.dtype() == DType::kF32 ? w : w.to(DType::kF32);
+  l.w_ = f.is_contiguous() ? f : f.contiguous();
+  l.rows_ = w.shape()[0];
+  l.cols_ = w.shape()[1];
+  return l;
+}
+
+LinearWeight LinearWeight::quantized(QuantMatrix q) {
+  LinearWeight l;
+  l.quant_ = true;
+  l.rows_ = q.rows;
+  l.cols_ = q.cols;
+  l.q_ = std::move(q);
+  return l;
+}
+
+size_t LinearWeight::bytes() const {
+  return quant_ ? q_.bytes() : w_.nbytes();
+}
+
+void LinearWeight::apply(const float* x, int64_t n, float* y, int64_t ldy) const {
+  MYRIAD_CHECK(defined(), "linear weight: apply on an undefined weight");
+  if (ldy == 0) ldy = rows_;
+  if (n == 0) return;
+  if (!quant_) {
+    if (n <= kSkinnyRows)
+      skinny_matmul(w_.data<float>(), rows_, cols_, x, n, y, ldy);
+    else
+      cpu::gemm(false, true, n, rows_, cols_, 1.0f, x, cols_, w_.data<float>(), cols_, 0.0f, y, ldy);
+    return;
+  }
+  if (ldy == rows_) {
+    quant_matmul(q_, x, n, y);
+    return;
+  }
+  std::vector<float> tmp(static_cast<size_t>(n * rows_));
+  quant_matmul(q_, x, n, tmp.data());
+  for (int64_t i = 0; i < n; ++i) std::memcpy(y + i * ldy, tmp.data() + i * rows_, size_t(rows_) * sizeof(float));
+}
+
+Tensor LinearWeight::apply(const Tensor& x_in) const {
+  MYRIAD_REQUIRE(x_in.ndim() == 2 && x_in.shape()[1] == cols_ && x_in.dtype() == DType::kF32, kShape,
+                 "linear weight: input ", shape_str(x_in.shape()), " should be f32 [n, ", cols_, "]");
+  const Tensor x = x_in.contiguous();
+  Tensor y = Tensor::empty({x.shape()[0], rows_});
+  apply(x.data<float>(), x.shape()[0], y.data<float>());
+  return y;
+}
+
+}  // namespace myriad

@@ -1,0 +1,650 @@
+// quant_matmul: y[n, rows] = x[n, cols] . W^T with W block-quantized (quant.h), without dequantizing W whole.
+//
+// Legend: N rows of x (tokens), R rows of W (outputs), Cols inputs, G = Cols / 32 groups per row.
+//
+// Two strategies:
+//  - integer (N < quant_gemm_rows(); decode is memory-bound): x is quantized per row and group of 32 to int8 with
+//    an f32 scale dx (q8_0-style activations); each group's dot product is exact in int32 and is scaled by dw * dx
+//    in f32 (for N = 1 the two scales are multiplied once per strip: one scale per group). W is streamed once per
+//    call in strips of kStripRows rows, each strip prefetched while the previous one is computed; within a strip,
+//    tiles of R W rows x C x rows share every load of W and x.
+//      scalar      portable C++, the oracle of the SIMD kernels (same integer sums; only the f32 order differs)
+//      avx2        one group per step. q8: |w| (u8) x sign(x, w) (s8) with maddubs + madd. 4-bit: the codes as u8
+//                  (q4: the code = q + 8; mxfp4: 2 * e2m1 + 12 through a 16-byte table) x s8 x
+//      avx512vnni  two groups per 512-bit step, dpbusd on u8 (w + bias) x s8 x, bias 128 / 8 / 12 for q8 / q4 /
+//                  mxfp4 (q8: w ^ 0x80)
+//    The bias is removed exactly: each group's int32 accumulator starts at -bias * sum(x) of its lanes, computed
+//    once per x row (XQuant::init) and shared by every W row. x is stored permuted to match how the 4-bit codes
+//    unpack (low nibbles = even columns first), so no nibble is ever interleaved.
+//  - dequant + sgemm (N >= quant_gemm_rows(); compute-bound): panels of ~8 MiB of W rows are expanded to f32
+//    (in parallel) and multiplied with OpenBLAS sgemm (threaded); x is used exactly.
+// NOTE (accuracy of the integer path): x_g is replaced by dx_g q_g with |x_g - dx_g q_g| <= dx_g / 2,
+// dx_g = max|x_g| / 127, so each output moves by at most sum_g (dx_g / 2) sum_{i in g} |W_i| (about 0.4% of
+// |x| |W| per group in the worst case, far less on average since the errors are independent).
+//
+// Threads: OpenMP over strips (integer) or panel rows (sgemm path), only when N x R x Cols is large enough to pay
+// for a fork/join, and never from inside another parallel region.
+// Measured (2-core AMD EPYC with AVX-512, [4096, 4096], N = 1, 2 threads, weights from DRAM, best of 60; the
+// machine's read ceiling in the same run 55 GB/s): f32 sgemv 1.49 ms (45 GB/s), q8 0.46 ms (39 GB/s of codes),
+// q4 0.37 ms (25 GB/s), mxfp4 0.39 ms (23 GB/s). q8 streams at 70% of the ceiling (sgemv: 82%); the 4-bit
+// kernels are bound by unpacking and per-group scaling (~45 G weights/s on two cores), still 4x faster than f32.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/threads.h"
+#include "quant/quant.h"
+
+#if defined(__AVX2__) || defined(__F16C__)
+// NOTE: GCC 12's AVX-512 headers build "undefined" vectors by self-initialisation (_mm512_undefined_ps), which
+// -Wmaybe-uninitialized reports wherever such an intrinsic is inlined; silenced for this file.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define MYRIAD_QUANT_AVX2 1
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
+    defined(__F16C__)
+#define MYRIAD_QUANT_AVX512VNNI 1
+#endif
+
+namespace myriad {
+
+namespace {
+
+constexpr int64_t kStripRows = 16;                 // W rows per unit of work of the integer path
+constexpr int64_t kPanelBytes = int64_t(8) << 20;  // f32 W panel of the sgemm path
+// N x R x Cols multiply-adds below which one thread does the whole product (a fork/join costs ~10 us).
+constexpr int64_t kParallelWork = int64_t(1) << 18;
+
+// 4-bit code -> integer weight value. Signed (the scalar kernel and the dequantizer): q4 code - 8, mxfp4 2 * e2m1
+// (an exact integer in [-12, 12]; the scale is halved to match). Unsigned, for the SIMD kernels, whose W operand is
+// u8: the signed value plus kBias (q4: the code itself; mxfp4: 2 * e2m1 + 12 in [0, 24]; q8: w + 128 = w ^ 0x80).
+alignas(16) constexpr int8_t kQ4Lut[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+alignas(16) constexpr int8_t kMxfp4Lut[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+alignas(16) constexpr uint8_t kMxfp4ULut[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+
+template <QuantType T>
+constexpr const int8_t* lut4() {
+  return T == QuantType::kQ4 ? kQ4Lut : kMxfp4Lut;
+}
+
+template <QuantType T>
+constexpr int64_t kCodeBytes = T == QuantType::kQ8 ? kQuantGroup : kQuantGroup / 2;  // per group
+
+// Kernel families of the integer path.
+enum class Family : uint8_t { kScalar, kAvx2, kVnni };
+
+// Bias b of the unsigned W operand (u = w + b): the kernel computes sum u x exactly, and the -b sum x part is the
+// accumulator's starting value, precomputed once per x row (XQuant::init). 0: W is used signed (scalar; AVX2 q8,
+// whose maddubs would saturate on u8 w + 128 and uses |w| x sign(x, w) instead).
+template <Family F, QuantType T>
+constexpr int32_t kBias = F == Family::kScalar  ? 0
+                          : T == QuantType::kQ8 ? (F == Family::kVnni ? 128 : 0)
+                          : T == QuantType::kQ4 ? 8
+                                                : 12;
+
+// 0.5 * 2^(e-127) (mxfp4's codes are doubled), NaN for e = 255.
+inline float half_e8m0(uint8_t e) {
+  if (e >= 2 && e != 255) {
+    const uint32_t bits = uint32_t(e - 1) << 23;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  return 0.5f * e8m0_to_f32(e);
+}
+
+// Scale of each group of W rows [r0, r0 + nr) in f32, times dx[g] when dx is given -> out[r * stride + g];
+// mxfp4's halved (doubled codes).
+void load_scales(const QuantMatrix& w, int64_t r0, int64_t nr, float* out, int64_t stride, const float* dx) {
+  const int64_t G = w.cols / kQuantGroup;
+  if (w.type == QuantType::kMxfp4) {
+    const uint8_t* e = w.scales.data<uint8_t>() + r0 * G;
+    for (int64_t r = 0; r < nr; ++r) {
+      float* o = out + r * stride;
+      int64_t g = 0;
+#if MYRIAD_QUANT_AVX2
+      for (; g + 8 <= G; g += 8) {
+        const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e + r * G + g)));
+        // e in [2, 254]: the float with exponent field e - 1; other lanes (subnormal results, NaN) go scalar.
+        const __m256i normal = _mm256_and_si256(_mm256_cmpgt_epi32(v, _mm256_set1_epi32(1)),
+                                                _mm256_cmpgt_epi32(_mm256_set1_epi32(255), v));
+        if (_mm256_movemask_epi8(normal) != -1) break;
+        __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23));
+        if (dx) f = _mm256_mul_ps(f, _mm256_loadu_ps(dx + g));
+        _mm256_storeu_ps(o + g, f);
+      }
+#endif
+      for (; g < G; ++g) o[g] = half_e8m0(e[r * G + g]) * (dx ? dx[g] : 1.0f);
+    }
+    return;
+  }
+  const uint16_t* h = w.scales.data<uint16_t>() + r0 * G;
+  for (int64_t r = 0; r < nr; ++r) {
+    float* o = out + r * stride;
+    int64_t g = 0;
+#if defined(__F16C__) && defined(__AVX__)
+    for (; g + 8 <= G; g += 8) {
+      __m256 f = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + r * G + g)));
+      if (dx) f = _mm256_mul_ps(f, _mm256_loadu_ps(dx + g));
+      _mm256_storeu_ps(o + g, f);
+    }
+#endif
+    for (; g < G; ++g) o[g] = f16_to_f32(h[r * G + g]) * (dx ? dx[g] : 1.0f);
+  }
+}
+
+// x quantized for one kernel family. Per row t:
+//   q     [Gp * 32]  int8 in the order the family's W decoding produces (below); Gp = G, or G rounded up to even
+//                    for VNNI (two groups per step), the extra group zero
+//   init  [Gp * 8]   -bias * (sum of the 4 stored bytes of each 32-bit lane): the exact correction of u = w + bias
+//   d     [Gp + 16]  dx per group (zero past G: padding for 64-byte loads)
+// Stored position of column i of group g:
+//   natural                  g * 32 + i                                  (scalar; q8 on AVX2 and VNNI)
+//   AVX2, 4-bit              g * 32 + (i odd ? 16 : 0) + i / 2           (low nibbles, then high nibbles)
+//   VNNI, 4-bit (pair p=g/2) p * 64 + (i odd ? 32 : 0) + (g % 2) * 16 + i / 2
+struct XQuant {
+  int64_t Gp = 0, qs = 0, is = 0, ds = 0;  // groups stored; row strides of q, init, d
+  std::vector<int8_t> q;
+  std::vector<int32_t> init;
+  std::vector<float> d;
+};
+
+XQuant quantize_x(const float* x, int64_t n, int64_t cols, Family f, QuantType type, int32_t bias) {
+  const int64_t G = cols / kQuantGroup;
+  XQuant xq;
+  xq.Gp = f == Family::kVnni ? (G + 1) / 2 * 2 : G;
+  xq.qs = xq.Gp * kQuantGroup;
+  xq.is = xq.Gp * 8;
+  xq.ds = xq.Gp + 16;
+  xq.q.assign(size_t(n * xq.qs), 0);
+  xq.init.assign(size_t(n * xq.is), 0);
+  xq.d.assign(size_t(n * xq.ds), 0.0f);
+  const bool four_bit = type != QuantType::kQ8;
+  for (int64_t t = 0; t < n; ++t) {
+    int8_t* qrow = xq.q.data() + t * xq.qs;
+    for (int64_t g = 0; g < G; ++g) {
+      const float* xg = x + t * cols + g * kQuantGroup;
+      float amax = 0;
+      bool finite = true;
+      for (int i = 0; i < kQuantGroup; ++i) {
+        amax = std::max(amax, std::fabs(xg[i]));
+        finite = finite && std::isfinite(xg[i]);
+      }
+      float d = amax / 127.0f;
+      int8_t q[kQuantGroup] = {};
+      if (!finite) {
+        d = std::numeric_limits<float>::quiet_NaN();  // NaN / inf in x: this group's products become NaN
+      } else if (amax > 0) {
+        const float id = 127.0f / amax;
+        for (int i = 0; i < kQuantGroup; ++i) q[i] = int8_t(std::clamp(std::nearbyint(xg[i] * id), -127.0f, 127.0f));
+      }
+      xq.d[size_t(t * xq.ds + g)] = d;
+      for (int i = 0; i < kQuantGroup; ++i) {
+        int64_t pos = g * kQuantGroup + i;
+        if (four_bit && f == Family::kAvx2) pos = g * kQuantGroup + (i % 2) * 16 + i / 2;
+        if (four_bit && f == Family::kVnni) pos = (g / 2) * 64 + (i % 2) * 32 + (g % 2) * 16 + i / 2;
+        qrow[pos] = q[i];
+      }
+    }
+    if (bias != 0)
+      for (int64_t lane = 0; lane < xq.is; ++lane) {
+        const int8_t* b = qrow + lane * 4;
+        xq.init[size_t(t * xq.is + lane)] = -bias * (int32_t(b[0]) + b[1] + b[2] + b[3]);
+      }
+  }
+  return xq;
+}
+
+// One tile: W rows [r, r + R) x x rows [t, t + C). FOLD (C = 1): dw already holds dw * dx of x row t.
+struct TileArgs {
+  const uint8_t* codes;  // W row r's codes; row stride code_stride bytes
+  int64_t code_stride;
+  const float* dw;  // scales of W row r (stride ws), padded with zeros to Gp + 16
+  int64_t ws;
+  const int8_t* xq;     // x row t's quantized values (stride xq.qs)
+  const int32_t* init;  // (stride xq.is)
+  const float* dx;      // (stride xq.ds)
+  const XQuant* x;
+  int64_t G;
+  float* y;  // y[t, r]; stride ldy between x rows
+  int64_t ldy;
+};
+
+// ---- scalar ----
+// NOTE: GCC 12.2 at -O2/-O3 with AVX512-VNNI (-march=native here) vectorises a signed char x signed char
+// dot-product loop into vpdpbusd, which multiplies *unsigned* by signed bytes: wrong sums (and an aligned load of an
+// unaligned address). The scalar kernel, the oracle and the portable fallback, is therefore never auto-vectorised.
+#if defined(__GNUC__) && !defined(__clang__)
+#define MYRIAD_QUANT_NO_VECTORIZE __attribute__((optimize("no-tree-vectorize")))
+#else
+#define MYRIAD_QUANT_NO_VECTORIZE
+#endif
+
+template <QuantType T>
+inline int w_value(const uint8_t* row, int64_t col) {
+  if constexpr (T == QuantType::kQ8) {
+    return int8_t(row[col]);
+  } else {
+    const uint8_t b = row[col / 2];
+    return lut4<T>()[(col & 1) ? (b >> 4) : (b & 0xf)];
+  }
+}
+
+template <QuantType T, int R, int C, bool FOLD>
+struct ScalarTile {
+  MYRIAD_QUANT_NO_VECTORIZE static void run(const TileArgs& a) {
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* row = a.codes + r * a.code_stride;
+      for (int c = 0; c < C; ++c) {
+        const int8_t* xr = a.xq + c * a.x->qs;
+        float acc = 0;
+        for (int64_t g = 0; g < a.G; ++g) {
+          int32_t s = 0;
+          for (int64_t i = g * kQuantGroup; i < (g + 1) * kQuantGroup; ++i) s += w_value<T>(row, i) * int32_t(xr[i]);
+          acc += float(s) * (a.dw[r * a.ws + g] * a.dx[c * a.x->ds + g]);
+        }
+        a.y[c * a.ldy + r] = acc;
+      }
+    }
+  }
+};
+
+#if MYRIAD_QUANT_AVX2
+inline float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Group g of a W row as 32 bytes in x's stored order: q8 signed; 4-bit unsigned (value + kBias).
+template <QuantType T>
+inline __m256i avx2_load_w(const uint8_t* row, int64_t g) {
+  if constexpr (T == QuantType::kQ8) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + g * kQuantGroup));
+  } else {
+    const __m256i b =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + g * (kQuantGroup / 2))));
+    const __m256i u = _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
+    if constexpr (T == QuantType::kQ4) return u;
+    return _mm256_shuffle_epi8(
+        _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4ULut))), u);
+  }
+}
+
+template <QuantType T, int R, int C, bool FOLD>
+struct Avx2Tile {
+  static void run(const TileArgs& a) {
+    __m256 acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t g = 0; g < a.G; ++g) {
+      __m256i wv[R], aw[R];
+      for (int r = 0; r < R; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(a.codes + (r + kStripRows) * a.code_stride + g * kCodeBytes<T>),
+                     _MM_HINT_T0);
+        wv[r] = avx2_load_w<T>(a.codes + r * a.code_stride, g);
+        if constexpr (T == QuantType::kQ8) aw[r] = _mm256_abs_epi8(wv[r]);
+      }
+      for (int c = 0; c < C; ++c) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + c * a.x->qs + g * kQuantGroup));
+        for (int r = 0; r < R; ++r) {
+          __m256i p;
+          if constexpr (T == QuantType::kQ8) {
+            // |w| x (x with w's sign): u8 x s8 pairs, at most 2 * 127 * 127 < 2^15: maddubs never saturates.
+            p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(xv, wv[r])), ones);
+          } else {
+            // (w + bias) x x, at most 2 * 24 * 127 < 2^15; the accumulator starts at -bias * sum x.
+            p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], xv), ones),
+                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.init + c * a.x->is + g * 8)));
+          }
+          const __m256 s = FOLD ? _mm256_broadcast_ss(a.dw + r * a.ws + g)
+                                : _mm256_set1_ps(a.dw[r * a.ws + g] * a.dx[c * a.x->ds + g]);
+          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[r][c]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) a.y[c * a.ldy + r] = hsum256(acc[r][c]);
+  }
+};
+#endif  // MYRIAD_QUANT_AVX2
+
+#if MYRIAD_QUANT_AVX512VNNI
+// Groups g and g + 1 of a W row as 64 unsigned bytes (value + kBias) in x's stored order; with `one`, group g only
+// (the bytes of g + 1 are then those of code 0: harmless, x is zero there).
+template <QuantType T>
+inline __m512i vnni_load_w(const uint8_t* row, int64_t g, bool one) {
+  if constexpr (T == QuantType::kQ8) {
+    const uint8_t* p = row + g * kQuantGroup;
+    const __m512i w = one ? _mm512_maskz_loadu_epi8(0xffffffffull, p) : _mm512_loadu_si512(p);
+    return _mm512_xor_si512(w, _mm512_set1_epi8(char(0x80)));
+  } else {
+    const uint8_t* p = row + g * (kQuantGroup / 2);
+    const __m256i b =
+        one ? _mm256_maskz_loadu_epi8(0xffffu, p) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    // [g lo, g+1 lo, g hi, g+1 hi]: the 32 bytes in both halves, the upper half shifted right by 4.
+    const __m512i u =
+        _mm512_and_si512(_mm512_srlv_epi64(_mm512_broadcast_i64x4(b), _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4)),
+                         _mm512_set1_epi8(0x0f));
+    if constexpr (T == QuantType::kQ4) return u;
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4ULut))), u);
+  }
+}
+
+// The 16 lanes' scales for groups g, g + 1 from p[g], p[g + 1] (reads 16 floats: the buffers are padded).
+template <QuantType T>
+inline __m512 vnni_scales(const float* p) {
+  const __m512i idx = T == QuantType::kQ8 ? _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
+                                          : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
+  return _mm512_permutexvar_ps(idx, _mm512_loadu_ps(p));
+}
+
+template <QuantType T, int R, int C, bool FOLD>
+struct VnniTile {
+  static void run(const TileArgs& a) {
+    __m512 acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < a.G; g += 2) {
+      const bool one = g + 1 == a.G;
+      __m512i wv[R], xv[C], iv[C];
+      __m512 sw[R], sx[C];
+      for (int r = 0; r < R; ++r) {
+        // The same bytes of the next strip: DRAM requests in flight well ahead, across 4 KiB pages.
+        _mm_prefetch(reinterpret_cast<const char*>(a.codes + (r + kStripRows) * a.code_stride + g * kCodeBytes<T>),
+                     _MM_HINT_T0);
+        wv[r] = vnni_load_w<T>(a.codes + r * a.code_stride, g, one);
+        sw[r] = vnni_scales<T>(a.dw + r * a.ws + g);
+      }
+      for (int c = 0; c < C; ++c) {
+        xv[c] = _mm512_loadu_si512(a.xq + c * a.x->qs + g * kQuantGroup);
+        iv[c] = _mm512_loadu_si512(a.init + c * a.x->is + g * 8);
+        if constexpr (!FOLD) sx[c] = vnni_scales<T>(a.dx + c * a.x->ds + g);
+      }
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) {
+          const __m512i s = _mm512_dpbusd_epi32(iv[c], wv[r], xv[c]);  // exact sum of w x per group
+          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), FOLD ? sw[r] : _mm512_mul_ps(sw[r], sx[c]), acc[r][c]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) a.y[c * a.ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
+  }
+};
+#endif  // MYRIAD_QUANT_AVX512VNNI
+
+template <template <QuantType, int, int, bool> class Tile, QuantType T, int R>
+void run_tile(int64_t c, const TileArgs& a) {
+  switch (c) {
+    case 1:
+      Tile<T, R, 1, false>::run(a);
+      break;
+    case 2:
+      Tile<T, R, 2, false>::run(a);
+      break;
+    case 3:
+      Tile<T, R, 3, false>::run(a);
+      break;
+    default:
+      Tile<T, R, 4, false>::run(a);
+      break;
+  }
+}
+
+// The integer path for one kernel family and type.
+template <Family F, template <QuantType, int, int, bool> class Tile, QuantType T>
+void integer_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y) {
+  const int64_t rows = w.rows, cols = w.cols, G = cols / kQuantGroup;
+  const XQuant xq = quantize_x(x, n, cols, F, T, kBias<F, T>);
+  const int64_t ws = xq.Gp + 16;  // scale buffer row stride (zero padding for 64-byte loads)
+  const int64_t code_stride = T == QuantType::kQ8 ? cols : cols / 2;
+  const uint8_t* codes = w.codes.data<uint8_t>();
+  const int64_t strips = (rows + kStripRows - 1) / kStripRows;
+  const int nt = num_threads();
+  const bool par = nt > 1 && strips > 1 && n * rows * cols >= kParallelWork && !omp_in_parallel();
+#pragma omp parallel num_threads(nt) if (par)
+  {
+    std::vector<float> dw(size_t(kStripRows * ws), 0.0f), dwx(size_t(kStripRows * ws), 0.0f);
+#pragma omp for schedule(static)
+    for (int64_t s = 0; s < strips; ++s) {
+      const int64_t r0 = s * kStripRows, nr = std::min(kStripRows, rows - r0);
+      // Decode (n = 1): dw * dx folded into one scale per group in the same pass.
+      const bool fold_all = n == 1 && F != Family::kScalar;
+      load_scales(w, r0, nr, fold_all ? dwx.data() : dw.data(), ws, fold_all ? xq.d.data() : nullptr);
+      for (int64_t t = 0; t < n; t += 4) {
+        const int64_t nc = std::min<int64_t>(4, n - t);
+        TileArgs a{nullptr,
+                   code_stride,
+                   nullptr,
+                   ws,
+                   xq.q.data() + t * xq.qs,
+                   xq.init.data() + t * xq.is,
+                   xq.d.data() + t * xq.ds,
+                   &xq,
+                   G,
+                   nullptr,
+                   rows};
+        auto at = [&](int64_t rr, const std::vector<float>& scales) {
+          a.codes = codes + (r0 + rr) * code_stride;
+          a.dw = scales.data() + rr * ws;
+          a.y = y + t * rows + r0 + rr;
+        };
+        int64_t r = 0;
+        if (nc == 1 && F != Family::kScalar) {
+          // Decode: dw * dx folded into one scale per group; 4 W rows at a time keep 4 chains in flight.
+          if (!fold_all) {
+            const float* dx = xq.d.data() + t * xq.ds;
+            for (int64_t i = 0; i < nr; ++i)
+              for (int64_t g = 0; g < G; ++g) dwx[size_t(i * ws + g)] = dw[size_t(i * ws + g)] * dx[g];
+          }
+          for (; r + 4 <= nr; r += 4) {
+            at(r, dwx);
+            Tile<T, 4, 1, true>::run(a);
+          }
+          for (; r < nr; ++r) {
+            at(r, dwx);
+            Tile<T, 1, 1, true>::run(a);
+          }
+          continue;
+        }
+        for (; r + 2 <= nr; r += 2) {
+          at(r, dw);
+          run_tile<Tile, T, 2>(nc, a);
+        }
+        for (; r < nr; ++r) {
+          at(r, dw);
+          run_tile<Tile, T, 1>(nc, a);
+        }
+      }
+    }
+  }
+}
+
+template <Family F, template <QuantType, int, int, bool> class Tile>
+void integer_matmul_any(const QuantMatrix& w, const float* x, int64_t n, float* y) {
+  switch (w.type) {
+    case QuantType::kQ8:
+      integer_matmul<F, Tile, QuantType::kQ8>(w, x, n, y);
+      break;
+    case QuantType::kQ4:
+      integer_matmul<F, Tile, QuantType::kQ4>(w, x, n, y);
+      break;
+    case QuantType::kMxfp4:
+      integer_matmul<F, Tile, QuantType::kMxfp4>(w, x, n, y);
+      break;
+  }
+}
+
+// W rows [r0, r0 + nr) -> out [nr, cols] f32 (dw: scratch for nr * G scales).
+void dequantize_rows(const QuantMatrix& w, int64_t r0, int64_t nr, float* dw, float* out) {
+  const int64_t cols = w.cols, G = cols / kQuantGroup;
+  load_scales(w, r0, nr, dw, G, nullptr);
+  const bool q8 = w.type == QuantType::kQ8;
+  const int64_t stride = q8 ? cols : cols / 2;
+  const int8_t* lut = w.type == QuantType::kQ4 ? kQ4Lut : kMxfp4Lut;
+  for (int64_t r = 0; r < nr; ++r) {
+    const uint8_t* row = w.codes.data<uint8_t>() + (r0 + r) * stride;
+    for (int64_t g = 0; g < G; ++g) {
+      const float d = dw[r * G + g];
+      float* o = out + r * cols + g * kQuantGroup;
+#if MYRIAD_QUANT_AVX2
+      __m128i v0, v1;  // columns 0..15 and 16..31 as int8
+      if (q8) {
+        v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + g * kQuantGroup));
+        v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + g * kQuantGroup + 16));
+      } else {
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + g * (kQuantGroup / 2)));
+        const __m128i m = _mm_set1_epi8(0x0f);
+        const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+        const __m128i l = _mm_load_si128(reinterpret_cast<const __m128i*>(lut));
+        v0 = _mm_shuffle_epi8(l, _mm_unpacklo_epi8(lo, hi));
+        v1 = _mm_shuffle_epi8(l, _mm_unpackhi_epi8(lo, hi));
+      }
+      const __m256 dv = _mm256_set1_ps(d);
+      _mm256_storeu_ps(o, _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v0))));
+      _mm256_storeu_ps(o + 8, _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v0, 8)))));
+      _mm256_storeu_ps(o + 16, _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v1))));
+      _mm256_storeu_ps(o + 24, _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v1, 8)))));
+#else
+      if (q8) {
+        for (int i = 0; i < kQuantGroup; ++i) o[i] = d * float(int8_t(row[g * kQuantGroup + i]));
+      } else {
+        const uint8_t* b = row + g * (kQuantGroup / 2);
+        for (int i = 0; i < kQuantGroup / 2; ++i) {
+          o[2 * i] = d * float(lut[b[i] & 0xf]);
+          o[2 * i + 1] = d * float(lut[b[i] >> 4]);
+        }
+      }
+#endif
+    }
+  }
+}
+
+void gemm_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y) {
+  const int64_t rows = w.rows, cols = w.cols, G = cols / kQuantGroup;
+  // Panels of ~kPanelBytes of f32: large enough that sgemm's packing of x is amortised over many W rows.
+  const int64_t panel_rows = std::min(rows, std::max<int64_t>(16, kPanelBytes / (4 * cols) / 16 * 16));
+  std::vector<float> buf(size_t(panel_rows * cols)), dw(size_t(panel_rows * G));
+  const int nt = num_threads();
+  const bool par = nt > 1 && panel_rows * cols >= kParallelWork && !omp_in_parallel();
+  for (int64_t r0 = 0; r0 < rows; r0 += panel_rows) {
+    const int64_t nr = std::min(panel_rows, rows - r0);
+    const int64_t chunks = (nr + 15) / 16;
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t a = c * 16, b = std::min(nr, a + 16);
+      dequantize_rows(w, r0 + a, b - a, dw.data() + a * G, buf.data() + a * cols);
+    }
+    // y[:, r0:r0+nr] = x [n, cols] . panel^T [cols, nr]; OpenBLAS threads this itself.
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(nr), int(cols), 1.0f, x, int(cols), buf.data(),
+                int(cols), 0.0f, y + r0, int(rows));
+  }
+}
+
+}  // namespace
+
+int64_t quant_gemm_rows() {
+#if MYRIAD_QUANT_AVX512VNNI
+  return 256;
+#elif MYRIAD_QUANT_AVX2
+  return 128;
+#else
+  return 8;
+#endif
+}
+
+const char* quant_kernel_name(QuantKernel k) {
+  switch (k) {
+    case QuantKernel::kAuto:
+      return "auto";
+    case QuantKernel::kScalar:
+      return "scalar";
+    case QuantKernel::kAvx2:
+      return "avx2";
+    case QuantKernel::kAvx512Vnni:
+      return "avx512vnni";
+    case QuantKernel::kDequantGemm:
+      return "dequant+sgemm";
+  }
+  return "?";
+}
+
+bool quant_kernel_available(QuantKernel k) {
+  switch (k) {
+    case QuantKernel::kAvx2:
+#if MYRIAD_QUANT_AVX2
+      return true;
+#else
+      return false;
+#endif
+    case QuantKernel::kAvx512Vnni:
+#if MYRIAD_QUANT_AVX512VNNI
+      return true;
+#else
+      return false;
+#endif
+    default:
+      return true;
+  }
+}
+
+void quant_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y, QuantKernel kernel) {
+  check_quant_matrix(w, "quant_matmul");
+  MYRIAD_REQUIRE(n >= 0, kShape, "quant_matmul: n = ", n, " rows of x must be >= 0");
+  MYRIAD_REQUIRE(quant_kernel_available(kernel), kUnsupported, "quant_matmul: kernel ", quant_kernel_name(kernel),
+                 " is not compiled into this build");
+  if (n == 0 || w.rows == 0) return;
+  MYRIAD_REQUIRE(x != nullptr && y != nullptr, kValue, "quant_matmul: null x or y");
+  if (kernel == QuantKernel::kAuto) {
+    if (n >= quant_gemm_rows()) {
+      kernel = QuantKernel::kDequantGemm;
+    } else {
+#if MYRIAD_QUANT_AVX512VNNI
+      kernel = QuantKernel::kAvx512Vnni;
+#elif MYRIAD_QUANT_AVX2
+      kernel = QuantKernel::kAvx2;
+#else
+      kernel = QuantKernel::kScalar;
+#endif
+    }
+  }
+  switch (kernel) {
+    case QuantKernel::kDequantGemm:
+      gemm_matmul(w, x, n, y);
+      break;
+#if MYRIAD_QUANT_AVX512VNNI
+    case QuantKernel::kAvx512Vnni:
+      integer_matmul_any<Family::kVnni, VnniTile>(w, x, n, y);
+      break;
+#endif
+#if MYRIAD_QUANT_AVX2
+    case QuantKernel::kAvx2:
+      integer_matmul_any<Family::kAvx2, Avx2Tile>(w, x, n, y);
+      break;
+#endif
+    default:
+      integer_matmul_any<Family::kScalar, ScalarTile>(w, x, n, y);
+      break;
+  }
+}
+
+void quant_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y) {
+  quant_matmul(w, x, n, y, QuantKernel::kAuto);
+}
+
+}  // namespace myriad
