@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "autograd/functions.h"
+#include "model/decode_weights.h"
+#include "ops/kernels.h"
 
 namespace myriad {
 
@@ -12,14 +14,41 @@ size_t KdaState::bytes() const {
   return conv_q.nbytes() + conv_k.nbytes() + conv_v.nbytes() + S.nbytes();
 }
 
+KdaState KdaState::clone() const {
+  return KdaState{conv_q.clone(), conv_k.clone(), conv_v.clone(), S.clone(), tokens};
+}
+
 KdaDecoder::KdaDecoder(const ModelConfig& config, const ModelWeights& weights, int64_t layer)
-    : c_(config), w_(weights), prefix_("model.layers." + std::to_string(layer) + ".self_attn.") {
-  MYRIAD_REQUIRE(layer >= 0 && layer < config.num_hidden_layers && config.mixer(layer) == Mixer::kKda, kValue,
+    : KdaDecoder(config, DecodeWeights::from_model(weights), layer) {}
+
+KdaDecoder::KdaDecoder(const ModelConfig& c, std::shared_ptr<const DecodeWeights> weights, int64_t layer)
+    : w_(std::move(weights)) {
+  MYRIAD_REQUIRE(layer >= 0 && layer < c.num_hidden_layers && c.mixer(layer) == Mixer::kKda, kValue,
                  "KdaDecoder: layer ", layer, " is not a KDA layer");
-  const LinearAttnConfig& la = *config.linear_attn_config;
+  const LinearAttnConfig& la = *c.linear_attn_config;
   H_ = la.num_heads;
   K_ = la.head_dim;
   W_ = la.short_conv_kernel_size;
+  D_ = c.hidden_size;
+  rms_eps_ = float(c.rms_norm_eps);
+  lower_bound_ = float(la.gate_lower_bound);
+  const std::string a = "model.layers." + std::to_string(layer) + ".self_attn.";
+  const DecodeWeights& w = *w_;
+  q_proj_ = w.linear(a + "q_proj.weight");
+  k_proj_ = w.linear(a + "k_proj.weight");
+  v_proj_ = w.linear(a + "v_proj.weight");
+  f_a_ = w.linear(a + "f_a_proj.weight");
+  f_b_ = w.linear(a + "f_b_proj.weight");
+  b_proj_ = w.linear(a + "b_proj.weight");
+  g_proj_ = w.linear(a + "g_proj.weight");
+  o_proj_ = w.linear(a + "o_proj.weight");
+  auto conv = [&](const char* n) { return w.tensor(a + n + "_conv1d.weight").view({H_ * K_, W_}); };
+  conv_q_ = conv("q");
+  conv_k_ = conv("k");
+  conv_v_ = conv("v");
+  a_log_ = w.tensor(a + "A_log");
+  dt_bias_ = w.tensor(a + "dt_bias");
+  o_norm_ = w.tensor(a + "o_norm.weight");
 }
 
 KdaState KdaDecoder::make_state() const {
@@ -31,40 +60,64 @@ KdaState KdaDecoder::make_state() const {
   return st;
 }
 
-Tensor KdaDecoder::forward(const Tensor& x_in, KdaState& st, int64_t chunk) const {
-  MYRIAD_REQUIRE(x_in.ndim() == 2 && x_in.size(1) == c_.hidden_size, kShape, "KdaDecoder: input ",
-                 shape_str(x_in.shape()), " should be [T, ", c_.hidden_size, "]");
+Tensor KdaDecoder::forward(const Tensor& x, KdaState& st, int64_t chunk) const {
+  const KdaSegment seg{&st, x.ndim() == 2 ? x.size(0) : 0};
+  return forward(x, std::span<const KdaSegment>(&seg, 1), chunk);
+}
+
+Tensor KdaDecoder::forward(const Tensor& x_in, std::span<const KdaSegment> segs, int64_t chunk) const {
+  MYRIAD_REQUIRE(x_in.ndim() == 2 && x_in.size(1) == D_ && x_in.dtype() == DType::kF32, kShape, "KdaDecoder: input ",
+                 shape_str(x_in.shape()), " should be f32 [N, ", D_, "]");
   ag::NoGradGuard no_grad;
-  const int64_t T = x_in.size(0), H = H_, K = K_, V = K_;
-  const LinearAttnConfig& la = *c_.linear_attn_config;
-  auto p = [&](const std::string& n) -> const Var& { return w_.at(prefix_ + n); };
-  Var x(x_in.contiguous(), false);
-  // The same operations as Transformer::kda_mixer, with each short conv starting from its carried tail.
-  auto short_conv = [&](const char* name, Tensor& tail) {
-    Var lin = ag::linear(x, p(std::string(name) + "_proj.weight"));
-    const Var& w = p(std::string(name) + "_conv1d.weight");
-    auto [y, next] =
-        ag::conv1d(ag::reshape(lin, {1, T, H * K}), ag::reshape(w, {w.shape()[0], w.shape()[2]}), Var(tail, false));
-    tail = next;
-    return ag::silu(ag::reshape(y, {T, H * K}));
+  const Tensor x = x_in.contiguous();
+  const int64_t N = x.size(0), H = H_, K = K_, V = K_, HK = H * K;
+  int64_t total = 0;
+  for (const KdaSegment& s : segs) {
+    MYRIAD_REQUIRE(s.state != nullptr && s.rows >= 0, kValue, "KdaDecoder: a segment needs a state and rows >= 0");
+    total += s.rows;
+  }
+  MYRIAD_REQUIRE(total == N, kShape, "KdaDecoder: the segments cover ", total, " rows, the input has ", N);
+  // The same operations as Transformer::kda_mixer, with each short conv starting from its segment's carried tail.
+  auto short_conv = [&](const LinearWeight& proj, const Tensor& w, Tensor KdaState::*tail) {
+    const Tensor lin = proj.apply(x);  // [N, HK]
+    Tensor y = Tensor::empty({N, HK});
+    int64_t r0 = 0;
+    for (const KdaSegment& s : segs) {
+      Tensor next = Tensor::empty({1, W_ - 1, HK});
+      cpu::conv1d_forward(y.data<float>() + r0 * HK, next.data<float>(), lin.data<float>() + r0 * HK, w.data<float>(),
+                          (s.state->*tail).data<float>(), 1, s.rows, HK, W_);
+      s.state->*tail = next;
+      r0 += s.rows;
+    }
+    return ag::silu(Var(y, false));
   };
-  Var q = ag::scale(ag::l2norm(ag::reshape(short_conv("q", st.conv_q), {T, H, K}), 1e-6f), 1.0f / std::sqrt(float(K)));
-  Var k = ag::l2norm(ag::reshape(short_conv("k", st.conv_k), {T, H, K}), 1e-6f);
-  Var v = ag::reshape(short_conv("v", st.conv_v), {T, H, V});
-  Var f = ag::reshape(ag::linear(ag::linear(x, p("f_a_proj.weight")), p("f_b_proj.weight")), {T, H, K});
-  Var g = ag::kda_gate(f, p("A_log"), p("dt_bias"), float(la.gate_lower_bound));
-  Var beta = ag::sigmoid(ag::linear(x, p("b_proj.weight")));
-  Tensor o = Tensor::empty({1, T, H, V}), S_next = Tensor::empty(st.S.shape());
-  const KdaShape shape{1, T, H, K, V, chunk};
-  // One token: the recurrent form (decode). More: the chunkwise form (prefill). Same state either way.
-  (T == 1 ? cpu::kda_recurrent_forward : cpu::kda_chunk_forward)(
-      o.data<float>(), S_next.data<float>(), q.value().data<float>(), k.value().data<float>(), v.value().data<float>(),
-      g.value().data<float>(), beta.value().data<float>(), st.S.data<float>(), shape);
-  st.S = S_next;
-  st.tokens += T;
-  Var gate = ag::reshape(ag::linear(x, p("g_proj.weight")), {T, H, V});
-  Var normed = ag::rmsnorm_gated(Var(o.view({T, H, V}), false), p("o_norm.weight"), gate, float(c_.rms_norm_eps));
-  return ag::linear(ag::reshape(normed, {T, H * V}), p("o_proj.weight")).value();
+  const Var xv(x, false);
+  Var q = ag::scale(ag::l2norm(ag::reshape(short_conv(q_proj_, conv_q_, &KdaState::conv_q), {N, H, K}), 1e-6f),
+                    1.0f / std::sqrt(float(K)));
+  Var k = ag::l2norm(ag::reshape(short_conv(k_proj_, conv_k_, &KdaState::conv_k), {N, H, K}), 1e-6f);
+  Var v = short_conv(v_proj_, conv_v_, &KdaState::conv_v);
+  const Var f(f_b_.apply(f_a_.apply(x)).view({N, H, K}), false);
+  const Var g = ag::kda_gate(f, Var(a_log_, false), Var(dt_bias_, false), lower_bound_);
+  const Var beta = ag::sigmoid(Var(b_proj_.apply(x), false));  // [N, H]
+  Tensor o = Tensor::empty({N, H, V});
+  int64_t r0 = 0;
+  for (const KdaSegment& s : segs) {
+    if (s.rows > 0) {
+      Tensor S_next = Tensor::empty(s.state->S.shape());
+      const KdaShape shape{1, s.rows, H, K, V, chunk};
+      // One token: the recurrent form (decode). More: the chunkwise form (prefill). Same state either way.
+      (s.rows == 1 ? cpu::kda_recurrent_forward : cpu::kda_chunk_forward)(
+          o.data<float>() + r0 * H * V, S_next.data<float>(), q.value().data<float>() + r0 * HK,
+          k.value().data<float>() + r0 * HK, v.value().data<float>() + r0 * H * V, g.value().data<float>() + r0 * HK,
+          beta.value().data<float>() + r0 * H, s.state->S.data<float>(), shape);
+      s.state->S = S_next;
+    }
+    s.state->tokens += s.rows;
+    r0 += s.rows;
+  }
+  const Var gate(g_proj_.apply(x).view({N, H, V}), false);
+  Var normed = ag::rmsnorm_gated(Var(o, false), Var(o_norm_, false), gate, rms_eps_);
+  return o_proj_.apply(normed.value().contiguous().view({N, H * V}));
 }
 
 }  // namespace myriad

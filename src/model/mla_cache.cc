@@ -7,6 +7,7 @@
 #include <numeric>
 #include <string>
 
+#include "model/decode_weights.h"
 #include "model/rope.h"
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/vmath.h"
@@ -21,18 +22,18 @@ constexpr int64_t kQueryTile = 64;       // prefill: query rows per task
 // step: multiply-adds per thread below which the cache is not split (a fork/join costs a few microseconds).
 constexpr int64_t kStepWorkPerThread = int64_t(1) << 18;
 
-// An f32, contiguous, cpu copy (or the tensor itself when it already is one).
-Tensor f32_contiguous(const Tensor& t) {
-  MYRIAD_REQUIRE(t.device() == Device::kCPU, kUnsupported, "mla decoder: weights must be on the cpu");
-  Tensor r = t.dtype() == DType::kF32 ? t : t.to(DType::kF32);
-  return r.is_contiguous() ? r : r.contiguous();
-}
-
-Tensor weight(const ModelWeights& w, const std::string& name, const Shape& shape) {
-  const Tensor& t = w.at(name).value();
+Tensor weight(const DecodeWeights& w, const std::string& name, const Shape& shape) {
+  const Tensor& t = w.tensor(name);
   MYRIAD_REQUIRE(t.shape() == shape, kShape, "mla decoder: ", name, " is ", shape_str(t.shape()), ", the config needs ",
                  shape_str(shape));
-  return f32_contiguous(t);
+  return t;
+}
+
+LinearWeight linear_weight(const DecodeWeights& w, const std::string& name, int64_t rows, int64_t cols) {
+  const LinearWeight& l = w.linear(name);
+  MYRIAD_REQUIRE(l.rows() == rows && l.cols() == cols, kShape, "mla decoder: ", name, " is [", l.rows(), ", ", l.cols(),
+                 "], the config needs [", rows, ", ", cols, "]");
+  return l;
 }
 
 void check_input(const Tensor& x, const char* what) {
@@ -40,10 +41,9 @@ void check_input(const Tensor& x, const char* what) {
                  " must be a defined f32 cpu tensor");
 }
 
-// y = x W^T for x [T, in] and W [out, in] (row-major), y [T, out] at row stride ldy.
-void linear(float* y, int64_t ldy, const float* x, int64_t T, const Tensor& w) {
-  const int64_t out = w.shape()[0], in = w.shape()[1];
-  cpu::gemm(false, true, T, out, in, 1.0f, x, in, w.data<float>(), in, 0.0f, y, ldy);
+// y = x W^T for x [T, in] and W [out, in], y [T, out] at row stride ldy.
+void linear(float* y, int64_t ldy, const float* x, int64_t T, const LinearWeight& w) {
+  w.apply(x, T, y, ldy);
 }
 
 }  // namespace
@@ -91,6 +91,15 @@ MlaCache MlaCache::clone() const {
   return c;
 }
 
+MlaCache MlaCache::share_prefix(int64_t n) const {
+  MYRIAD_REQUIRE(n >= 0 && n <= size_ && n % page_tokens_ == 0, kValue, "mla cache: a shared prefix of ", n,
+                 " tokens must be a multiple of the page size ", page_tokens_, " and at most ", size_);
+  MlaCache c(C_, Dr_, page_tokens_);
+  c.size_ = n;
+  c.pages_.assign(pages_.begin(), pages_.begin() + n / page_tokens_);
+  return c;
+}
+
 void MlaCache::clear() {
   pages_.clear();
   size_ = 0;
@@ -112,11 +121,16 @@ const float* MlaCache::row(int64_t t) const {
 // ---------------------------------------------------------------------------------------------------------------
 // MlaDecoder
 
-MlaDecoder::MlaDecoder(const ModelConfig& c, const ModelWeights& w, int64_t layer) : layer_(layer) {
+MlaDecoder::MlaDecoder(const ModelConfig& c, const ModelWeights& w, int64_t layer)
+    : MlaDecoder(c, DecodeWeights::from_model(w), layer) {}
+
+MlaDecoder::MlaDecoder(const ModelConfig& c, std::shared_ptr<const DecodeWeights> weights, int64_t layer)
+    : layer_(layer), weights_(std::move(weights)) {
   MYRIAD_REQUIRE(layer >= 0 && layer < c.num_hidden_layers, kValue, "mla decoder: layer ", layer, " outside [0, ",
                  c.num_hidden_layers, ")");
   MYRIAD_REQUIRE(c.mixer(layer) == Mixer::kMla, kValue, "mla decoder: layer ", layer, " is a ",
                  mixer_name(c.mixer(layer)), " layer, not MLA");
+  const DecodeWeights& w = *weights_;
   D_ = c.hidden_size;
   H_ = c.num_attention_heads;
   Dn_ = c.qk_nope_head_dim;
@@ -130,19 +144,23 @@ MlaDecoder::MlaDecoder(const ModelConfig& c, const ModelWeights& w, int64_t laye
   const std::string a = "model.layers." + std::to_string(layer) + ".self_attn.";
   if (c.q_lora_rank) {
     const int64_t Cq = *c.q_lora_rank;
-    w_qa_ = weight(w, a + "q_a_proj.weight", {Cq, D_});
+    w_qa_ = linear_weight(w, a + "q_a_proj.weight", Cq, D_);
     w_qa_norm_ = weight(w, a + "q_a_layernorm.weight", {Cq});
-    w_qb_ = weight(w, a + "q_b_proj.weight", {H_ * Dq_, Cq});
+    w_qb_ = linear_weight(w, a + "q_b_proj.weight", H_ * Dq_, Cq);
   } else {
-    w_q_ = weight(w, a + "q_proj.weight", {H_ * Dq_, D_});
+    w_q_ = linear_weight(w, a + "q_proj.weight", H_ * Dq_, D_);
   }
-  w_kva_ = weight(w, a + "kv_a_proj_with_mqa.weight", {C_ + Dr_, D_});
+  w_kva_ = linear_weight(w, a + "kv_a_proj_with_mqa.weight", C_ + Dr_, D_);
   w_kv_norm_ = weight(w, a + "kv_a_layernorm.weight", {C_});
-  const Tensor kvb = weight(w, a + "kv_b_proj.weight", {H_ * (Dn_ + Dv_), C_}).view({H_, Dn_ + Dv_, C_});
+  // The absorbed form multiplies by W_uk / W_uv per head inside the attention, so kv_b_proj is needed as f32;
+  // a quantized one is dequantized here (it is [H (Dn + Dv), C]: small next to the experts).
+  const LinearWeight& kvb_w = linear_weight(w, a + "kv_b_proj.weight", H_ * (Dn_ + Dv_), C_);
+  const Tensor kvb =
+      (kvb_w.is_quantized() ? dequantize(kvb_w.quant_matrix()) : kvb_w.dense_weight()).view({H_, Dn_ + Dv_, C_});
   w_uk_ = kvb.slice(1, 0, Dn_).contiguous();
   w_uv_ = kvb.slice(1, Dn_, Dn_ + Dv_).contiguous();
-  if (gate_) w_g_ = weight(w, a + "g_proj.weight", {H_ * Dv_, D_});
-  w_o_ = weight(w, a + "o_proj.weight", {D_, H_ * Dv_});
+  if (gate_) w_g_ = linear_weight(w, a + "g_proj.weight", H_ * Dv_, D_);
+  w_o_ = linear_weight(w, a + "o_proj.weight", D_, H_ * Dv_);
 
   // The score scale, exactly as Transformer::mla_mixer computes it.
   scale_ = 1.0f / std::sqrt(float(Dq_));
@@ -165,11 +183,10 @@ void MlaDecoder::check_cache(const MlaCache& cache) const {
                  cache.kv_lora_rank(), " | ", cache.rope_dim(), "], layer ", layer_, " needs [", C_, " | ", Dr_, "]");
 }
 
-void MlaDecoder::project(const float* x, int64_t T, int64_t start_position, float* q, float* rows) const {
-  MYRIAD_REQUIRE(start_position >= 0, kValue, "mla decoder: negative position ", start_position);
+void MlaDecoder::project(const float* x, int64_t T, const int64_t* positions, float* q, float* rows) const {
   const int64_t W = C_ + Dr_;
   if (w_qa_.defined()) {
-    const int64_t Cq = w_qa_.shape()[0];
+    const int64_t Cq = w_qa_.rows();
     std::vector<float> cq(static_cast<size_t>(T * Cq));
     std::vector<float> rstd(static_cast<size_t>(T));
     linear(cq.data(), Cq, x, T, w_qa_);
@@ -184,8 +201,7 @@ void MlaDecoder::project(const float* x, int64_t T, int64_t start_position, floa
     cpu::rmsnorm_forward(rows + t * W, &rstd, rows + t * W, w_kv_norm_.data<float>(), nullptr, 1, C_, kLatentNormEps);
   }
   if (rope_) {
-    std::vector<int64_t> pos(static_cast<size_t>(T));
-    std::iota(pos.begin(), pos.end(), start_position);
+    const std::vector<int64_t> pos(positions, positions + T);
     const RopeTables rt = make_rope_tables(pos, Dr_, rope_theta_, yarn_ ? &*yarn_ : nullptr);
     const float* cs = rt.cos.data<float>();
     const float* sn = rt.sin.data<float>();
@@ -205,31 +221,21 @@ void MlaDecoder::finish(const float* x, int64_t T, float* attn, float* out) cons
   linear(out, D_, attn, T, w_o_);
 }
 
-Tensor MlaDecoder::step(const Tensor& x_in, int64_t position, MlaCache& cache, Tensor* attn_out) const {
-  check_input(x_in, "x");
-  MYRIAD_REQUIRE(x_in.ndim() == 1 && x_in.shape()[0] == D_, kShape, "mla decoder: step input ", shape_str(x_in.shape()),
-                 " must be [", D_, "]");
-  check_cache(cache);
-  const Tensor x = x_in.contiguous();
+void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, int max_parts) const {
   const int64_t W = C_ + Dr_, HV = H_ * Dv_;
-  std::vector<float> q(static_cast<size_t>(H_ * Dq_));
-  std::vector<float> row(static_cast<size_t>(W));
-  project(x.data<float>(), 1, position, q.data(), row.data());
-  cache.append(row.data(), row.data() + C_);
-
+  (void)HV;
   // Every head's query row [q_lat | q_pe] (q_lat[h] = q_nope[h] W_uk[h]), so that one sgemm per page scores all
   // heads: the cached rows are read once per step, not once per head.
   std::vector<float> qcat(static_cast<size_t>(H_ * W));
-  cpu::gemm(false, false, 1, C_, Dn_, 1.0f, q.data(), Dq_, w_uk_.data<float>(), C_, 0.0f, qcat.data(), W, H_, Dq_,
-            Dn_ * C_, W);
-  for (int64_t h = 0; h < H_; ++h)
-    std::copy(q.data() + h * Dq_ + Dn_, q.data() + (h + 1) * Dq_, qcat.data() + h * W + C_);
+  cpu::gemm(false, false, 1, C_, Dn_, 1.0f, q, Dq_, w_uk_.data<float>(), C_, 0.0f, qcat.data(), W, H_, Dq_, Dn_ * C_,
+            W);
+  for (int64_t h = 0; h < H_; ++h) std::copy(q + h * Dq_ + Dn_, q + (h + 1) * Dq_, qcat.data() + h * W + C_);
 
   // Pages are split into contiguous ranges, one per part; each part runs an online softmax over its pages (running
   // max m, sum l and unnormalised o_lat per head), and the parts are merged at the end (flash-decoding).
   const int64_t pages = cache.num_pages(), P = cache.page_tokens();
   const int64_t work = H_ * cache.size() * (W + C_);  // multiply-adds
-  const int64_t parts = std::clamp<int64_t>(std::min<int64_t>(work / kStepWorkPerThread, pages), 1, num_threads());
+  const int64_t parts = std::clamp<int64_t>(std::min<int64_t>(work / kStepWorkPerThread, pages), 1, max_parts);
   std::vector<float> m(static_cast<size_t>(parts * H_)), l(static_cast<size_t>(parts * H_)),
       o(static_cast<size_t>(parts * H_ * C_));
   const float scale = scale_;
@@ -288,37 +294,14 @@ Tensor MlaDecoder::step(const Tensor& x_in, int64_t position, MlaCache& cache, T
     cpu::scale(oh, oh, 1.0f / den, C_);
   }
   // out[h] = W_uv[h] o_lat[h]
-  Tensor attn = Tensor::empty({HV});
-  float* attn_p = attn.data<float>();
-  cpu::gemm(false, true, 1, Dv_, C_, 1.0f, o_lat.data(), C_, w_uv_.data<float>(), C_, 0.0f, attn_p, HV, H_, C_,
+  cpu::gemm(false, true, 1, Dv_, C_, 1.0f, o_lat.data(), C_, w_uv_.data<float>(), C_, 0.0f, attn, H_ * Dv_, H_, C_,
             Dv_ * C_, Dv_);
-  if (attn_out) *attn_out = attn.clone();
-  Tensor out = Tensor::empty({D_});
-  finish(x.data<float>(), 1, attn_p, out.data<float>());
-  return out;
 }
 
-Tensor MlaDecoder::prefill(const Tensor& x_in, int64_t start_position, MlaCache& cache, Tensor* attn_out) const {
-  check_input(x_in, "x");
-  MYRIAD_REQUIRE(x_in.ndim() == 2 && x_in.shape()[1] == D_, kShape, "mla decoder: prefill input ",
-                 shape_str(x_in.shape()), " must be [T, ", D_, "]");
-  check_cache(cache);
-  const Tensor x = x_in.contiguous();
-  const int64_t T = x.shape()[0], W = C_ + Dr_, HV = H_ * Dv_, HQ = H_ * Dq_;
-  Tensor out = Tensor::empty({T, D_});
-  Tensor attn = Tensor::empty({T, HV});
-  if (T == 0) {
-    if (attn_out) *attn_out = attn;
-    return out;
-  }
-  std::vector<float> q(static_cast<size_t>(T * HQ));
-  std::vector<float> rows(static_cast<size_t>(T * W));
-  project(x.data<float>(), T, start_position, q.data(), rows.data());
-  for (int64_t t = 0; t < T; ++t) cache.append(rows.data() + t * W, rows.data() + t * W + C_);
-
+void MlaDecoder::attend_chunk(const float* q, int64_t T, const MlaCache& cache, float* attn_p) const {
+  const int64_t W = C_ + Dr_, HV = H_ * Dv_, HQ = H_ * Dq_;
   const int64_t N = cache.size(), base = N - T, P = cache.page_tokens();
   const int64_t tiles = (T + kQueryTile - 1) / kQueryTile, tasks = H_ * tiles;
-  float* attn_p = attn.data<float>();
   const float* uk = w_uk_.data<float>();
   const float* uv = w_uv_.data<float>();
   const float scale = scale_;
@@ -340,7 +323,7 @@ Tensor MlaDecoder::prefill(const Tensor& x_in, int64_t start_position, MlaCache&
     float* S = sc.S.data();
     float* ol = sc.o_lat.data();
     // [q_lat | q_pe] rows: q_lat = q_nope W_uk[h]  ([m, Dn] x [Dn, C])
-    const float* qh = q.data() + i0 * HQ + h * Dq_;
+    const float* qh = q + i0 * HQ + h * Dq_;
     cpu::gemm(false, false, m, C_, Dn_, 1.0f, qh, HQ, uk + h * Dn_ * C_, C_, 0.0f, qc, W);
     for (int64_t r = 0; r < m; ++r) std::copy(qh + r * HQ + Dn_, qh + r * HQ + Dq_, qc + r * W + C_);
     // scores against every key the tile may see, one sgemm per page
@@ -387,9 +370,81 @@ Tensor MlaDecoder::prefill(const Tensor& x_in, int64_t start_position, MlaCache&
       for (int64_t t = 0; t < tasks; ++t) run(t, sc);
     }
   }
+}
+
+Tensor MlaDecoder::forward(const Tensor& x_in, std::span<const MlaSegment> segs, Tensor* attn_out) const {
+  check_input(x_in, "x");
+  MYRIAD_REQUIRE(x_in.ndim() == 2 && x_in.shape()[1] == D_, kShape, "mla decoder: input ", shape_str(x_in.shape()),
+                 " must be [N, ", D_, "]");
+  const Tensor x = x_in.contiguous();
+  const int64_t N = x.shape()[0], W = C_ + Dr_, HV = H_ * Dv_, HQ = H_ * Dq_;
+  int64_t total = 0;
+  std::vector<int64_t> positions;
+  positions.reserve(size_t(N));
+  for (const MlaSegment& s : segs) {
+    MYRIAD_REQUIRE(s.cache != nullptr && s.rows >= 0 && s.start_position >= 0, kValue,
+                   "mla decoder: a segment needs a cache, rows >= 0 and a position >= 0");
+    check_cache(*s.cache);
+    for (int64_t i = 0; i < s.rows; ++i) positions.push_back(s.start_position + i);
+    total += s.rows;
+  }
+  MYRIAD_REQUIRE(total == N, kShape, "mla decoder: the segments cover ", total, " rows, the input has ", N);
+  Tensor out = Tensor::empty({N, D_});
+  Tensor attn = Tensor::empty({N, HV});
+  if (N == 0) {
+    if (attn_out) *attn_out = attn;
+    return out;
+  }
+  std::vector<float> q(static_cast<size_t>(N * HQ));
+  std::vector<float> rows(static_cast<size_t>(N * W));
+  project(x.data<float>(), N, positions.data(), q.data(), rows.data());
+  float* attn_p = attn.data<float>();
+  // Append every segment's rows, then attend. Decode batches (one row per segment) run the segments in parallel,
+  // each on one thread; chunks run one after the other with the threads inside.
+  bool all_single = segs.size() > 1;
+  std::vector<int64_t> row0(segs.size());
+  for (size_t i = 0, r = 0; i < segs.size(); r += size_t(segs[i].rows), ++i) {
+    row0[i] = int64_t(r);
+    for (int64_t t = 0; t < segs[i].rows; ++t)
+      segs[i].cache->append(rows.data() + (int64_t(r) + t) * W, rows.data() + (int64_t(r) + t) * W + C_);
+    all_single = all_single && segs[i].rows == 1;
+  }
+  if (all_single) {
+    cpu::BlasSingleThread single;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
+    for (size_t i = 0; i < segs.size(); ++i)
+      attend_one(q.data() + row0[i] * HQ, *segs[i].cache, attn_p + row0[i] * HV, 1);
+  } else {
+    for (size_t i = 0; i < segs.size(); ++i) {
+      if (segs[i].rows == 1)
+        attend_one(q.data() + row0[i] * HQ, *segs[i].cache, attn_p + row0[i] * HV, num_threads());
+      else if (segs[i].rows > 1)
+        attend_chunk(q.data() + row0[i] * HQ, segs[i].rows, *segs[i].cache, attn_p + row0[i] * HV);
+    }
+  }
   if (attn_out) *attn_out = attn.clone();
-  finish(x.data<float>(), T, attn_p, out.data<float>());
+  finish(x.data<float>(), N, attn_p, out.data<float>());
   return out;
+}
+
+Tensor MlaDecoder::step(const Tensor& x_in, int64_t position, MlaCache& cache, Tensor* attn_out) const {
+  check_input(x_in, "x");
+  MYRIAD_REQUIRE(x_in.ndim() == 1 && x_in.shape()[0] == D_, kShape, "mla decoder: step input ", shape_str(x_in.shape()),
+                 " must be [", D_, "]");
+  const MlaSegment seg{&cache, 1, position};
+  Tensor attn;
+  Tensor out =
+      forward(x_in.contiguous().view({1, D_}), std::span<const MlaSegment>(&seg, 1), attn_out ? &attn : nullptr);
+  if (attn_out) *attn_out = attn.view({H_ * Dv_});
+  return out.view({D_});
+}
+
+Tensor MlaDecoder::prefill(const Tensor& x_in, int64_t start_position, MlaCache& cache, Tensor* attn_out) const {
+  check_input(x_in, "x");
+  MYRIAD_REQUIRE(x_in.ndim() == 2 && x_in.shape()[1] == D_, kShape, "mla decoder: prefill input ",
+                 shape_str(x_in.shape()), " must be [T, ", D_, "]");
+  const MlaSegment seg{&cache, x_in.shape()[0], start_position};
+  return forward(x_in, std::span<const MlaSegment>(&seg, 1), attn_out);
 }
 
 }  // namespace myriad

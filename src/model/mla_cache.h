@@ -37,13 +37,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "ops/rope_table.h"
+#include "quant/linear_weight.h"
 
 namespace myriad {
 
@@ -59,6 +62,9 @@ class MlaCache {
   MlaCache(const MlaCache&) = delete;
   MlaCache& operator=(const MlaCache&) = delete;
   MlaCache clone() const;
+  // The first n tokens, n a multiple of page_tokens, SHARING their pages (no copy): safe because a full page is
+  // never written again (appends always go to a new page). For prefix reuse across sequences.
+  MlaCache share_prefix(int64_t n) const;
   static MlaCache for_config(const ModelConfig& config, int64_t page_tokens = kDefaultPageTokens) {
     return MlaCache(config.kv_lora_rank, config.qk_rope_head_dim, page_tokens);
   }
@@ -95,11 +101,24 @@ class MlaCache {
   std::vector<Tensor> pages_;
 };
 
+class DecodeWeights;
+
+// Part of a batch for MlaDecoder::forward: `rows` consecutive input rows of one sequence, at positions
+// start_position .., appended to `cache`.
+struct MlaSegment {
+  MlaCache* cache = nullptr;
+  int64_t rows = 0;
+  int64_t start_position = 0;
+};
+
 class MlaDecoder {
  public:
   // `layer` (0-based) must be an MLA layer of `config`. The f32 weights are referenced (shared storage), not
   // copied, except kv_b_proj, which is split into W_uk / W_uv copies: build a new decoder after the weights change.
   MlaDecoder(const ModelConfig& config, const ModelWeights& weights, int64_t layer);
+  // The same over inference weights, whose linear weights may be block-quantized (used without dequantizing,
+  // except kv_b_proj, which the absorbed form needs split per head in f32).
+  MlaDecoder(const ModelConfig& config, std::shared_ptr<const DecodeWeights> weights, int64_t layer);
 
   // A cache shaped for this layer.
   MlaCache make_cache(int64_t page_tokens = MlaCache::kDefaultPageTokens) const;
@@ -114,6 +133,11 @@ class MlaDecoder {
   // given) receives [T, H * Dv] before the gate and o_proj. Long prompts: call once per chunk.
   Tensor prefill(const Tensor& x, int64_t start_position, MlaCache& cache, Tensor* attn = nullptr) const;
 
+  // A batch of sequences: x [N, D] holds the segments' rows in order. The projections and the output run once
+  // over all N rows (the weights are read once per batch); the attention runs per segment over its own cache
+  // (single-row segments in parallel, one per thread). Returns [N, D]; attn as in prefill.
+  Tensor forward(const Tensor& x, std::span<const MlaSegment> segments, Tensor* attn = nullptr) const;
+
   const Tensor& w_uk() const { return w_uk_; }  // [H, Dn, C]
   const Tensor& w_uv() const { return w_uv_; }  // [H, Dv, C]
   float softmax_scale() const { return scale_; }
@@ -122,7 +146,11 @@ class MlaDecoder {
  private:
   // Shared front end for T tokens: q [T, H, Dn + Dr] (q_pe rotated) and the rows [T, W] to cache
   // (normed c_kv | rotated k_pe).
-  void project(const float* x, int64_t T, int64_t start_position, float* q, float* rows) const;
+  void project(const float* x, int64_t T, const int64_t* positions, float* q, float* rows) const;
+  // The attention of one query q [H * Dq] (already in the cache) over the whole cache -> attn [H * Dv], splitting
+  // the pages over at most max_parts threads; and of the last T cached tokens' queries q [T, H * Dq] -> [T, H Dv].
+  void attend_one(const float* q, const MlaCache& cache, float* attn, int max_parts) const;
+  void attend_chunk(const float* q, int64_t T, const MlaCache& cache, float* attn) const;
   // attn [T, H*Dv] (gated in place when the gate is on) -> out [T, D].
   void finish(const float* x, int64_t T, float* attn, float* out) const;
   void check_cache(const MlaCache& cache) const;
@@ -134,10 +162,13 @@ class MlaDecoder {
   double rope_theta_ = 10000.0;
   std::optional<YarnParams> yarn_;  // RoPE with rope_scaling factor > 1 (as Transformer::mla_mixer)
   float scale_ = 1.0f;
-  Tensor w_qa_, w_qa_norm_, w_qb_, w_q_;  // q_a_proj, q_a_layernorm, q_b_proj; or q_proj without q_lora_rank
-  Tensor w_kva_, w_kv_norm_;              // kv_a_proj_with_mqa [C + Dr, D], kv_a_layernorm [C]
-  Tensor w_uk_, w_uv_;                    // [H, Dn, C], [H, Dv, C]
-  Tensor w_g_, w_o_;                      // g_proj [H Dv, D] (gate only), o_proj [D, H Dv]
+  std::shared_ptr<const DecodeWeights> weights_;
+  LinearWeight w_qa_, w_qb_, w_q_;  // q_a_proj, q_b_proj; or q_proj without q_lora_rank
+  Tensor w_qa_norm_;                // q_a_layernorm
+  LinearWeight w_kva_;              // kv_a_proj_with_mqa [C + Dr, D]
+  Tensor w_kv_norm_;                // kv_a_layernorm [C]
+  Tensor w_uk_, w_uv_;              // [H, Dn, C], [H, Dv, C]
+  LinearWeight w_g_, w_o_;          // g_proj [H Dv, D] (gate only), o_proj [D, H Dv]
 };
 
 }  // namespace myriad

@@ -1,0 +1,48 @@
+// Weights for the inference paths (decoders, the serving engine): every tensor of the model as f32, except
+// linear weights that a quantized checkpoint stores block-quantized (quant/quant.h), which stay quantized and
+// are used through LinearWeight. Immutable once built; shared by every decoder of a model.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "model/config.h"
+#include "model/weights.h"
+#include "quant/linear_weight.h"
+
+namespace myriad {
+
+class Checkpoint;
+
+class DecodeWeights {
+ public:
+  // f32 views of a training model's weights (shared storage where they already are f32 and contiguous: build
+  // the decoders again after the weights change dtype or layout).
+  static std::shared_ptr<const DecodeWeights> from_model(const ModelWeights& w);
+  // Every tensor of model_param_specs(config) from the checkpoint, stored plain (F32/BF16/F16, converted to f32)
+  // or quantized (W.qweight + W.qscale). Throws kFormat naming the tensor, the expected and the found shape for a
+  // wrong shape, a missing tensor, or one that is not in the model.
+  static std::shared_ptr<const DecodeWeights> from_checkpoint(const Checkpoint& ckpt, const ModelConfig& config);
+
+  // A copy of `src` with its quantizable linear weights (model/param_spec.h is_quantizable_linear; only the
+  // routed experts with only_experts; cols % 32 == 0) quantized in memory: what `myriad quantize` would store,
+  // without the round trip through a file. For benchmarks and tests.
+  static std::shared_ptr<const DecodeWeights> quantized(const DecodeWeights& src, const ModelConfig& config,
+                                                        QuantType type, bool only_experts);
+
+  bool contains(const std::string& name) const { return dense_.count(name) || linear_.count(name); }
+  // f32 contiguous; kFormat when absent or stored quantized.
+  const Tensor& tensor(const std::string& name) const;
+  // A 2-D weight as a linear layer (dense or quantized); kFormat when absent.
+  const LinearWeight& linear(const std::string& name) const;
+  int64_t quantized_count() const { return quantized_; }
+  size_t bytes() const;  // everything held
+
+ private:
+  std::map<std::string, Tensor> dense_;
+  std::map<std::string, LinearWeight> linear_;
+  int64_t quantized_ = 0;
+};
+
+}  // namespace myriad
