@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages myriad needs, skipping those already present (idempotent, quiet).
-#   scripts/deps.sh build   : compiler, CMake, OpenBLAS, nlohmann-json, SentencePiece, GoogleTest, Google Benchmark
+#   scripts/deps.sh build   : compiler, CMake, OpenBLAS, nlohmann-json, SentencePiece, cpp-httplib, GoogleTest,
+#                             Google Benchmark
 #   scripts/deps.sh test    : the above plus the Python side of the interop/reference tests
-#                             (Debian's python3-torch, and PyPI's safetensors in a venv under build/pyenv)
+#                             (Debian's python3-torch, and PyPI's safetensors and openai client in a venv under
+#                             build/pyenv)
 set -euo pipefail
 what="${1:-build}"
 pkgs=(build-essential cmake pkg-config libopenblas-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libsentencepiece-dev)
+      libsentencepiece-dev libcpp-httplib-dev)
 if [[ "$what" == test ]]; then
   pkgs+=(python3 python3-venv python3-numpy python3-torch)
 fi
@@ -23,9 +25,9 @@ if ((${#missing[@]})); then
 fi
 if [[ "$what" == test ]]; then
   venv=build/pyenv
-  if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import safetensors, torch" 2>/dev/null; then
-    echo "deps: creating $venv (system torch + PyPI safetensors)"
+  if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import safetensors, torch, openai" 2>/dev/null; then
+    echo "deps: creating $venv (system torch + PyPI safetensors, openai)"
     /usr/bin/python3 -m venv --system-site-packages "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check safetensors
+    "$venv/bin/pip" install -q --disable-pip-version-check safetensors openai
   fi
 fi

@@ -1,4 +1,4 @@
-// `myriad train` and `myriad generate`: argument parsing only; the run is set up in src/train/run.cc.
+// `myriad train`: argument parsing only; the run is set up in src/train/run.cc.
 #include <cstdio>
 
 #include "cli.h"
@@ -31,18 +31,6 @@ int run_train(const myriad::cli::Args& args) {
   return 0;
 }
 
-int run_generate(const myriad::cli::Args& args) {
-  const auto model = args.get("model");
-  const auto prompt = args.get("prompt");
-  MYRIAD_REQUIRE(model && prompt, kValue, "generate needs --model DIR and --prompt TEXT");
-  const int n = int(args.get_int("max-tokens", 64, 1, 1 << 20));
-  const double temp = std::stod(args.get_or("temperature", "0"));
-  MYRIAD_REQUIRE(temp >= 0 && temp <= 100, kValue, "--temperature ", temp, ": must lie in [0, 100]");
-  const uint64_t seed = uint64_t(args.get_int("seed", 0, 0, 1L << 62));
-  std::printf("%s%s\n", prompt->c_str(), myriad::generate_text(*model, *prompt, n, float(temp), seed).c_str());
-  return 0;
-}
-
 }  // namespace
 
 MYRIAD_COMMAND("train", "train a model (built-in corpus when no data is given)",
@@ -60,12 +48,3 @@ MYRIAD_COMMAND("train", "train a model (built-in corpus when no data is given)",
                 {"force", "", "replace an existing run directory"},
                 {"quiet", "", "no progress line"}},
                run_train);
-
-MYRIAD_COMMAND("generate", "generate text from a trained model (greedy or with temperature)",
-               "myriad generate --model RUN_OR_CHECKPOINT --prompt TEXT [--max-tokens N] [--temperature T]",
-               {{"model", "DIR", "a run directory (its latest checkpoint) or a checkpoint directory"},
-                {"prompt", "TEXT", "the prompt"},
-                {"max-tokens", "N", "tokens to generate (default 64)"},
-                {"temperature", "T", "0 = greedy (default)"},
-                {"seed", "S", "sampling seed"}},
-               run_generate);

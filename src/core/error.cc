@@ -22,6 +22,8 @@ const char* error_kind_name(ErrorKind kind) {
       return "unsupported";
     case ErrorKind::kOutOfMemory:
       return "out of memory";
+    case ErrorKind::kBusy:
+      return "busy";
   }
   return "error";
 }

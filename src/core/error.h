@@ -14,7 +14,7 @@
 
 namespace myriad {
 
-enum class ErrorKind { kShape, kValue, kIo, kFormat, kConfig, kUnsupported, kOutOfMemory };
+enum class ErrorKind { kShape, kValue, kIo, kFormat, kConfig, kUnsupported, kOutOfMemory, kBusy };
 
 const char* error_kind_name(ErrorKind kind);
 

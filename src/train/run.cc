@@ -8,12 +8,9 @@
 #include <sstream>
 
 #include "io/atomic_file.h"
-#include "io/checkpoint.h"
 #include "model/config.h"
 #include "train/corpus.h"
-#include "train/generate.h"
 #include "train/loader.h"
-#include "train/run_checkpoint.h"
 #include "train/shards.h"
 #include "train/tasks.h"
 #include "train/tokenizer.h"
@@ -168,22 +165,6 @@ TrainSummary run_training(const RunRequest& req) {
   Trainer trainer(model, tc, source, to);
   if (resuming) trainer.resume(req.resume);
   return trainer.run();
-}
-
-std::string generate_text(const std::string& model_dir, const std::string& prompt, int max_new_tokens,
-                          float temperature, uint64_t seed) {
-  std::string dir = model_dir;
-  if (!fs::exists(fs::path(dir) / "model.safetensors") && !fs::exists(fs::path(dir) / "model.safetensors.index.json"))
-    dir = latest_checkpoint(model_dir);
-  const ModelConfig mc = load_model_config(dir, nullptr);
-  Checkpoint ck = Checkpoint::open(dir);
-  Transformer model(mc, ModelWeights::from_checkpoint(ck, mc));
-  const std::string tok_dir = fs::exists(fs::path(dir) / "tokenizer") ? dir + "/tokenizer" : model_dir + "/tokenizer";
-  Tokenizer tok = Tokenizer::load(tok_dir);
-  std::vector<int32_t> ids = tok.encode(prompt);
-  MYRIAD_REQUIRE(!ids.empty(), kValue, "generate: the prompt is empty");
-  const std::vector<int32_t> out = generate(model, ids, max_new_tokens, temperature, seed, tok.id_of("<|endoftext|>"));
-  return tok.decode(out);
 }
 
 }  // namespace myriad

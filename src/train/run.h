@@ -29,8 +29,4 @@ struct RunRequest {
 
 TrainSummary run_training(const RunRequest& req);
 
-// `myriad generate`: loads RUN (its latest checkpoint) or a checkpoint directory with its tokenizer.
-std::string generate_text(const std::string& model_dir, const std::string& prompt, int max_new_tokens,
-                          float temperature, uint64_t seed);
-
 }  // namespace myriad

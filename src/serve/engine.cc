@@ -1,0 +1,462 @@
+#include "serve/engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "serve/text_stream.h"
+
+namespace myriad {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+uint64_t hash_tokens(const int32_t* t, int64_t n) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the token bytes
+  const auto* p = reinterpret_cast<const unsigned char*>(t);
+  for (size_t i = 0; i < size_t(n) * sizeof(int32_t); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+TokenEvent cancelled_event() {
+  TokenEvent ev;
+  ev.finish = FinishReason::kCancelled;
+  return ev;
+}
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
+    case FinishReason::kNone:
+      break;
+  }
+  return "";
+}
+
+void LatencyHistogram::observe(double s) {
+  size_t b = 0;
+  while (b < kBuckets && s > kBounds[b]) ++b;
+  ++counts[b];
+  sum += s;
+  ++count;
+}
+
+struct Engine::Sequence {
+  uint64_t id = 0;
+  GenerationRequest req;
+  EventSink sink;
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<TextStream> text;
+  SequenceState state;
+  bool started = false;   // state created (and the prefix cache consulted)
+  int64_t prefilled = 0;  // prompt tokens processed
+  int64_t cached = 0;     // of which reused from the prefix cache
+  std::vector<int32_t> generated;
+  int32_t next_input = -1;
+  size_t reserved = 0;
+  bool done = false;
+  Clock::time_point submitted, last_token;
+};
+
+struct Engine::PrefixEntry {
+  uint64_t hash = 0;
+  std::vector<int32_t> tokens;
+  std::vector<KdaState> kda;  // per layer, as SequenceState
+  std::vector<MlaCache> mla;  // per layer, sharing the pages
+  size_t bytes = 0;
+};
+
+Engine::Engine(std::shared_ptr<const InferenceModel> model, EngineOptions options)
+    : model_(std::move(model)), opt_(options) {
+  MYRIAD_REQUIRE(opt_.page_tokens > 0 && opt_.max_batch > 0 && opt_.prefill_chunk > 0 && opt_.max_waiting >= 0 &&
+                     opt_.cache_mb > 0 && opt_.prefix_every >= 0 && opt_.prefix_cache_mb >= 0,
+                 kValue, "engine: page_tokens, max_batch, prefill_chunk and cache_mb must be > 0");
+  MYRIAD_REQUIRE(opt_.prefix_every % opt_.page_tokens == 0, kValue, "engine: prefix_every (", opt_.prefix_every,
+                 ") must be a multiple of page_tokens (", opt_.page_tokens, ")");
+  const SequenceState probe = model_->new_sequence(opt_.page_tokens);
+  kda_state_bytes_ = probe.kda_bytes();
+  int64_t mla_layers = 0;
+  for (int64_t l = 0; l < model_->config().num_hidden_layers; ++l)
+    mla_layers += model_->config().mixer(l) == Mixer::kMla ? 1 : 0;
+  page_bytes_ = size_t(mla_layers) * size_t(opt_.page_tokens) *
+                size_t(model_->config().kv_lora_rank + model_->config().qk_rope_head_dim) * sizeof(float);
+  metrics_.cache_bytes_budget = size_t(opt_.cache_mb) << 20;
+  MYRIAD_REQUIRE(model_->tokenizer().loaded(), kValue, "engine: the model has no tokenizer");
+  text_vocab_ = std::min(model_->vocab_size(), model_->tokenizer().vocab_size());
+}
+
+Engine::~Engine() {
+  stop();
+}
+
+size_t Engine::reservation(const GenerationRequest& r) const {
+  const int64_t tokens = int64_t(r.prompt.size()) + r.max_tokens;
+  const int64_t pages = (tokens + opt_.page_tokens - 1) / opt_.page_tokens;
+  return kda_state_bytes_ + size_t(pages) * page_bytes_;
+}
+
+uint64_t Engine::submit(GenerationRequest req, EventSink sink) {
+  const ModelConfig& c = model_->config();
+  MYRIAD_REQUIRE(!req.prompt.empty(), kValue, "the prompt is empty (it needs at least one token)");
+  for (size_t i = 0; i < req.prompt.size(); ++i)
+    MYRIAD_REQUIRE(req.prompt[i] >= 0 && req.prompt[i] < c.vocab_size, kValue, "prompt token ", i, " (id ",
+                   req.prompt[i], ") is outside the vocabulary [0, ", c.vocab_size, ")");
+  MYRIAD_REQUIRE(req.max_tokens > 0, kValue, "max_tokens (", req.max_tokens, ") must be > 0");
+  const int64_t P = int64_t(req.prompt.size());
+  MYRIAD_REQUIRE(P + req.max_tokens <= c.max_position_embeddings, kValue, "this model's maximum context length is ",
+                 c.max_position_embeddings, " tokens, but ", P + req.max_tokens, " were requested (", P,
+                 " in the prompt, ", req.max_tokens, " for the completion)");
+  validate(req.sampling);
+  const size_t need = reservation(req);
+  MYRIAD_REQUIRE(need <= metrics_.cache_bytes_budget, kValue, "the request needs ", need >> 10,
+                 " KiB of cache (prompt + max_tokens), more than the whole budget of ", opt_.cache_mb, " MiB");
+  auto s = std::make_unique<Sequence>();
+  s->sampler = std::make_unique<Sampler>(req.sampling);
+  s->text = std::make_unique<TextStream>(model_->tokenizer(), req.stop);
+  s->req = std::move(req);
+  s->sink = std::move(sink);
+  s->reserved = need;
+  s->submitted = Clock::now();
+  std::lock_guard lock(mu_);
+  if (int64_t(waiting_.size()) >= opt_.max_waiting) {
+    ++metrics_.requests_rejected;
+    MYRIAD_REQUIRE(false, kBusy, "the server is busy: ", waiting_.size(), " requests are already waiting");
+  }
+  s->id = next_id_++;
+  const uint64_t id = s->id;
+  ++metrics_.requests_total;
+  waiting_.push_back(std::move(s));
+  cv_.notify_all();
+  return id;
+}
+
+void Engine::cancel(uint64_t id) {
+  std::lock_guard lock(mu_);
+  cancelled_.push_back(id);
+  cv_.notify_all();
+}
+
+void Engine::emit(Sequence& s, TokenEvent ev) {
+  ev.request = s.id;
+  if (ev.finish != FinishReason::kNone) {
+    ev.prompt_tokens = int64_t(s.req.prompt.size());
+    ev.completion_tokens = int64_t(s.generated.size());
+    ev.cached_tokens = s.cached;
+  }
+  if (s.sink) s.sink(ev);
+}
+
+void Engine::finish(Sequence& s, FinishReason reason, const std::string& error) {
+  if (s.done) return;
+  TokenEvent ev;
+  ev.finish = reason;
+  ev.error = error;
+  if (reason != FinishReason::kCancelled && reason != FinishReason::kError) ev.text = s.text->finish();
+  s.done = true;
+  emit(s, std::move(ev));
+}
+
+void Engine::admit_locked() {
+  // Cancellations of queued requests first.
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (std::find(cancelled_.begin(), cancelled_.end(), (*it)->id) != cancelled_.end()) {
+      (*it)->done = true;   // the event is sent below, outside the lock
+      (*it)->reserved = 0;  // never admitted: nothing reserved
+      ++metrics_.requests_cancelled;
+      running_.push_back(std::move(*it));  // retired (with its kCancelled event) by step()
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  while (!waiting_.empty() && int64_t(running_.size()) < opt_.max_batch &&
+         reserved_ + waiting_.front()->reserved <= metrics_.cache_bytes_budget) {
+    reserved_ += waiting_.front()->reserved;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+}
+
+void Engine::lookup_prefix(Sequence& s) {
+  const int64_t every = opt_.prefix_every, P = int64_t(s.req.prompt.size());
+  if (every == 0) return;
+  for (int64_t n = (P - 1) / every * every; n >= every; n -= every) {
+    const uint64_t h = hash_tokens(s.req.prompt.data(), n);
+    auto [b, e] = prefix_index_.equal_range(h);
+    for (auto it = b; it != e; ++it) {
+      PrefixEntry& pe = *it->second;
+      if (int64_t(pe.tokens.size()) != n || !std::equal(pe.tokens.begin(), pe.tokens.end(), s.req.prompt.begin()))
+        continue;
+      for (size_t l = 0; l < pe.kda.size(); ++l) {
+        if (pe.kda[l].S.defined())
+          s.state.kda[l] = pe.kda[l].clone();
+        else
+          s.state.mla[l] = pe.mla[l].share_prefix(n);
+      }
+      s.state.tokens = n;
+      s.prefilled = s.cached = n;
+      for (auto li = prefix_lru_.begin(); li != prefix_lru_.end(); ++li)  // most recently used first
+        if (li->get() == &pe) {
+          prefix_lru_.splice(prefix_lru_.begin(), prefix_lru_, li);
+          break;
+        }
+      std::lock_guard lock(mu_);
+      ++metrics_.prefix_hits;
+      metrics_.prefix_tokens_reused += uint64_t(n);
+      return;
+    }
+  }
+}
+
+void Engine::store_prefix(const Sequence& s) {
+  const int64_t n = s.prefilled;
+  if (opt_.prefix_every == 0 || n == 0 || n % opt_.prefix_every != 0) return;
+  const uint64_t h = hash_tokens(s.req.prompt.data(), n);
+  auto [b, e] = prefix_index_.equal_range(h);
+  for (auto it = b; it != e; ++it)
+    if (int64_t(it->second->tokens.size()) == n &&
+        std::equal(it->second->tokens.begin(), it->second->tokens.end(), s.req.prompt.begin()))
+      return;  // already stored
+  auto pe = std::make_unique<PrefixEntry>();
+  pe->hash = h;
+  pe->tokens.assign(s.req.prompt.begin(), s.req.prompt.begin() + n);
+  for (size_t l = 0; l < s.state.kda.size(); ++l) {
+    if (s.state.kda[l].S.defined()) {
+      pe->kda.push_back(s.state.kda[l].clone());
+      pe->mla.push_back(MlaCache(s.state.mla[l].kv_lora_rank(), s.state.mla[l].rope_dim(), opt_.page_tokens));
+      pe->bytes += pe->kda.back().bytes();
+    } else {
+      pe->kda.push_back(KdaState{});
+      pe->mla.push_back(s.state.mla[l].share_prefix(n));
+      pe->bytes += pe->mla.back().bytes();
+    }
+  }
+  const size_t budget = size_t(opt_.prefix_cache_mb) << 20;
+  if (pe->bytes > budget) return;
+  prefix_bytes_ += pe->bytes;
+  prefix_index_.emplace(h, pe.get());
+  prefix_lru_.push_front(std::move(pe));
+  while (prefix_bytes_ > budget) {  // evict the least recently used
+    PrefixEntry* victim = prefix_lru_.back().get();
+    auto [vb, ve] = prefix_index_.equal_range(victim->hash);
+    for (auto it = vb; it != ve; ++it)
+      if (it->second == victim) {
+        prefix_index_.erase(it);
+        break;
+      }
+    prefix_bytes_ -= victim->bytes;
+    prefix_lru_.pop_back();
+  }
+}
+
+bool Engine::step() {
+  std::lock_guard step_lock(step_mu_);
+  {
+    std::lock_guard lock(mu_);
+    admit_locked();
+    for (auto& s : running_)
+      if (!s->done && std::find(cancelled_.begin(), cancelled_.end(), s->id) != cancelled_.end()) {
+        s->done = true;
+        ++metrics_.requests_cancelled;
+      }
+    cancelled_.clear();
+  }
+  // Requests cancelled above get their last event now (outside the lock: a sink may call back into the engine).
+  for (auto& s : running_)
+    if (s->done) emit(*s, cancelled_event());
+
+  // The batch: prefill chunks (ending on prefix snapshot boundaries) within the step's prompt budget, and one
+  // token for every decoding sequence.
+  std::vector<BatchEntry> batch;
+  std::vector<Sequence*> owners;
+  std::vector<bool> prefilling;
+  int64_t prompt_budget = opt_.prefill_chunk;
+  for (auto& sp : running_) {
+    Sequence& s = *sp;
+    if (s.done) continue;
+    if (!s.started) {
+      s.state = model_->new_sequence(opt_.page_tokens);
+      lookup_prefix(s);
+      s.started = true;
+    }
+    const int64_t P = int64_t(s.req.prompt.size());
+    if (s.prefilled < P) {
+      if (prompt_budget == 0) continue;
+      int64_t n = std::min(P - s.prefilled, prompt_budget);
+      if (opt_.prefix_every > 0) {
+        const int64_t boundary = (s.prefilled / opt_.prefix_every + 1) * opt_.prefix_every;
+        if (boundary < P) n = std::min(n, boundary - s.prefilled);
+      }
+      prompt_budget -= n;
+      batch.push_back({&s.state, std::span<const int32_t>(s.req.prompt.data() + s.prefilled, size_t(n))});
+      prefilling.push_back(true);
+    } else {
+      batch.push_back({&s.state, std::span<const int32_t>(&s.next_input, 1)});
+      prefilling.push_back(false);
+    }
+    owners.push_back(&s);
+  }
+  const bool worked = !batch.empty() || !running_.empty();
+  if (!batch.empty()) {
+    Tensor logits;
+    std::string error;
+    try {
+      logits = model_->forward(batch);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    const int64_t V = model_->vocab_size();
+    std::vector<float> row(static_cast<size_t>(V));
+    uint64_t prompt_tokens = 0, generated = 0;
+    std::vector<double> ttft, tpot;
+    for (size_t i = 0; i < owners.size(); ++i) {
+      Sequence& s = *owners[i];
+      if (!error.empty()) {
+        finish(s, FinishReason::kError, error);
+        continue;
+      }
+      if (prefilling[i]) {
+        s.prefilled += int64_t(batch[i].tokens.size());
+        prompt_tokens += batch[i].tokens.size();
+        store_prefix(s);
+        if (s.prefilled < int64_t(s.req.prompt.size())) continue;
+      }
+      std::memcpy(row.data(), logits.data<float>() + int64_t(i) * V, size_t(V) * sizeof(float));
+      // Ids past the tokenizer's vocabulary (a vocabulary padded for the matrix shapes) are never produced.
+      for (int64_t v = text_vocab_; v < V; ++v) row[size_t(v)] = -std::numeric_limits<float>::infinity();
+      const SampledToken t = s.sampler->sample(row, s.req.prompt);
+      s.sampler->observe(t.token);
+      const Clock::time_point now = Clock::now();
+      if (s.generated.empty())
+        ttft.push_back(seconds_between(s.submitted, now));
+      else
+        tpot.push_back(seconds_between(s.last_token, now));
+      s.last_token = now;
+      ++generated;
+      if (s.req.stop_at_eos && (t.token == kEndOfTextId || t.token == kEosId)) {
+        finish(s, FinishReason::kStop);
+        continue;
+      }
+      s.generated.push_back(t.token);
+      s.next_input = t.token;
+      TokenEvent ev;
+      ev.token = t.token;
+      ev.logprob = t.logprob;
+      ev.top = t.top;
+      ev.text = s.text->push(t.token);
+      if (s.text->stopped()) {
+        ev.finish = FinishReason::kStop;
+      } else if (int64_t(s.generated.size()) >= s.req.max_tokens) {
+        ev.finish = FinishReason::kLength;
+        ev.text += s.text->finish();
+      }
+      if (ev.finish != FinishReason::kNone) s.done = true;
+      emit(s, std::move(ev));
+    }
+    std::lock_guard lock(mu_);
+    metrics_.prompt_tokens += prompt_tokens;
+    metrics_.generated_tokens += generated;
+    for (double x : ttft) metrics_.time_to_first_token.observe(x);
+    for (double x : tpot) metrics_.time_per_output_token.observe(x);
+    ++metrics_.steps;
+  }
+  // Retire the finished: their state (pages, KDA states) is freed here.
+  size_t used = 0;
+  uint64_t finished = 0;
+  for (auto it = running_.begin(); it != running_.end();) {
+    if ((*it)->done) {
+      reserved_ -= (*it)->reserved;
+      finished += 1;
+      it = running_.erase(it);
+    } else {
+      used += (*it)->state.kda_bytes() + (*it)->state.mla_bytes();
+      ++it;
+    }
+  }
+  std::lock_guard lock(mu_);
+  metrics_.requests_finished += finished;
+  metrics_.cache_bytes_used = used;
+  metrics_.cache_bytes_reserved = reserved_;
+  metrics_.prefix_cache_bytes = prefix_bytes_;
+  metrics_.running = int64_t(running_.size());
+  metrics_.waiting = int64_t(waiting_.size());
+  return worked;
+}
+
+void Engine::run_until_idle() {
+  while (true) {
+    {
+      std::lock_guard lock(mu_);
+      if (waiting_.empty() && running_.empty() && cancelled_.empty()) return;
+    }
+    step();
+  }
+}
+
+void Engine::start() {
+  if (thread_.joinable()) return;
+  stop_ = false;
+  thread_ = std::thread([this] {
+    while (!stop_) {
+      bool idle;
+      {
+        std::lock_guard lock(mu_);
+        idle = waiting_.empty() && running_.empty() && cancelled_.empty();
+      }
+      if (!idle) {
+        step();
+        continue;
+      }
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(100),
+                   [&] { return stop_ || !waiting_.empty() || !cancelled_.empty(); });
+    }
+  });
+}
+
+void Engine::stop() {
+  if (thread_.joinable()) {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+      cv_.notify_all();
+    }
+    thread_.join();
+  }
+  // Everything still queued or running is cancelled.
+  std::vector<std::unique_ptr<Sequence>> left;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& s : waiting_) left.push_back(std::move(s));
+    waiting_.clear();
+    metrics_.requests_cancelled += left.size();
+  }
+  for (auto& s : running_) left.push_back(std::move(s));
+  running_.clear();
+  reserved_ = 0;
+  for (auto& s : left)
+    if (!s->done) emit(*s, cancelled_event());
+}
+
+EngineMetrics Engine::metrics() const {
+  std::lock_guard lock(mu_);
+  EngineMetrics m = metrics_;
+  m.waiting = int64_t(waiting_.size());
+  return m;
+}
+
+}  // namespace myriad

@@ -1,0 +1,160 @@
+// The serving engine (DESIGN §3): continuous batching of generation requests over one InferenceModel.
+//
+// Each engine step runs ONE batched forward (InferenceModel::forward) over every running sequence: a sequence
+// still in its prompt contributes its next prefill chunk, a decoding one its last token. New requests join
+// between steps; finished or cancelled ones leave and free their state at once. Prompts are prefilled in chunks
+// of at most `prefill_chunk` tokens per step (shared by all prefilling sequences), so a long prompt never stalls
+// the decoding sequences for more than one chunk.
+//
+// Memory: every sequence holds its KDA states (fixed size) and its MLA latent pages. Admission reserves, per
+// request, the KDA state plus the pages for prompt + max_tokens; a request waits while the reservations of the
+// running ones leave no room in `cache_mb`, and one that could never fit is refused at submit(). So a running
+// sequence never runs out of pages (no preemption needed).
+//
+// Prefix reuse: while prefilling, a sequence leaves a snapshot every `prefix_every` prompt tokens (a multiple of
+// the page size): clones of its KDA states and its full MLA pages, which are then shared, not copied (a full
+// page is never written again). A new prompt that starts with a stored prefix resumes from the longest one
+// (leaving at least one token to prefill, for its logits). Snapshots live in an LRU of `prefix_cache_mb`.
+//
+// Threads: submit() and cancel() may be called from any thread. After start(), a background thread runs the
+// steps and calls each request's sink from that thread (a sink must not block for long). Without start(), the
+// caller drives the engine with step() / run_until_idle() (tests, benchmarks, the CLI).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "serve/inference_model.h"
+#include "serve/sampling.h"
+
+namespace myriad {
+
+struct EngineOptions {
+  int64_t cache_mb = 1024;        // sequence state budget (KDA states + MLA pages)
+  int64_t page_tokens = 64;       // MLA cache page size in tokens
+  int64_t max_batch = 16;         // sequences running at once
+  int64_t prefill_chunk = 256;    // prompt tokens per step, over all prefilling sequences
+  int64_t max_waiting = 64;       // queued requests beyond this are refused (kBusy)
+  int64_t prefix_every = 256;     // prefix snapshot interval in tokens (multiple of page_tokens); 0 = off
+  int64_t prefix_cache_mb = 256;  // budget of the prefix snapshots
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;  // token ids, non-empty
+  int64_t max_tokens = 16;      // > 0
+  SamplingParams sampling;
+  std::vector<std::string> stop;  // stop strings (never part of the output)
+  bool stop_at_eos = true;        // <|endoftext|> and </s> end generation (not part of the output)
+};
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error", ""
+
+// Sent to a request's sink once per generated token (token >= 0), and a last time with finish != kNone
+// (token -1 unless it is the last token's own event: a request that ends on max_tokens gets its last token and
+// the finish together). text: the new text that became safe to show (whole UTF-8 characters; a possible stop
+// string is held back).
+struct TokenEvent {
+  uint64_t request = 0;
+  int32_t token = -1;
+  float logprob = 0;
+  std::vector<TokenLogprob> top;
+  std::string text;
+  FinishReason finish = FinishReason::kNone;
+  std::string error;          // with kError
+  int64_t prompt_tokens = 0;  // usage, on the last event
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens reused from the prefix cache
+};
+using EventSink = std::function<void(const TokenEvent&)>;
+
+// Prometheus-style histogram (cumulative buckets, seconds).
+struct LatencyHistogram {
+  static constexpr double kBounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+  static constexpr size_t kBuckets = sizeof(kBounds) / sizeof(kBounds[0]);
+  uint64_t counts[kBuckets + 1] = {};  // per bucket (not cumulative); last = above every bound
+  double sum = 0;
+  uint64_t count = 0;
+  void observe(double seconds);
+};
+
+struct EngineMetrics {
+  uint64_t requests_total = 0, requests_finished = 0, requests_cancelled = 0, requests_rejected = 0;
+  uint64_t prompt_tokens = 0, generated_tokens = 0, prefix_hits = 0, prefix_tokens_reused = 0, steps = 0;
+  int64_t running = 0, waiting = 0;
+  size_t cache_bytes_used = 0, cache_bytes_reserved = 0, cache_bytes_budget = 0, prefix_cache_bytes = 0;
+  LatencyHistogram time_to_first_token, time_per_output_token;
+};
+
+class Engine {
+ public:
+  Engine(std::shared_ptr<const InferenceModel> model, EngineOptions options = {});
+  ~Engine();  // stops the thread; pending requests get a kCancelled event
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request; returns its id. Throws kValue for a bad request (empty prompt, a token id outside the
+  // vocabulary, max_tokens <= 0, bad sampling parameters, prompt + max_tokens longer than the context: the
+  // message gives both counts, or more cache than the whole budget) and kBusy when max_waiting are queued.
+  uint64_t submit(GenerationRequest request, EventSink sink);
+  // Cancels a queued or running request (its state is freed at the next step; its sink gets kCancelled).
+  // Unknown or finished ids are ignored.
+  void cancel(uint64_t id);
+
+  void start();  // the background thread
+  void stop();   // joins it; queued and running requests are cancelled
+  // One scheduling step (admit, one batched forward, sample, retire). Returns false when there was nothing to do.
+  bool step();
+  void run_until_idle();
+
+  EngineMetrics metrics() const;
+  const InferenceModel& model() const { return *model_; }
+  const EngineOptions& options() const { return opt_; }
+
+ private:
+  struct Sequence;
+  struct PrefixEntry;
+  void admit_locked();
+  void finish(Sequence& s, FinishReason reason, const std::string& error = {});
+  void emit(Sequence& s, TokenEvent ev);
+  size_t reservation(const GenerationRequest& r) const;
+  void lookup_prefix(Sequence& s);
+  void store_prefix(const Sequence& s);
+
+  std::shared_ptr<const InferenceModel> model_;
+  EngineOptions opt_;
+  size_t kda_state_bytes_ = 0, page_bytes_ = 0;
+  int64_t text_vocab_ = 0;  // ids the tokenizer knows (the model's vocabulary may be padded beyond)
+
+  mutable std::mutex mu_;  // guards waiting_, cancelled_, metrics_, next_id_
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<uint64_t> cancelled_;
+  uint64_t next_id_ = 1;
+  EngineMetrics metrics_;
+
+  std::vector<std::unique_ptr<Sequence>> running_;  // the engine thread's (or step()'s caller's) only
+  size_t reserved_ = 0;
+
+  std::list<std::unique_ptr<PrefixEntry>> prefix_lru_;  // most recent first
+  std::unordered_multimap<uint64_t, PrefixEntry*> prefix_index_;
+  size_t prefix_bytes_ = 0;
+
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::mutex step_mu_;  // one step at a time
+};
+
+}  // namespace myriad

@@ -1,0 +1,82 @@
+// The model for serving (DESIGN §3): the text model of DESIGN §1 run without autograd over a BATCH of
+// sequences, each with its own state: per KDA layer the fixed-size KdaState, per MLA layer the paged latent
+// MlaCache. One forward takes, for each sequence of the batch, the next tokens to process (a prefill chunk or a
+// single decode token); every matrix product with a weight runs once over the rows of all sequences together
+// (so a batch reads the weights once), while the sequence mixers run per sequence on their own state. Linear
+// weights may be block-quantized (quant/quant.h); they are used as stored.
+//
+// Same model as Transformer::forward (a test checks logits against it), except: the capacity factor is not
+// applied (serving routes every copy to its top-k experts).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/decode_weights.h"
+#include "model/kda_state.h"
+#include "model/mla_cache.h"
+#include "train/tokenizer.h"
+
+namespace myriad {
+
+// The state of one sequence: indexed by layer (kda[l] is empty for MLA layers and mla[l] unused for KDA ones).
+struct SequenceState {
+  std::vector<KdaState> kda;
+  std::vector<MlaCache> mla;
+  int64_t tokens = 0;  // processed so far
+  size_t kda_bytes() const;
+  size_t mla_bytes() const;
+};
+
+// One sequence's part of a batch: the tokens to run next.
+struct BatchEntry {
+  SequenceState* seq = nullptr;
+  std::span<const int32_t> tokens;
+};
+
+class InferenceModel {
+ public:
+  // The tokenizer may be empty (not loaded) for uses that never detokenize.
+  InferenceModel(ModelConfig config, std::shared_ptr<const DecodeWeights> weights, Tokenizer tokenizer = {});
+  // A model directory (config.json, model.safetensors or shards, tokenizer/), or a training run (its latest
+  // checkpoint). Plain or quantized checkpoints.
+  static std::shared_ptr<InferenceModel> load(const std::string& dir);
+
+  const ModelConfig& config() const { return config_; }
+  const DecodeWeights& weights() const { return *w_; }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  const std::string& source() const { return source_; }
+  int64_t vocab_size() const { return config_.vocab_size; }
+  int64_t kda_chunk = 64;
+
+  SequenceState new_sequence(int64_t page_tokens = MlaCache::kDefaultPageTokens) const;
+  // Runs every entry's tokens, advancing its state. Returns f32 logits: [entries, vocab] for the last token of
+  // each entry, or with all_logits [total tokens, vocab] in entry order. Token ids and the context length are
+  // checked (kValue).
+  Tensor forward(std::span<const BatchEntry> batch, bool all_logits = false) const;
+
+  // Bytes of weights one decode step reads for one token: every dense weight except the routed experts, plus
+  // top-k routed experts per MoE layer (the model's activated weights, as stored).
+  size_t active_weight_bytes() const;
+
+ private:
+  Tensor ffn(int64_t layer, const Tensor& x) const;
+  Tensor moe(int64_t layer, const Tensor& x) const;
+  Tensor glu(const Tensor& g, const Tensor& u) const;
+  Tensor attn_res_read(const std::string& norm, const std::string& proj, const std::vector<Tensor>& cands) const;
+  Tensor rmsnorm(const Tensor& x, const std::string& weight) const;
+  const LinearWeight& lin(const std::string& name) const { return w_->linear(name); }
+
+  ModelConfig config_;
+  std::shared_ptr<const DecodeWeights> w_;
+  Tokenizer tokenizer_;
+  std::string source_;
+  std::vector<std::unique_ptr<KdaDecoder>> kda_;  // per layer (null for MLA layers)
+  std::vector<std::unique_ptr<MlaDecoder>> mla_;  // per layer (null for KDA layers)
+};
+
+}  // namespace myriad

@@ -1,0 +1,83 @@
+// `myriad generate`: one prompt through the serving engine (src/serve/engine.h), streamed to the terminal as the
+// tokens come. Argument parsing only.
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "cli.h"
+#include "serve/engine.h"
+
+namespace {
+
+float parse_float(const myriad::cli::Args& args, const std::string& name, float fallback) {
+  const auto v = args.get(name);
+  if (!v) return fallback;
+  try {
+    size_t used = 0;
+    const float f = std::stof(*v, &used);
+    MYRIAD_REQUIRE(used == v->size(), kValue, "--", name, " ", *v, ": not a number");
+    return f;
+  } catch (const std::logic_error&) {
+    MYRIAD_REQUIRE(false, kValue, "--", name, " ", *v, ": not a number");
+  }
+  return fallback;
+}
+
+int run_generate(const myriad::cli::Args& args) {
+  using namespace myriad;
+  const auto model_dir = args.get("model");
+  const auto prompt = args.get("prompt");
+  MYRIAD_REQUIRE(model_dir && prompt, kValue, "generate needs --model DIR and --prompt TEXT");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto model = InferenceModel::load(*model_dir);
+  GenerationRequest req;
+  req.prompt = model->tokenizer().encode(*prompt);
+  MYRIAD_REQUIRE(!req.prompt.empty(), kValue, "generate: the prompt is empty");
+  req.max_tokens = args.get_int("max-tokens", 64, 1, 1 << 24);
+  req.sampling.temperature = parse_float(args, "temperature", 0.0f);
+  req.sampling.top_k = args.get_int("top-k", 0, 0, 1 << 30);
+  req.sampling.top_p = parse_float(args, "top-p", 1.0f);
+  req.sampling.min_p = parse_float(args, "min-p", 0.0f);
+  req.sampling.repetition_penalty = parse_float(args, "repetition-penalty", 1.0f);
+  req.sampling.seed = uint64_t(args.get_int("seed", 0, 0, 1L << 62));
+  if (auto s = args.get("stop")) req.stop.push_back(*s);
+  Engine engine(model);
+  const auto t1 = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point first;
+  int64_t n = 0;
+  std::string reason;
+  std::printf("%s", prompt->c_str());
+  std::fflush(stdout);
+  engine.submit(req, [&](const TokenEvent& ev) {
+    if (ev.token >= 0 && n++ == 0) first = std::chrono::steady_clock::now();
+    std::fputs(ev.text.c_str(), stdout);
+    std::fflush(stdout);
+    if (ev.finish != FinishReason::kNone) reason = finish_reason_name(ev.finish);
+  });
+  engine.run_until_idle();
+  const auto t2 = std::chrono::steady_clock::now();
+  auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  std::printf("\n");
+  std::fprintf(stderr,
+               "[%zu prompt tokens, %lld generated (%s); load %.2f s, first token %.3f s, then %.1f tokens/s]\n",
+               req.prompt.size(), (long long)n, reason.c_str(), secs(t0, t1), n ? secs(t1, first) : 0.0,
+               n > 1 ? double(n - 1) / secs(first, t2) : 0.0);
+  return 0;
+}
+
+}  // namespace
+
+MYRIAD_COMMAND("generate", "generate text from a model, streamed as it comes (the serving engine)",
+               "myriad generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K] "
+               "[--top-p P] [--min-p P] [--repetition-penalty R] [--seed S] [--stop TEXT]",
+               {{"model", "DIR", "a model directory (plain or quantized), a run (its latest checkpoint)"},
+                {"prompt", "TEXT", "the prompt"},
+                {"max-tokens", "N", "tokens to generate (default 64)"},
+                {"temperature", "T", "0 = greedy (default)"},
+                {"top-k", "K", "keep the K most likely tokens (0 = off)"},
+                {"top-p", "P", "nucleus sampling mass (1 = off)"},
+                {"min-p", "P", "drop tokens below P x the most likely (0 = off)"},
+                {"repetition-penalty", "R", "CTRL repetition penalty (1 = off)"},
+                {"seed", "S", "sampling seed"},
+                {"stop", "TEXT", "stop string (not printed)"}},
+               run_generate);
