@@ -1,0 +1,91 @@
+// The OpenAI-compatible HTTP server (DESIGN §3) over one Engine: cpp-httplib for HTTP, nlohmann for JSON.
+//
+// Endpoints (bodies are JSON; errors are {"error": {"message", "type", "param", "code"}} with the status below):
+//   POST /v1/chat/completions   messages -> chat template (serve/chat_template.h) -> generation
+//   POST /v1/completions        prompt: a string, a list of one string, token ids, or a list of one list of ids
+//     Both: non-streaming, or with "stream": true Server-Sent Events: "data: {json}\n\n" chunks
+//     (chat.completion.chunk / text_completion) with one id throughout, the role in the first chat delta,
+//     finish_reason on the last choice chunk, a usage chunk (choices: []) when stream_options.include_usage,
+//     then "data: [DONE]\n\n". While no token arrives for a second, a comment line ": ping" is sent (SSE clients
+//     ignore it); it is how a client that went away is noticed before the next token.
+//     Fields: model, max_tokens / max_completion_tokens (> 0; default: chat min(default_max_tokens, context left),
+//     completions 16 as OpenAI), temperature, top_p, top_k, min_p, frequency_penalty, presence_penalty,
+//     repetition_penalty, seed (default: a random one), stop (string or list), n (1 only), stream,
+//     stream_options.include_usage, logprobs + top_logprobs (chat) / logprobs: n (completions), user (ignored);
+//     and, beyond OpenAI's set (as vLLM): top_k (-1 or 0: off), min_p, repetition_penalty, ignore_eos (generation
+//     continues through <|endoftext|>: for benchmarks and tests).
+//     Other fields are ignored, except those whose meaning cannot be honoured (echo, suffix, best_of > 1, tools,
+//     a response_format other than text): 400 saying so.
+//   GET  /v1/models, /v1/models/{id}   the served model (its id: options.model_name)
+//   GET  /health       200 {"status": "ok"} when the model is loaded; 503 while loading (or if the load failed)
+//   GET  /metrics      Prometheus text format (HTTP requests by endpoint and status, engine counters, latency
+//                      histograms, running / waiting requests, cache bytes)
+//   POST /tokenize     {"prompt": "..."} or {"messages": [...]} -> {"tokens": [...], "count": n, "max_model_len"}
+//   POST /detokenize   {"tokens": [...]} -> {"prompt": "..."}
+// Statuses: 400 malformed JSON, wrong types (param names the field), bad values, a prompt too long for the context
+// (code context_length_exceeded); 401 a missing or wrong API key (only /v1/*, only with options.api_key);
+// 404 an unknown model (code model_not_found) or route; 413 a body over max_body_bytes; 429 the engine's queue is
+// full (Retry-After: 1); 503 the model is still loading or the server is stopping; 500 anything else. Every
+// handler catches everything: no input stops the server.
+//
+// Threads: httplib's worker pool runs the handlers (one per connection while it is active); the engine thread
+// generates and hands each request's events to its handler through a per-request queue (never blocking the engine
+// thread). A handler whose client goes away (a failed write) cancels its request, which frees its pages.
+// Leaves out: n > 1, echo, tool calls, images, TLS (bind to loopback, or put a proxy in front). A NON-streaming
+// request whose client goes away runs to its end (bounded by max_tokens): httplib gives a handler no way to watch
+// its connection until it writes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "serve/engine.h"
+
+namespace myriad {
+
+struct ServerOptions {
+  std::string model_dir;
+  std::string model_name;  // the id clients send as "model"; default: model_dir's base name
+  std::string host = "127.0.0.1";
+  int port = 8080;      // 0: any free port (Server::port() tells which)
+  std::string api_key;  // non-empty: "Authorization: Bearer <api_key>" required on /v1/*
+  EngineOptions engine;
+  int http_threads = 0;               // handler threads; 0: max_batch + max_waiting + 8 (at most 512)
+  size_t max_body_bytes = 16u << 20;  // larger request bodies get 413
+  int64_t default_max_tokens = 1024;  // chat requests without max_tokens get min(this, context left)
+  // Loads the model; default InferenceModel::load(model_dir). Tests use it to hold or fail the load.
+  std::function<std::shared_ptr<const InferenceModel>()> loader;
+};
+
+class Server {
+ public:
+  enum class State { kLoading, kReady, kFailed, kStopped };
+
+  explicit Server(ServerOptions options);
+  ~Server();  // stop()
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds host:port (kIo when it cannot: port in use, bad host), starts answering on a background thread (health:
+  // 503) and loads the model on another; once loaded the engine starts and the state becomes kReady.
+  void start();
+  // Stops accepting connections, ends the streams and waiting handlers (503), stops the engine and joins every
+  // thread. Idempotent.
+  void stop();
+
+  int port() const;  // the bound port (after start())
+  State state() const;
+  std::string load_error() const;  // with kFailed: the load's error message
+  const std::string& model_name() const;
+  // The engine once loaded (null before): for tests and the CLI's status line.
+  std::shared_ptr<Engine> engine() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace myriad

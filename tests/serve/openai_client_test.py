@@ -1,0 +1,340 @@
+#!/usr/bin/env python3
+"""`myriad serve` end to end with the official `openai` Python client (PyPI), curl, and a bounded load test.
+
+The model: configs/tiny.json with random weights (`myriad init`) and a tokenizer trained here (`myriad tokenizer
+train`) on generated text; the config's vocab_size is set to the tokenizer's, so every id the model samples decodes.
+The server starts on a free port (--port 0; the port is read from its first line) with an API key, and must answer
+/health 503 or 200 at once (it listens before the model is loaded), then 200.
+
+Checks: models.list; chat and completions, non-streaming and streaming (greedy: the streamed text equals the
+non-streamed text; one id per stream; usage in the last chunk with stream_options.include_usage); logprobs in
+OpenAI's shapes; seeds reproduce; vLLM-style extras through extra_body; errors raise the right exceptions
+(BadRequestError for max_tokens 0, n 2 and a negative temperature, NotFoundError for an unknown model,
+AuthenticationError for a wrong key); curl, plain and streaming; `myriad chat` with piped stdin replies, turn by
+turn (history, /reset, /quit), exactly what the server answers for the same conversation (greedy).
+
+Load test (bounded): N client threads for S seconds, mixing chat and completions, streaming or not, 4-32 tokens,
+some streams dropped after their first chunk (their requests must be cancelled). It must end with zero 5xx
+responses and, once idle, no running or waiting request and the engine's cache bytes back at their idle level.
+It prints requests/s, tokens/s and latency percentiles.
+
+usage: openai_client_test.py MYRIAD_BINARY REPO_ROOT WORK_DIR [--clients N] [--seconds S]
+"""
+import argparse
+import http.client
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import openai
+
+parser = argparse.ArgumentParser()
+parser.add_argument("myriad")
+parser.add_argument("root")
+parser.add_argument("work")
+parser.add_argument("--clients", type=int, default=8)
+parser.add_argument("--seconds", type=float, default=10.0)
+args = parser.parse_args()
+
+KEY = "test-key-123"
+NAME = "tiny-served"
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    print(("ok:   " if ok else "FAIL: ") + what, flush=True)
+    if not ok:
+        failures += 1
+
+
+def http_get(port, path):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def metrics(port):
+    status, text = http_get(port, "/metrics")
+    assert status == 200, status
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^([a-z_]+) (\S+)$", line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
+def rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return -1
+
+
+# ---- the model -----------------------------------------------------------------------------------------------------
+shutil.rmtree(args.work, ignore_errors=True)
+os.makedirs(args.work)
+model_dir = os.path.join(args.work, NAME)
+rng = random.Random(7)
+words = ("the a cat dog bird sat ran flew on over under mat tree house quickly slowly and then it was is "
+         "big small red blue green one two three four five six seven eight nine ten").split()
+corpus = os.path.join(args.work, "corpus.txt")
+with open(corpus, "w") as f:
+    for _ in range(3000):
+        f.write(" ".join(rng.choice(words) for _ in range(rng.randint(5, 15))) + ".\n")
+subprocess.run([args.myriad, "tokenizer", "train", "--data", corpus, "--vocab", "400", "--out",
+                os.path.join(model_dir, "tokenizer")], check=True, stdout=subprocess.DEVNULL)
+vocab = json.load(open(os.path.join(model_dir, "tokenizer", "tokenizer.json")))["vocab_size"]
+config = json.load(open(os.path.join(args.root, "configs", "tiny.json")))
+config["vocab_size"] = vocab
+config_path = os.path.join(args.work, "config.json")
+json.dump(config, open(config_path, "w"), indent=1)
+subprocess.run([args.myriad, "init", "--config", config_path, "--out", model_dir, "--seed", "3"], check=True,
+               stdout=subprocess.DEVNULL)
+
+# ---- the server ----------------------------------------------------------------------------------------------------
+env = dict(os.environ, MYRIAD_THREADS="2")
+server = subprocess.Popen([args.myriad, "serve", "--model", model_dir, "--port", "0", "--api-key", KEY,
+                           "--max-batch", "8", "--cache-mb", "256"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+first = server.stdout.readline()
+m = re.search(r"http://127\.0\.0\.1:(\d+)", first)
+if not m:
+    print("FAIL: no listening line from myriad serve:", first, server.stdout.read(), flush=True)
+    server.kill()
+    sys.exit(1)
+port = int(m.group(1))
+log_lines = []
+threading.Thread(target=lambda: [log_lines.append(l) for l in server.stdout], daemon=True).start()
+status, _ = http_get(port, "/health")
+check(status in (200, 503), f"/health answers at once ({status}: 503 while loading, 200 when ready)")
+deadline = time.time() + 60
+while http_get(port, "/health")[0] != 200 and time.time() < deadline:
+    time.sleep(0.05)
+check(http_get(port, "/health")[0] == 200, "/health 200 once the model is loaded")
+
+base_url = f"http://127.0.0.1:{port}/v1"
+client = openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=60)
+try:
+    # ---- the openai client -----------------------------------------------------------------------------------------
+    ids = [m.id for m in client.models.list()]
+    check(ids == [NAME], f"models.list() = {ids}")
+
+    messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Count to three."}]
+    chat = client.chat.completions.create(model=NAME, messages=messages, max_tokens=12, temperature=0)
+    c0 = chat.choices[0]
+    check(chat.object == "chat.completion" and c0.message.role == "assistant" and isinstance(c0.message.content, str),
+          "chat completion shape")
+    check(c0.finish_reason in ("stop", "length"), f"chat finish_reason {c0.finish_reason}")
+    u = chat.usage
+    check(u.total_tokens == u.prompt_tokens + u.completion_tokens and 0 < u.completion_tokens <= 12,
+          f"chat usage {u.prompt_tokens} + {u.completion_tokens} = {u.total_tokens}")
+
+    stream = client.chat.completions.create(model=NAME, messages=messages, max_tokens=12, temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    check(text == c0.message.content, "streamed chat text equals the non-streamed text")
+    check(len({ch.id for ch in chunks}) == 1, "one id across the chat stream")
+    check(chunks[0].choices[0].delta.role == "assistant", "the role in the first delta")
+    finishes = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    check(finishes == [c0.finish_reason], f"finish_reason once, on the last choice chunk: {finishes}")
+    check(chunks[-1].usage is not None and chunks[-1].usage.total_tokens == u.total_tokens and not chunks[-1].choices,
+          "usage chunk last (choices: [])")
+
+    comp = client.completions.create(model=NAME, prompt="the cat sat on", max_tokens=10, temperature=0, logprobs=2)
+    lp = comp.choices[0].logprobs
+    check(comp.object == "text_completion" and len(lp.tokens) == comp.usage.completion_tokens
+          and len(lp.token_logprobs) == len(lp.tokens) and len(lp.top_logprobs) == len(lp.tokens)
+          and len(lp.text_offset) == len(lp.tokens), "completion with logprobs (tokens, token_logprobs, top_logprobs)")
+    streamed = "".join(ch.choices[0].text for ch in client.completions.create(
+        model=NAME, prompt="the cat sat on", max_tokens=10, temperature=0, stream=True) if ch.choices)
+    check(streamed == comp.choices[0].text, "streamed completion equals the non-streamed one")
+
+    chat_lp = client.chat.completions.create(model=NAME, messages=messages, max_tokens=5, temperature=0,
+                                             logprobs=True, top_logprobs=2)
+    content = chat_lp.choices[0].logprobs.content
+    check(len(content) == chat_lp.usage.completion_tokens and all(len(t.top_logprobs) == 2 for t in content)
+          and all(t.logprob <= 0 for t in content), "chat logprobs: one entry per token, two alternatives each")
+
+    a, b = (client.completions.create(model=NAME, prompt="one two", max_tokens=8, temperature=0.9, seed=42)
+            for _ in range(2))
+    check(a.choices[0].text == b.choices[0].text, "the same seed gives the same sample")
+    extra = client.completions.create(model=NAME, prompt="one two", max_tokens=4, temperature=0.8,
+                                      extra_body={"top_k": 5, "min_p": 0.05, "repetition_penalty": 1.1})
+    check(extra.usage.completion_tokens >= 1, "top_k / min_p / repetition_penalty through extra_body")
+
+    def expect(exc, code_or_none, fn, what):
+        try:
+            fn()
+            check(False, f"{what}: no error raised")
+        except exc as e:
+            ok = code_or_none is None or e.code == code_or_none
+            check(ok, f"{what}: {type(e).__name__} {e.status_code} (code {e.code})")
+        except Exception as e:  # noqa: BLE001: the wrong exception is the failure being tested
+            check(False, f"{what}: raised {type(e).__name__}: {e}")
+
+    expect(openai.BadRequestError, None, lambda: client.chat.completions.create(
+        model=NAME, messages=messages, max_tokens=0), "max_tokens 0")
+    expect(openai.NotFoundError, "model_not_found", lambda: client.chat.completions.create(
+        model="gpt-nope", messages=messages, max_tokens=4), "unknown model")
+    expect(openai.BadRequestError, None, lambda: client.completions.create(
+        model=NAME, prompt="x", max_tokens=4, temperature=-1), "negative temperature")
+    expect(openai.BadRequestError, None, lambda: client.completions.create(
+        model=NAME, prompt="x", max_tokens=4, n=2), "n = 2")
+    expect(openai.BadRequestError, "context_length_exceeded", lambda: client.completions.create(
+        model=NAME, prompt="x", max_tokens=5000), "prompt + max_tokens past the context")
+    bad_key = openai.OpenAI(base_url=base_url, api_key="wrong", max_retries=0)
+    expect(openai.AuthenticationError, "invalid_api_key", lambda: bad_key.models.list(), "wrong API key")
+
+    # ---- curl ------------------------------------------------------------------------------------------------------
+    body = json.dumps({"model": NAME, "prompt": "the dog", "max_tokens": 5, "temperature": 0})
+    out = subprocess.run(["curl", "-sS", "-H", f"Authorization: Bearer {KEY}", "-H", "Content-Type: application/json",
+                          "-d", body, f"{base_url}/completions"], capture_output=True, text=True, timeout=30)
+    r = json.loads(out.stdout)
+    check(r["object"] == "text_completion" and r["usage"]["prompt_tokens"] > 0, "curl: completion")
+    body = json.dumps({"model": NAME, "messages": messages, "max_tokens": 5, "stream": True})
+    out = subprocess.run(["curl", "-sSN", "-H", f"Authorization: Bearer {KEY}", "-H", "Content-Type: application/json",
+                          "-d", body, f"{base_url}/chat/completions"], capture_output=True, text=True, timeout=30)
+    data = [l[6:] for l in out.stdout.splitlines() if l.startswith("data: ")]
+    check(len(data) >= 3 and data[-1] == "[DONE]" and json.loads(data[0])["object"] == "chat.completion.chunk",
+          "curl: chat stream ends with [DONE]")
+    out = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-d", body,
+                          f"{base_url}/chat/completions"], capture_output=True, text=True, timeout=30)
+    check(out.stdout == "401", f"curl without the key: {out.stdout}")
+
+    # ---- `myriad chat`: the same template and history as the server (greedy, piped stdin) --------------------------
+    def served(msgs):
+        return client.chat.completions.create(model=NAME, messages=msgs, max_tokens=8,
+                                              temperature=0).choices[0].message.content
+
+    out = subprocess.run([args.myriad, "chat", "--model", model_dir, "--temperature", "0", "--max-tokens", "8",
+                          "--system", "Be brief."], input=b"hi\nand then?\n/reset\nhello\n/quit\nnever read\n",
+                         capture_output=True, timeout=60, env=env)
+    r1 = served([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}])
+    r2 = served([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+                 {"role": "assistant", "content": r1}, {"role": "user", "content": "and then?"}])
+    r3 = served([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}])
+    got = out.stdout.decode("utf-8", "replace")
+    same = out.returncode == 0 and got == f"{r1}\n{r2}\n{r3}\n"
+    check(same, "myriad chat (piped: history, /reset, /quit) replies as the server does"
+          + ("" if same else f": exit {out.returncode}, {got!r} vs {[r1, r2, r3]!r}"))
+
+    # ---- the load test ---------------------------------------------------------------------------------------------
+    idle = metrics(port)
+    rss_before = rss_mb(server.pid)
+    lock = threading.Lock()
+    latencies, statuses, tokens = [], {}, [0]
+    stop_at = time.time() + args.seconds
+
+    def worker(i):
+        r = random.Random(100 + i)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        while time.time() < stop_at:
+            chat_req = r.random() < 0.5
+            stream_req = r.random() < 0.5
+            drop = stream_req and r.random() < 0.2  # hang up after the first chunk
+            req = {"model": NAME, "max_tokens": r.randint(4, 32), "temperature": 0.8, "seed": r.randint(0, 1 << 30),
+                   "stream": stream_req, "ignore_eos": True}
+            if chat_req:
+                req["messages"] = [{"role": "user", "content": " ".join(r.choice(words) for _ in range(r.randint(3, 30)))}]
+            else:
+                req["prompt"] = " ".join(r.choice(words) for _ in range(r.randint(3, 60)))
+            if stream_req:
+                req["stream_options"] = {"include_usage": True}
+            path = "/v1/chat/completions" if chat_req else "/v1/completions"
+            t0 = time.time()
+            try:
+                conn.request("POST", path, json.dumps(req), {"Authorization": f"Bearer {KEY}",
+                                                             "Content-Type": "application/json"})
+                resp = conn.getresponse()
+                if drop and resp.status == 200:
+                    resp.read(1)
+                    conn.close()  # the server must cancel the request
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                    with lock:
+                        statuses["dropped"] = statuses.get("dropped", 0) + 1
+                    continue
+                payload = resp.read().decode()
+                n = 0
+                if resp.status == 200:
+                    if stream_req:
+                        last = [l for l in payload.splitlines() if l.startswith("data: {")][-1]
+                        n = json.loads(last[6:])["usage"]["completion_tokens"]
+                    else:
+                        n = json.loads(payload)["usage"]["completion_tokens"]
+                with lock:
+                    statuses[resp.status] = statuses.get(resp.status, 0) + 1
+                    if resp.status == 200:
+                        latencies.append(time.time() - t0)
+                        tokens[0] += n
+            except Exception as e:  # noqa: BLE001: a transport error is counted, not raised
+                with lock:
+                    statuses[f"error {type(e).__name__}"] = statuses.get(f"error {type(e).__name__}", 0) + 1
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.close()
+
+    t_start = time.time()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(args.clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.time() - t_start
+    deadline = time.time() + 30
+    after = metrics(port)
+    while time.time() < deadline and (after["myriad_requests_running"] or after["myriad_requests_waiting"]
+                                      or after["myriad_cache_bytes_used"] != idle["myriad_cache_bytes_used"]):
+        time.sleep(0.05)
+        after = metrics(port)
+    rss_after = rss_mb(server.pid)
+    latencies.sort()
+
+    def pct(p):
+        return latencies[min(len(latencies) - 1, int(p / 100 * len(latencies)))] * 1000 if latencies else float("nan")
+
+    done = len(latencies)
+    print(f"load: {args.clients} clients x {elapsed:.1f} s: {done} completed requests, {done / elapsed:.1f} req/s, "
+          f"{tokens[0] / elapsed:.0f} generated tokens/s; latency p50 {pct(50):.0f} ms, p90 {pct(90):.0f} ms, "
+          f"p99 {pct(99):.0f} ms; statuses {statuses}; server RSS {rss_before:.0f} -> {rss_after:.0f} MiB", flush=True)
+    fivexx = sum(v for k, v in statuses.items() if isinstance(k, int) and k >= 500)
+    errors = sum(v for k, v in statuses.items() if isinstance(k, str) and k.startswith("error"))
+    check(done > 0, f"load: {done} requests completed")
+    check(fivexx == 0 and errors == 0, f"load: zero 5xx and transport errors ({fivexx}, {errors})")
+    check(after["myriad_requests_running"] == 0 and after["myriad_requests_waiting"] == 0,
+          "load: no request running or waiting afterwards")
+    check(after["myriad_cache_bytes_used"] == idle["myriad_cache_bytes_used"]
+          and after["myriad_cache_bytes_reserved"] == idle["myriad_cache_bytes_reserved"],
+          f"load: cache bytes back at idle ({after['myriad_cache_bytes_used']:.0f} used, "
+          f"{after['myriad_cache_bytes_reserved']:.0f} reserved)")
+    print(f"load: {statuses.get('dropped', 0)} streams dropped by their clients; the engine cancelled "
+          f"{after['myriad_requests_cancelled_total'] - idle['myriad_requests_cancelled_total']:.0f} requests "
+          "(a short one may finish before the server notices)", flush=True)
+    check(server.poll() is None, "the server is still running")
+finally:
+    client.close()
+    server.terminate()
+    try:
+        rc = server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        rc = "killed"
+    check(rc == 0, f"myriad serve exits 0 on SIGTERM (got {rc})")
+    if failures:
+        print("".join(log_lines[-20:]))
+
+print(f"{failures} failure(s)" if failures else "all passed", flush=True)
+sys.exit(1 if failures else 0)

@@ -1,0 +1,674 @@
+// The HTTP server (serve/server.h) in-process on an ephemeral port, driven with httplib::Client: health and
+// models, greedy completions against a direct Engine run of the same prompt, streaming (chunks, id, [DONE], usage),
+// logprobs shapes, every bad input's status and error shape, the API key, tokenize/detokenize, a client that
+// disconnects mid-stream (its request is cancelled and its pages freed), a full queue (429), and the model loading
+// in the background (503 until ready).
+//
+// The model: configs/tiny.json with random weights, its vocab_size set to that of a small tokenizer trained here
+// (so that every id the model can sample decodes), written to a temporary directory as a model directory.
+#include "serve/server.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "core/error.h"
+#include "model/init.h"
+#include "serve/chat_template.h"
+#include "serve/inference_model.h"
+#include "train/corpus.h"
+#include "train/tokenizer.h"
+
+namespace myriad {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+const std::string kTiny = MYRIAD_SOURCE_DIR "/configs/tiny.json";
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+// Engine options shared by the served engine and the direct one it is compared with.
+EngineOptions test_engine_options() {
+  EngineOptions o;
+  o.cache_mb = 64;
+  o.max_batch = 4;
+  o.max_waiting = 16;
+  return o;
+}
+
+// "data: ..." payloads of an SSE body, in order.
+std::vector<std::string> sse_data(const std::string& body) {
+  std::vector<std::string> out;
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("data: ", 0) == 0) out.push_back(line.substr(6));
+  return out;
+}
+
+// The value of an unlabelled metric line "name value".
+double metric(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  ADD_FAILURE() << "no metric " << name;
+  return -1;
+}
+
+class ServerTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string((fs::path(testing::TempDir()) / ("myriad_server_" + std::to_string(getpid()))).string());
+    fs::remove_all(*dir_);
+    const std::string model_dir = *dir_ + "/tiny-chat";
+    fs::create_directories(model_dir);
+    const Tokenizer tok = Tokenizer::train_from_texts(generate_corpus(11, 60000), 400);
+    json config = json::parse(read_all(kTiny));
+    config["vocab_size"] = tok.vocab_size();
+    const std::string config_path = *dir_ + "/config.json";
+    std::ofstream(config_path) << config.dump(2);
+    write_random_model(config_path, model_dir, InitOptions{});
+    tok.save(model_dir + "/tokenizer");
+    model_dir_ = new std::string(model_dir);
+
+    ServerOptions opt;
+    opt.model_dir = model_dir;
+    opt.port = 0;
+    opt.engine = test_engine_options();
+    server_ = new Server(opt);
+    server_->start();
+    wait_ready(*server_);
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    fs::remove_all(*dir_);
+    delete dir_;
+    delete model_dir_;
+  }
+
+  static void wait_ready(const Server& s) {
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (s.state() == Server::State::kLoading && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(10ms);
+    ASSERT_EQ(s.state(), Server::State::kReady) << s.load_error();
+  }
+
+  static httplib::Client client(int port) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+
+  static httplib::Result post(const std::string& path, const std::string& body, int port = -1,
+                              const httplib::Headers& headers = {}) {
+    httplib::Client c = client(port < 0 ? server_->port() : port);
+    return c.Post(path.c_str(), headers, body, "application/json");
+  }
+
+  static json post_json(const std::string& path, const json& body, int want_status = 200) {
+    const httplib::Result r = post(path, body.dump());
+    EXPECT_TRUE(r) << "no response from " << path;
+    if (!r) return json();
+    EXPECT_EQ(r->status, want_status) << r->body;
+    return json::parse(r->body);
+  }
+
+  static std::string get_metrics() {
+    httplib::Client c = client(server_->port());
+    const httplib::Result r = c.Get("/metrics");
+    EXPECT_TRUE(r && r->status == 200);
+    return r ? r->body : "";
+  }
+
+  // The text of a direct, greedy Engine run (no server) of the same prompt.
+  static std::string direct_greedy(const std::vector<int32_t>& prompt, int64_t max_tokens,
+                                   const std::vector<std::string>& stop) {
+    Engine engine(InferenceModel::load(*model_dir_), test_engine_options());
+    GenerationRequest req;
+    req.prompt = prompt;
+    req.max_tokens = max_tokens;
+    req.sampling.temperature = 0;
+    req.stop = stop;
+    std::string text;
+    engine.submit(req, [&](const TokenEvent& e) { text += e.text; });
+    engine.run_until_idle();
+    return text;
+  }
+
+  static void expect_error_shape(const httplib::Result& r, int status, const std::string& param,
+                                 const std::string& code, const std::string& what) {
+    ASSERT_TRUE(r) << what;
+    EXPECT_EQ(r->status, status) << what << ": " << r->body;
+    EXPECT_EQ(r->get_header_value("Content-Type"), "application/json") << what;
+    json j;
+    ASSERT_NO_THROW(j = json::parse(r->body)) << what << ": " << r->body;
+    ASSERT_TRUE(j.contains("error") && j["error"].is_object()) << what << ": " << r->body;
+    const json& e = j["error"];
+    EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty()) << what;
+    EXPECT_TRUE(e["type"].is_string()) << what;
+    ASSERT_TRUE(e.contains("param") && e.contains("code")) << what << ": " << r->body;
+    if (param.empty()) {
+      EXPECT_TRUE(e["param"].is_null() || e["param"].is_string()) << what;
+    } else {
+      EXPECT_EQ(e["param"], param) << what << ": " << r->body;
+    }
+    if (!code.empty()) {
+      EXPECT_EQ(e["code"], code) << what << ": " << r->body;
+    }
+  }
+
+  static std::string* dir_;
+  static std::string* model_dir_;
+  static Server* server_;
+};
+
+std::string* ServerTest::dir_ = nullptr;
+std::string* ServerTest::model_dir_ = nullptr;
+Server* ServerTest::server_ = nullptr;
+
+TEST_F(ServerTest, HealthAndModels) {
+  httplib::Client c = client(server_->port());
+  httplib::Result h = c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  EXPECT_EQ(json::parse(h->body)["status"], "ok");
+
+  httplib::Result m = c.Get("/v1/models");
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->status, 200);
+  const json models = json::parse(m->body);
+  EXPECT_EQ(models["object"], "list");
+  ASSERT_EQ(models["data"].size(), 1u);
+  EXPECT_EQ(models["data"][0]["id"], "tiny-chat");  // the directory's base name
+  EXPECT_EQ(models["data"][0]["object"], "model");
+  EXPECT_EQ(models["data"][0]["max_model_len"], 2048);
+
+  httplib::Result one = c.Get("/v1/models/tiny-chat");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->status, 200);
+  expect_error_shape(c.Get("/v1/models/gpt-9"), 404, "model", "model_not_found", "unknown model id");
+  expect_error_shape(c.Get("/v2/nothing"), 404, "", "not_found", "unknown route");
+}
+
+TEST_F(ServerTest, GreedyCompletionEqualsDirectEngine) {
+  const std::string prompt = "The cat sat on the";
+  const json r = post_json("/v1/completions",
+                           {{"model", "tiny-chat"}, {"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}});
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["object"], "text_completion");
+  EXPECT_EQ(r["model"], "tiny-chat");
+  EXPECT_EQ(r["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+  const json& choice = r["choices"][0];
+  const auto model = InferenceModel::load(*model_dir_);
+  const std::vector<int32_t> ids = model->tokenizer().encode(prompt);
+  EXPECT_EQ(choice["text"], direct_greedy(ids, 12, {}));
+  EXPECT_TRUE(choice["finish_reason"] == "length" || choice["finish_reason"] == "stop");
+  EXPECT_TRUE(choice["logprobs"].is_null());
+  EXPECT_EQ(r["usage"]["prompt_tokens"], ids.size());
+  EXPECT_EQ(r["usage"]["total_tokens"],
+            r["usage"]["prompt_tokens"].get<int64_t>() + r["usage"]["completion_tokens"].get<int64_t>());
+  EXPECT_TRUE(r["usage"]["prompt_tokens_details"]["cached_tokens"].is_number_integer());
+  if (choice["finish_reason"] == "length") {
+    EXPECT_EQ(r["usage"]["completion_tokens"], 12);
+  }
+
+  // Token ids as the prompt give the same.
+  const json r2 = post_json("/v1/completions", {{"prompt", ids}, {"max_tokens", 12}, {"temperature", 0}});
+  EXPECT_EQ(r2["choices"][0]["text"], choice["text"]);
+}
+
+TEST_F(ServerTest, GreedyChatEqualsDirectEngine) {
+  const json messages = json::array(
+      {json{{"role", "system"}, {"content", "Be brief."}}, json{{"role", "user"}, {"content", "What is 2+2?"}}});
+  const json r = post_json("/v1/chat/completions",
+                           {{"model", "tiny-chat"}, {"messages", messages}, {"max_tokens", 10}, {"temperature", 0}});
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["object"], "chat.completion");
+  EXPECT_EQ(r["choices"][0]["message"]["role"], "assistant");
+  const std::vector<ChatMessage> conv = {{"system", "Be brief."}, {"user", "What is 2+2?"}};
+  const auto model = InferenceModel::load(*model_dir_);
+  const std::vector<int32_t> ids = model->tokenizer().encode(render_chat(conv));
+  EXPECT_EQ(r["choices"][0]["message"]["content"], direct_greedy(ids, 10, chat_stop_strings()));
+  EXPECT_EQ(r["usage"]["prompt_tokens"], ids.size());
+}
+
+TEST_F(ServerTest, StreamingCompletionMatchesNonStreaming) {
+  const json base = {{"prompt", "Once upon a time"}, {"max_tokens", 20}, {"temperature", 0}, {"ignore_eos", true}};
+  const json whole = post_json("/v1/completions", base);
+  json req = base;
+  req["stream"] = true;
+  const httplib::Result r = post("/v1/completions", req.dump());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  const std::vector<std::string> data = sse_data(r->body);
+  ASSERT_GE(data.size(), 3u);
+  EXPECT_EQ(data.back(), "[DONE]");
+  std::string text, id;
+  int finishes = 0;
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    const json c = json::parse(data[i]);
+    EXPECT_EQ(c["object"], "text_completion");
+    if (id.empty()) id = c["id"];
+    EXPECT_EQ(c["id"], id) << "one id throughout";
+    EXPECT_FALSE(c.contains("usage")) << "no usage without stream_options.include_usage";
+    ASSERT_EQ(c["choices"].size(), 1u);
+    text += c["choices"][0]["text"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) {
+      ++finishes;
+      EXPECT_EQ(i + 2, data.size()) << "finish_reason on the last chunk only";
+      EXPECT_EQ(c["choices"][0]["finish_reason"], "length");
+    }
+  }
+  EXPECT_EQ(finishes, 1);
+  EXPECT_EQ(text, whole["choices"][0]["text"]);
+}
+
+TEST_F(ServerTest, StreamingChatWithUsage) {
+  const json req = {{"messages", json::array({json{{"role", "user"}, {"content", "Tell me a story."}}})},
+                    {"max_tokens", 16},
+                    {"temperature", 0},
+                    {"ignore_eos", true},
+                    {"stream", true},
+                    {"stream_options", {{"include_usage", true}}}};
+  json whole_req = req;
+  whole_req.erase("stream");
+  whole_req.erase("stream_options");
+  const json whole = post_json("/v1/chat/completions", whole_req);
+  const httplib::Result r = post("/v1/chat/completions", req.dump());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  const std::vector<std::string> data = sse_data(r->body);
+  ASSERT_GE(data.size(), 4u);
+  EXPECT_EQ(data.back(), "[DONE]");
+  const json first = json::parse(data[0]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(first["usage"].is_null()) << "usage: null on every chunk but the last";
+  const json usage = json::parse(data[data.size() - 2]);
+  EXPECT_EQ(usage["choices"].size(), 0u);
+  EXPECT_EQ(usage["id"], first["id"]);
+  EXPECT_EQ(usage["usage"], whole["usage"]);
+  const json last = json::parse(data[data.size() - 3]);
+  EXPECT_FALSE(last["choices"][0]["finish_reason"].is_null());
+  EXPECT_EQ(last["choices"][0]["finish_reason"], whole["choices"][0]["finish_reason"]);
+  std::string text;
+  for (size_t i = 0; i + 3 < data.size(); ++i) {
+    const json c = json::parse(data[i]);
+    EXPECT_EQ(c["id"], first["id"]);
+    EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
+    if (c["choices"][0]["delta"].contains("content")) text += c["choices"][0]["delta"]["content"].get<std::string>();
+  }
+  EXPECT_EQ(text, whole["choices"][0]["message"]["content"]);
+}
+
+TEST_F(ServerTest, LogprobsShapes) {
+  const json chat =
+      post_json("/v1/chat/completions", {{"messages", json::array({json{{"role", "user"}, {"content", "Hi"}}})},
+                                         {"max_tokens", 6},
+                                         {"temperature", 0},
+                                         {"ignore_eos", true},
+                                         {"logprobs", true},
+                                         {"top_logprobs", 3}});
+  ASSERT_TRUE(chat.is_object());
+  const json& content = chat["choices"][0]["logprobs"]["content"];
+  ASSERT_TRUE(content.is_array());
+  EXPECT_EQ(content.size(), chat["usage"]["completion_tokens"].get<size_t>());
+  for (const json& t : content) {
+    EXPECT_TRUE(t["token"].is_string());
+    EXPECT_LE(t["logprob"].get<double>(), 0.0);
+    EXPECT_TRUE(t["bytes"].is_array());
+    ASSERT_EQ(t["top_logprobs"].size(), 3u);
+    for (size_t k = 0; k + 1 < 3; ++k)
+      EXPECT_GE(t["top_logprobs"][k]["logprob"].get<double>(), t["top_logprobs"][k + 1]["logprob"].get<double>());
+    // Greedy: the chosen token is the most likely one.
+    EXPECT_DOUBLE_EQ(t["logprob"].get<double>(), t["top_logprobs"][0]["logprob"].get<double>());
+    EXPECT_EQ(t["token"], t["top_logprobs"][0]["token"]);
+  }
+
+  const json text =
+      post_json("/v1/completions",
+                {{"prompt", "Hello"}, {"max_tokens", 5}, {"temperature", 0}, {"ignore_eos", true}, {"logprobs", 2}});
+  ASSERT_TRUE(text.is_object());
+  const json& lp = text["choices"][0]["logprobs"];
+  const size_t n = text["usage"]["completion_tokens"].get<size_t>();
+  EXPECT_EQ(lp["tokens"].size(), n);
+  EXPECT_EQ(lp["token_logprobs"].size(), n);
+  EXPECT_EQ(lp["text_offset"].size(), n);
+  ASSERT_EQ(lp["top_logprobs"].size(), n);
+  for (const json& top : lp["top_logprobs"]) {
+    EXPECT_TRUE(top.is_object());
+    EXPECT_GE(top.size(), 1u);  // two alternatives, fewer when they decode to the same string
+    EXPECT_LE(top.size(), 2u);
+  }
+
+  // Streaming: the per-chunk logprobs add up to the tokens.
+  const httplib::Result r =
+      post("/v1/chat/completions", json{{"messages", json::array({json{{"role", "user"}, {"content", "Hi"}}})},
+                                        {"max_tokens", 6},
+                                        {"temperature", 0},
+                                        {"ignore_eos", true},
+                                        {"logprobs", true},
+                                        {"stream", true},
+                                        {"stream_options", {{"include_usage", true}}}}
+                                       .dump());
+  ASSERT_TRUE(r);
+  size_t streamed = 0;
+  int64_t completion_tokens = -1;
+  for (const std::string& d : sse_data(r->body)) {
+    if (d == "[DONE]") continue;
+    const json c = json::parse(d);
+    if (c["choices"].empty()) {
+      completion_tokens = c["usage"]["completion_tokens"];
+      continue;
+    }
+    if (c["choices"][0]["logprobs"].is_object()) streamed += c["choices"][0]["logprobs"]["content"].size();
+  }
+  EXPECT_EQ(int64_t(streamed), completion_tokens);
+}
+
+TEST_F(ServerTest, BadInputsGiveOpenAIErrors) {
+  const std::string chat = "/v1/chat/completions", text = "/v1/completions";
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  struct Case {
+    std::string path, body;
+    int status;
+    std::string param, code, what;
+  };
+  std::string long_prompt = "[";
+  for (int i = 0; i < 2100; ++i) long_prompt += (i ? ",300" : "300");
+  long_prompt += "]";
+  const std::vector<Case> cases = {
+      {chat, "{\"messages\": [", 400, "", "invalid_json", "malformed JSON"},
+      {chat, "[1, 2]", 400, "", "", "body not an object"},
+      {chat, "{" + msgs + ", \"temperature\": NaN}", 400, "", "invalid_json", "NaN temperature (not JSON)"},
+      {chat, "{" + msgs + ", \"temperature\": -0.5}", 400, "temperature", "", "negative temperature"},
+      {chat, "{" + msgs + ", \"temperature\": \"hot\"}", 400, "temperature", "invalid_type", "temperature type"},
+      {chat, "{" + msgs + ", \"temperature\": 1e999}", 400, "", "", "infinite temperature"},
+      {chat, "{" + msgs + ", \"temperature\": 1e300}", 400, "temperature", "", "temperature beyond float"},
+      {chat, "{" + msgs + ", \"max_tokens\": 0}", 400, "max_tokens", "", "max_tokens 0"},
+      {chat, "{" + msgs + ", \"max_tokens\": -3}", 400, "max_tokens", "", "max_tokens negative"},
+      {chat, "{" + msgs + ", \"max_completion_tokens\": 0}", 400, "max_completion_tokens", "", "max_completion 0"},
+      {chat, "{" + msgs + ", \"max_tokens\": \"10\"}", 400, "max_tokens", "invalid_type", "max_tokens type"},
+      {chat, "{" + msgs + ", \"max_tokens\": 2.5}", 400, "max_tokens", "invalid_type", "max_tokens fraction"},
+      {chat, "{" + msgs + ", \"model\": \"gpt-4o\"}", 404, "model", "model_not_found", "unknown model"},
+      {chat, "{" + msgs + ", \"model\": 7}", 400, "model", "invalid_type", "model type"},
+      {chat, "{" + msgs + ", \"n\": 2}", 400, "n", "", "n = 2"},
+      {chat, "{" + msgs + ", \"stream\": \"yes\"}", 400, "stream", "invalid_type", "stream type"},
+      {chat, "{" + msgs + ", \"top_p\": 0}", 400, "top_p", "", "top_p 0"},
+      {chat, "{" + msgs + ", \"logprobs\": true, \"top_logprobs\": 50}", 400, "top_logprobs", "", "top_logprobs"},
+      {chat, "{" + msgs + ", \"top_logprobs\": 2}", 400, "top_logprobs", "", "top_logprobs without logprobs"},
+      {chat, "{" + msgs + ", \"stop\": 5}", 400, "stop", "invalid_type", "stop type"},
+      {chat, "{" + msgs + ", \"tools\": [{\"type\": \"function\"}]}", 400, "tools", "", "tools"},
+      {chat, "{\"messages\": \"hi\"}", 400, "messages", "invalid_type", "messages type"},
+      {chat, "{\"messages\": []}", 400, "messages", "", "messages empty"},
+      {chat, "{}", 400, "messages", "", "messages missing"},
+      {chat, R"({"messages": [{"role": "wizard", "content": "hi"}]})", 400, "messages", "", "unknown role"},
+      {chat, R"({"messages": [{"role": "user", "content": 3}]})", 400, "messages[0].content", "invalid_type",
+       "content type"},
+      {text, "{\"prompt\": 3}", 400, "prompt", "invalid_type", "prompt type"},
+      {text, R"({"prompt": ["a", "b"]})", 400, "prompt", "", "two prompts"},
+      {text, R"({"prompt": [1, -5]})", 400, "prompt", "", "negative token id"},
+      {text, R"({"prompt": [1, 99999]})", 400, "", "", "token id outside the vocabulary"},
+      {text, R"({"prompt": "hi", "echo": true})", 400, "echo", "", "echo"},
+      {text, R"({"prompt": "hi", "logprobs": 99})", 400, "logprobs", "", "completions logprobs too many"},
+      {text, "{\"prompt\": " + long_prompt + "}", 400, "prompt", "context_length_exceeded", "prompt too long"},
+      {text, "{\"prompt\": \"hi\", \"max_tokens\": 5000}", 400, "prompt", "context_length_exceeded",
+       "max_tokens past the context"},
+      {text, std::string(100, '[') + std::string(100, ']'), 400, "", "invalid_json", "deep nesting"},
+      {"/tokenize", "{}", 400, "prompt", "", "tokenize without input"},
+      {"/detokenize", R"({"tokens": [1, 100000]})", 400, "tokens", "", "detokenize bad id"},
+      {"/detokenize", R"({"tokens": "abc"})", 400, "tokens", "invalid_type", "detokenize type"},
+  };
+  for (const Case& c : cases) expect_error_shape(post(c.path, c.body), c.status, c.param, c.code, c.what);
+
+  // The prompt-too-long message gives both token counts.
+  const httplib::Result r = post(text, "{\"prompt\": " + long_prompt + "}");
+  ASSERT_TRUE(r);
+  const std::string message = json::parse(r->body)["error"]["message"];
+  EXPECT_NE(message.find("2100"), std::string::npos) << message;
+  EXPECT_NE(message.find("2048"), std::string::npos) << message;
+
+  // A body with invalid UTF-8 and one that is not JSON at all.
+  expect_error_shape(post(chat, "{\"messages\": \"\xff\xfe\"}"), 400, "", "invalid_json", "invalid UTF-8");
+  expect_error_shape(post(chat, "hello"), 400, "", "invalid_json", "not JSON");
+  // Still serving.
+  httplib::Client c = client(server_->port());
+  const httplib::Result h = c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+}
+
+TEST_F(ServerTest, TokenizeDetokenizeRoundTrip) {
+  const std::string text = "Hello world: 12 + 30 = 42.\nNew line é";
+  const json t = post_json("/tokenize", {{"prompt", text}});
+  ASSERT_TRUE(t.is_object());
+  const auto model = InferenceModel::load(*model_dir_);
+  EXPECT_EQ(t["tokens"].get<std::vector<int32_t>>(), model->tokenizer().encode(text));
+  EXPECT_EQ(t["count"], t["tokens"].size());
+  const json d = post_json("/detokenize", {{"tokens", t["tokens"]}});
+  EXPECT_EQ(d["prompt"], text);
+
+  const json m = post_json("/tokenize", {{"messages", json::array({json{{"role", "user"}, {"content", "Hi"}}})}});
+  const std::vector<ChatMessage> conv = {{"user", "Hi"}};
+  EXPECT_EQ(m["tokens"].get<std::vector<int32_t>>(), model->tokenizer().encode(render_chat(conv)));
+}
+
+TEST_F(ServerTest, ApiKey) {
+  ServerOptions opt;
+  opt.model_dir = *model_dir_;
+  opt.port = 0;
+  opt.api_key = "sekrit";
+  opt.model_name = "tiny";
+  opt.engine = test_engine_options();
+  Server s(opt);
+  s.start();
+  wait_ready(s);
+  httplib::Client c = client(s.port());
+  expect_error_shape(c.Get("/v1/models"), 401, "", "invalid_api_key", "no key");
+  expect_error_shape(c.Get("/v1/models", {{"Authorization", "Bearer wrong"}}), 401, "", "invalid_api_key", "wrong key");
+  const std::string body = R"({"prompt": "hi", "max_tokens": 2})";
+  expect_error_shape(post("/v1/completions", body, s.port()), 401, "", "invalid_api_key", "no key, POST");
+  const httplib::Result ok = c.Get("/v1/models", {{"Authorization", "Bearer sekrit"}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(json::parse(ok->body)["data"][0]["id"], "tiny");
+  const httplib::Result gen = post("/v1/completions", body, s.port(), {{"Authorization", "Bearer sekrit"}});
+  ASSERT_TRUE(gen);
+  EXPECT_EQ(gen->status, 200) << gen->body;
+  const httplib::Result h = c.Get("/health");  // not under /v1: no key needed
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+}
+
+TEST_F(ServerTest, ClientDisconnectCancelsTheRequest) {
+  const double cancelled_before = metric(get_metrics(), "myriad_requests_cancelled_total");
+  httplib::Client c = client(server_->port());
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = json{{"prompt", "A long story"}, {"max_tokens", 1500}, {"ignore_eos", true}, {"stream", true}}.dump();
+  req.set_header("Content-Type", "application/json");
+  std::string got;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    got.append(data, n);
+    return sse_data(got).size() < 3;  // hang up after three chunks
+  };
+  const httplib::Result r = c.send(req);
+  EXPECT_FALSE(r) << "the client aborted the stream";
+  EXPECT_GE(sse_data(got).size(), 3u);
+  EXPECT_EQ(sse_data(got).back().find("[DONE]"), std::string::npos);
+  c.stop();
+
+  // The server notices at its next write, cancels the request and frees its state.
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  std::string m;
+  for (;;) {
+    m = get_metrics();
+    if (metric(m, "myriad_requests_running") == 0 && metric(m, "myriad_requests_waiting") == 0 &&
+        metric(m, "myriad_cache_bytes_used") == 0 &&
+        metric(m, "myriad_requests_cancelled_total") >= cancelled_before + 1)
+      break;
+    if (std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(metric(m, "myriad_requests_running"), 0) << m;
+  EXPECT_EQ(metric(m, "myriad_cache_bytes_used"), 0) << m;
+  EXPECT_EQ(metric(m, "myriad_cache_bytes_reserved"), 0) << m;
+  EXPECT_GE(metric(m, "myriad_requests_cancelled_total"), cancelled_before + 1) << m;
+  EXPECT_GE(metric(m, "myriad_http_streams_aborted_total"), 1) << m;
+  EXPECT_LT(metric(m, "myriad_generation_tokens_total"), 1e9);
+}
+
+TEST_F(ServerTest, MetricsFormat) {
+  post_json("/v1/completions", {{"prompt", "hi"}, {"max_tokens", 3}, {"ignore_eos", true}});
+  const std::string m = get_metrics();
+  for (const char* s :
+       {"# TYPE myriad_time_to_first_token_seconds histogram", "# TYPE myriad_time_per_output_token_seconds histogram",
+        "myriad_time_to_first_token_seconds_bucket{le=\"+Inf\"}", "myriad_time_to_first_token_seconds_sum",
+        "# TYPE myriad_http_requests_total counter",
+        "myriad_http_requests_total{endpoint=\"/v1/completions\",status=\"200\"}", "myriad_cache_bytes_budget",
+        "myriad_prefix_cache_hits_total", "myriad_requests_waiting"})
+    EXPECT_NE(m.find(s), std::string::npos) << s << "\n" << m;
+  EXPECT_GE(metric(m, "myriad_time_to_first_token_seconds_count"), 1);
+  EXPECT_GE(metric(m, "myriad_generation_tokens_total"), 3);
+  EXPECT_EQ(metric(m, "myriad_cache_bytes_budget"), 64.0 * 1024 * 1024);
+  EXPECT_EQ(metric(m, "myriad_model_ready"), 1);
+}
+
+// A full queue answers 429 (and the server stopping answers the waiting requests with 503).
+TEST_F(ServerTest, FullQueueIsBusy) {
+  ServerOptions opt;
+  opt.model_dir = *model_dir_;
+  opt.port = 0;
+  opt.engine = test_engine_options();
+  opt.engine.max_batch = 1;
+  opt.engine.max_waiting = 1;
+  auto s = std::make_unique<Server>(opt);
+  s->start();
+  wait_ready(*s);
+  const int port = s->port();
+  const std::string long_req = R"({"prompt": "hi", "max_tokens": 1900, "ignore_eos": true})";
+  auto running = std::async(std::launch::async, [&] { return post("/v1/completions", long_req, port); });
+  auto wait_metric = [&](const char* name, double want) {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      httplib::Client c = client(port);
+      const httplib::Result r = c.Get("/metrics");
+      if (r && metric(r->body, name) == want) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  };
+  ASSERT_TRUE(wait_metric("myriad_requests_running", 1));
+  auto waiting = std::async(std::launch::async, [&] { return post("/v1/completions", long_req, port); });
+  ASSERT_TRUE(wait_metric("myriad_requests_waiting", 1));
+  const httplib::Result busy = post("/v1/completions", long_req, port);
+  expect_error_shape(busy, 429, "", "server_busy", "queue full");
+  if (busy) {
+    EXPECT_EQ(busy->get_header_value("Retry-After"), "1");
+  }
+  s->stop();  // the running and the waiting request end with 503
+  for (auto* f : {&running, &waiting}) {
+    const httplib::Result r = f->get();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 503) << r->body;
+  }
+}
+
+// The server answers before the model is loaded: /health 503 "loading", generation 503; then 200.
+TEST_F(ServerTest, HealthWhileLoading) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  ServerOptions opt;
+  opt.model_dir = *model_dir_;
+  opt.port = 0;
+  opt.engine = test_engine_options();
+  const std::string dir = *model_dir_;
+  opt.loader = [released, dir] {
+    released.wait();
+    return std::shared_ptr<const InferenceModel>(InferenceModel::load(dir));
+  };
+  Server s(opt);
+  struct Release {  // before the server stops (it joins the loader), even when an assertion returns early
+    std::promise<void>& p;
+    bool done = false;
+    void operator()() {
+      if (!done) p.set_value();
+      done = true;
+    }
+    ~Release() { (*this)(); }
+  } release_guard{release};
+  s.start();
+  httplib::Client c = client(s.port());
+  const httplib::Result h = c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 503);
+  EXPECT_EQ(json::parse(h->body)["status"], "loading");
+  expect_error_shape(post("/v1/completions", R"({"prompt": "hi"})", s.port()), 503, "", "model_loading", "loading");
+  const httplib::Result metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metric(metrics->body, "myriad_model_ready"), 0);
+  release_guard();
+  wait_ready(s);
+  const httplib::Result h2 = c.Get("/health");
+  ASSERT_TRUE(h2);
+  EXPECT_EQ(h2->status, 200);
+}
+
+TEST_F(ServerTest, LoadFailureIsReported) {
+  ServerOptions opt;
+  opt.model_dir = *dir_ + "/no-such-model";
+  opt.port = 0;
+  Server s(opt);
+  s.start();
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (s.state() == Server::State::kLoading && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(s.state(), Server::State::kFailed);
+  EXPECT_NE(s.load_error().find("no-such-model"), std::string::npos) << s.load_error();
+  httplib::Client c = client(s.port());
+  const httplib::Result h = c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 503);
+  EXPECT_EQ(json::parse(h->body)["status"], "error");
+}
+
+TEST(ChatTemplate, ExactFormat) {
+  const std::vector<ChatMessage> conv = {
+      {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "2+2?"}};
+  EXPECT_EQ(render_chat(conv),
+            "<|system|>Be brief.<|user|>Hi<|assistant|>Hello!<|endoftext|><|user|>2+2?<|assistant|>");
+  EXPECT_EQ(render_chat({}), "<|assistant|>");
+  const std::vector<ChatMessage> tool = {{"developer", "d"}, {"tool", "42"}};
+  EXPECT_EQ(render_chat(tool), "<|system|>d<|tool_result|>42<|/tool_result|><|assistant|>");
+  const std::vector<ChatMessage> bad = {{"user", "a"}, {"robot", "b"}};
+  try {
+    render_chat(bad);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kValue);
+    EXPECT_NE(std::string(e.what()).find("messages[1].role"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace myriad

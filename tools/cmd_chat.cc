@@ -1,0 +1,188 @@
+// `myriad chat --model DIR [--system TEXT] [--max-tokens N] [--temperature T] ...`: an interactive conversation.
+// Reads one user message per line from stdin, renders the whole history with the chat template
+// (serve/chat_template.h: the same as the server's), and streams the reply as the engine produces it. The history
+// is kept; when it no longer fits the context (with room for --max-tokens), the oldest turns are dropped (the
+// system message stays). "/reset" clears the history, "/quit" (or end of input) exits. With a terminal a "> "
+// prompt is shown; with piped input only the replies are printed, one line each (a reply's own newlines kept).
+// Ctrl-C while a reply streams ends that reply; at the prompt it exits.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "core/error.h"
+#include "serve/chat_template.h"
+#include "serve/engine.h"
+
+namespace {
+
+volatile sig_atomic_t g_generating = 0;
+volatile sig_atomic_t g_interrupted = 0;
+
+void on_sigint(int) {
+  if (g_generating) {
+    g_interrupted = 1;
+    return;
+  }
+  ::signal(SIGINT, SIG_DFL);
+  ::raise(SIGINT);
+}
+
+float parse_float(const myriad::cli::Args& args, const std::string& name, float fallback) {
+  const auto v = args.get(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  const double x = std::strtod(v->c_str(), &end);
+  MYRIAD_REQUIRE(!v->empty() && end && *end == '\0' && std::isfinite(x), kValue, "--", name, " ", *v,
+                 ": must be a number");
+  return float(x);
+}
+
+uint64_t parse_seed(const myriad::cli::Args& args) {
+  const auto v = args.get("seed");
+  if (!v) return std::random_device{}();
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long x = std::strtoull(v->c_str(), &end, 10);
+  MYRIAD_REQUIRE(!v->empty() && (*v)[0] != '-' && end && *end == '\0' && errno == 0, kValue, "--seed ", *v,
+                 ": must be a whole number in [0, 2^64)");
+  return uint64_t(x);
+}
+
+int run_chat(const myriad::cli::Args& args) {
+  const auto dir = args.get("model");
+  MYRIAD_REQUIRE(dir.has_value(), kValue, "chat needs --model DIR (see myriad chat --help)");
+  MYRIAD_REQUIRE(args.positional().empty(), kValue, "chat takes no positional arguments, got '", args.positional()[0],
+                 "'");
+  myriad::SamplingParams sp;
+  sp.temperature = parse_float(args, "temperature", 0.7f);
+  sp.top_p = parse_float(args, "top-p", 0.95f);
+  sp.top_k = args.get_int("top-k", 0, 0, 1 << 30);
+  sp.min_p = parse_float(args, "min-p", 0.0f);
+  sp.repetition_penalty = parse_float(args, "repetition-penalty", 1.0f);
+  sp.seed = parse_seed(args);
+  myriad::validate(sp);
+  const int64_t max_tokens = args.get_int("max-tokens", 512, 1, 1 << 30);
+  myriad::EngineOptions eo;
+  eo.cache_mb = args.get_int("cache-mb", eo.cache_mb, 1, 1 << 24);
+  eo.max_batch = 1;
+
+  const bool tty = ::isatty(0) && ::isatty(1);
+  if (tty) std::fprintf(stderr, "myriad chat: loading %s ...\n", dir->c_str());
+  std::shared_ptr<const myriad::InferenceModel> model = myriad::InferenceModel::load(*dir);
+  myriad::Engine engine(model, eo);  // driven from this thread with step(): the sink prints as tokens come
+  const myriad::Tokenizer& tok = model->tokenizer();
+  const int64_t context = model->config().max_position_embeddings;
+
+  std::vector<myriad::ChatMessage> history;
+  if (auto s = args.get("system")) history.push_back({"system", *s});
+  const size_t kept = history.size();  // the system message survives /reset and trimming
+  if (tty)
+    std::fprintf(stderr, "myriad chat: context %lld tokens; /reset clears the conversation, /quit exits\n",
+                 static_cast<long long>(context));
+  ::signal(SIGINT, on_sigint);
+
+  std::string line;
+  for (;;) {
+    if (tty) {
+      std::printf("> ");
+      std::fflush(stdout);
+    }
+    if (!std::getline(std::cin, line)) break;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line == "/quit" || line == "/exit") break;
+    if (line == "/reset") {
+      history.resize(kept);
+      if (tty) std::fprintf(stderr, "(conversation cleared)\n");
+      continue;
+    }
+    if (line.empty()) continue;
+    history.push_back({"user", line});
+
+    // The prompt: the history, its oldest turns dropped until it fits with room for the reply.
+    std::vector<int32_t> prompt = tok.encode(myriad::render_chat(history));
+    while (int64_t(prompt.size()) + max_tokens > context && history.size() > kept + 1) {
+      history.erase(history.begin() + ptrdiff_t(kept));
+      prompt = tok.encode(myriad::render_chat(history));
+    }
+    myriad::GenerationRequest req;
+    req.max_tokens = std::min(max_tokens, context - int64_t(prompt.size()));
+    if (req.max_tokens <= 0) {
+      std::fprintf(stderr, "myriad chat: the message is %lld tokens, more than the context (%lld): not sent\n",
+                   static_cast<long long>(prompt.size()), static_cast<long long>(context));
+      history.pop_back();
+      continue;
+    }
+    req.prompt = std::move(prompt);
+    req.sampling = sp;
+    req.stop = myriad::chat_stop_strings();
+    ++sp.seed;  // each turn its own draws, the whole conversation reproducible with --seed
+
+    std::string reply, error;
+    myriad::FinishReason finish = myriad::FinishReason::kNone;
+    uint64_t id = 0;
+    try {
+      id = engine.submit(std::move(req), [&](const myriad::TokenEvent& e) {
+        if (!e.text.empty()) {
+          std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+          std::fflush(stdout);
+          reply += e.text;
+        }
+        if (e.finish != myriad::FinishReason::kNone) {
+          finish = e.finish;
+          error = e.error;
+        }
+      });
+    } catch (const myriad::Error& e) {
+      std::fprintf(stderr, "myriad chat: %s\n", e.what());
+      history.pop_back();
+      continue;
+    }
+    g_interrupted = 0;
+    g_generating = 1;
+    bool cancelled = false;
+    while (finish == myriad::FinishReason::kNone) {
+      if (g_interrupted && !cancelled) {
+        engine.cancel(id);
+        cancelled = true;
+      }
+      if (!engine.step()) break;  // nothing left to run (cannot happen before the finish event)
+    }
+    g_generating = 0;
+    std::printf("\n");
+    std::fflush(stdout);
+    if (finish == myriad::FinishReason::kError) {
+      std::fprintf(stderr, "myriad chat: generation failed: %s\n", error.c_str());
+      history.pop_back();
+      continue;
+    }
+    if (finish == myriad::FinishReason::kCancelled && tty) std::fprintf(stderr, "(interrupted)\n");
+    history.push_back({"assistant", reply});
+  }
+  if (tty) std::printf("\n");
+  return 0;
+}
+
+}  // namespace
+
+MYRIAD_COMMAND("chat", "talk with a model in the terminal (chat template, history, streamed replies)",
+               "myriad chat --model DIR [--system TEXT] [--max-tokens N] [--temperature T] [--seed S]",
+               {{"model", "DIR", "model directory (config.json, safetensors, tokenizer/) or a training run"},
+                {"system", "TEXT", "a system message at the start of the conversation"},
+                {"max-tokens", "N", "longest reply in tokens (default 512)"},
+                {"temperature", "T", "sampling temperature; 0 = greedy (default 0.7)"},
+                {"top-p", "P", "nucleus sampling mass (default 0.95)"},
+                {"top-k", "K", "keep the K most likely tokens; 0 = off (default 0)"},
+                {"min-p", "P", "drop tokens below P times the most likely one's probability (default 0)"},
+                {"repetition-penalty", "R", "penalty for tokens already seen (default 1 = off)"},
+                {"seed", "S", "random seed (default: a random one); each turn uses the next seed"},
+                {"cache-mb", "N", "memory for sequence state (default 1024)"}},
+               run_chat);
