@@ -12,10 +12,12 @@
 #include "bench/model_bench.h"
 #include "bench/op_bench.h"
 #include "bench/report.h"
+#include "bench/serve_bench.h"
 #include "cli.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "model/config.h"
+#include "quant/quant.h"
 
 namespace {
 
@@ -105,11 +107,57 @@ int run_model(const myriad::cli::Args& args) {
   return 0;
 }
 
+int run_serve(const myriad::cli::Args& args) {
+  using namespace myriad::bench;
+  ServeBenchOptions opt;
+  opt.model_dir = args.get_or("model", "");
+  opt.config_path = args.get_or("config", "");
+  MYRIAD_REQUIRE(opt.model_dir.empty() != opt.config_path.empty(), kValue,
+                 "bench serve needs --model DIR or --config FILE (random weights), not both");
+  opt.seconds = double(args.get_int("seconds", 40, 1, 3600));
+  if (const auto f = args.get("formats")) {
+    opt.formats.clear();
+    for (size_t a = 0; a <= f->size();) {
+      const size_t b = std::min(f->find(',', a), f->size());
+      const std::string name = f->substr(a, b - a);
+      if (name != "f32") (void)myriad::parse_quant_type(name);  // an unknown name is an error here
+      opt.formats.push_back(name);
+      a = b + 1;
+    }
+  }
+  if (!opt.config_path.empty()) (void)myriad::load_model_config(opt.config_path, nullptr);  // errors first
+  std::printf("myriad bench serve: %d threads, ~%.0f s of timed repeats plus setup (best of repeats)\n",
+              myriad::num_threads(), opt.seconds);
+  const MachineLimits limits = measure_machine_limits(3.0);
+  print_ceilings(stdout, limits);
+  const ServeBenchResult res = run_serve_bench(opt, limits, stdout);
+  std::printf("\n%d of %d targets met\n", res.targets_met, res.targets);
+  if (const auto json_path = args.get("json")) {
+    nlohmann::ordered_json j;
+    j["bench"] = "serve";
+    j["limits"] = limits_json(limits);
+    for (const ServeBenchRow& r : res.rows)
+      j["formats"][r.format] = {
+          {"prefill_tokens_s", r.prefill_tokens_s},      {"prefill_gflops", r.prefill_gflops},
+          {"decode_tokens_s_b1", r.decode_tokens_s[0]},  {"decode_tokens_s_b4", r.decode_tokens_s[1]},
+          {"decode_tokens_s_b16", r.decode_tokens_s[2]}, {"b1_bytes_per_token", r.bytes_per_token},
+          {"b1_bandwidth_gbs", r.bandwidth_gbs},         {"triad_gbs", r.triad_gbs}};
+    j["decode_1k_ms"] = res.decode_1k_ms;
+    j["decode_long_ms"] = res.decode_long_ms;
+    j["targets_met"] = res.targets_met;
+    j["targets"] = res.targets;
+    write_text_file(*json_path, j.dump(2) + "\n");
+    std::printf("wrote %s\n", json_path->c_str());
+  }
+  return 0;
+}
+
 int run_bench(const myriad::cli::Args& args) {
   const auto& pos = args.positional();
-  MYRIAD_REQUIRE(pos.size() == 1 && (pos[0] == "ops" || pos[0] == "model"), kValue,
-                 "bench: expected one benchmark name (ops or model), got ",
+  MYRIAD_REQUIRE(pos.size() == 1 && (pos[0] == "ops" || pos[0] == "model" || pos[0] == "serve"), kValue,
+                 "bench: expected one benchmark name (ops, model or serve), got ",
                  pos.empty() ? std::string("none") : "'" + pos[0] + "'" + (pos.size() > 1 ? " and more" : ""));
+  if (pos[0] == "serve") return run_serve(args);
   return pos[0] == "ops" ? run_ops(args) : run_model(args);
 }
 
@@ -117,11 +165,15 @@ int run_bench(const myriad::cli::Args& args) {
 
 MYRIAD_COMMAND("bench", "benchmark the CPU kernels or a whole model against this machine's sgemm and memory ceilings",
                "myriad bench ops [--seconds S] [--json FILE]\n"
-               "       myriad bench model --config FILE [--seq T] [--seconds S] [--json FILE]",
+               "       myriad bench model --config FILE [--seq T] [--seconds S] [--json FILE]\n"
+               "       myriad bench serve (--model DIR | --config FILE) [--formats LIST] [--seconds S] [--json FILE]",
                {{"seconds", "S",
                  "seconds of timed repeats, all rows together (ops: default 20, about 30 s in all; model: default 40, "
                  "about 65 s in all for configs/small.json on 2 cores)"},
                 {"json", "FILE", "also write the figures as JSON (to FILE.tmp, then renamed)"},
-                {"config", "FILE", "model: the model config.json (or a directory holding one)"},
+                {"config", "FILE",
+                 "model, serve: the model config.json (or a directory holding one); serve: random init"},
+                {"formats", "LIST", "serve: weight formats to time, of f32,q8,q4,mxfp4 (default f32,q8,q4)"},
+                {"model", "DIR", "serve: a plain model directory or run (quantized forms are made from it)"},
                 {"seq", "T", "model: tokens in the sequence (default min(1024, max_position_embeddings))"}},
                run_bench);

@@ -1,0 +1,177 @@
+#include "bench/serve_bench.h"
+
+#include <algorithm>
+#include <random>
+
+#include "bench/timing.h"
+#include "io/checkpoint.h"
+#include "model/accounting.h"
+#include "serve/inference_model.h"
+
+namespace myriad::bench {
+
+namespace {
+
+std::vector<int32_t> random_tokens(int64_t n, uint64_t seed, int64_t vocab) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = int32_t(rng() % uint64_t(vocab));
+  return t;
+}
+
+void fill_random(Tensor& t, std::mt19937& rng) {
+  std::normal_distribution<float> n01(0.0f, 0.1f);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = n01(rng);
+}
+
+// A sequence with `context` tokens of random state: MLA rows appended directly, KDA states randomised.
+SequenceState random_context(const InferenceModel& m, int64_t context, uint64_t seed) {
+  SequenceState s = m.new_sequence();
+  std::mt19937 rng{uint32_t(seed)};
+  std::normal_distribution<float> n01(0.0f, 0.1f);
+  const ModelConfig& c = m.config();
+  std::vector<float> row(static_cast<size_t>(c.kv_lora_rank + c.qk_rope_head_dim));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (c.mixer(l) == Mixer::kKda) {
+      fill_random(s.kda[size_t(l)].S, rng);
+      continue;
+    }
+    for (int64_t t = 0; t < context; ++t) {
+      for (float& v : row) v = n01(rng);
+      s.mla[size_t(l)].append(row.data(), row.data() + c.kv_lora_rank);
+    }
+  }
+  s.tokens = context;
+  for (auto& k : s.kda) k.tokens = context;
+  return s;
+}
+
+// Bytes of cache one decode token reads: every MLA layer's rows, and each KDA state read and written.
+double cache_bytes_per_token(const SequenceState& s) {
+  return double(s.mla_bytes()) + 2.0 * double(s.kda_bytes());
+}
+
+}  // namespace
+
+ServeBenchResult run_serve_bench(const ServeBenchOptions& opt, const MachineLimits& limits, FILE* out) {
+  ServeBenchResult res;
+  res.sgemm_gflops = limits.sgemm.gflops;
+  ModelConfig c;
+  std::shared_ptr<const DecodeWeights> base;
+  if (!opt.model_dir.empty()) {
+    const auto m = InferenceModel::load(opt.model_dir);
+    MYRIAD_REQUIRE(m->weights().quantized_count() == 0, kValue, "bench serve: ", opt.model_dir,
+                   " is quantized; give the plain model (the quantized forms are made from it)");
+    c = m->config();
+    base = std::make_shared<DecodeWeights>(m->weights());
+  } else {
+    c = load_model_config(opt.config_path, nullptr);
+    base = DecodeWeights::from_model(ModelWeights::random(c, 0));
+  }
+  c.max_position_embeddings = std::max<int64_t>(c.max_position_embeddings, opt.long_context + 256);
+  const ModelAccounting acc = account_model(c);
+  const TrainingFlops tf = training_flops_per_token(c, acc, opt.prompt_tokens);
+  const double prefill_flops_per_token = 2.0 * double(acc.active_params) + (tf.mla_attention + tf.kda_state) / 3.0;
+  const double budget = opt.seconds / double(opt.formats.size() * 5 + 2);
+  Triad triad;
+
+  std::fprintf(out, "\n%-6s %12s %9s %11s %11s %11s %12s %10s %9s\n", "format", "prefill t/s", "% sgemm", "decode b=1",
+               "b=4", "b=16", "b1 MB/token", "b1 GB/s", "% triad");
+  for (const std::string& fmt : opt.formats) {
+    std::shared_ptr<const DecodeWeights> w =
+        fmt == "f32" ? base : DecodeWeights::quantized(*base, c, parse_quant_type(fmt), /*only_experts=*/false);
+    const InferenceModel m(c, w);
+    ServeBenchRow row;
+    row.format = fmt;
+    // 1. prefill
+    const std::vector<int32_t> prompt = random_tokens(opt.prompt_tokens, 1, c.vocab_size);
+    const Timing tp = time_repeats(
+        [&] {
+          SequenceState s = m.new_sequence();
+          const BatchEntry e{&s, std::span<const int32_t>(prompt)};
+          m.forward(std::span<const BatchEntry>(&e, 1));
+        },
+        budget, 2);
+    row.prefill_tokens_s = double(opt.prompt_tokens) / tp.best_s;
+    row.prefill_gflops = prefill_flops_per_token * row.prefill_tokens_s * 1e-9;
+    // 2. decode at batch 1, 4, 16 (64-token prompts)
+    const int64_t batches[3] = {1, 4, 16};
+    for (int bi = 0; bi < 3; ++bi) {
+      const int64_t B = batches[bi];
+      std::vector<SequenceState> seqs;
+      for (int64_t b = 0; b < B; ++b) {
+        seqs.push_back(m.new_sequence());
+        const std::vector<int32_t> p = random_tokens(64, 10 + uint64_t(b), c.vocab_size);
+        const BatchEntry e{&seqs.back(), std::span<const int32_t>(p)};
+        m.forward(std::span<const BatchEntry>(&e, 1));
+      }
+      std::vector<int32_t> next(static_cast<size_t>(B), 5);
+      std::vector<BatchEntry> batch;
+      for (int64_t b = 0; b < B; ++b)
+        batch.push_back({&seqs[size_t(b)], std::span<const int32_t>(&next[size_t(b)], 1)});
+      auto step = [&] { m.forward(batch); };
+      if (B == 1) {
+        const double bytes = double(m.active_weight_bytes()) + cache_bytes_per_token(seqs[0]);
+        const TimingPair t = time_interleaved(
+            step, [&] { triad.run(); }, budget * 2, 5, 2000);
+        row.decode_tokens_s[bi] = 1.0 / t.a.best_s;
+        row.bytes_per_token = bytes;
+        row.bandwidth_gbs = bytes / t.a.best_s * 1e-9;
+        row.triad_gbs = triad.bytes_per_pass() / t.b.best_s * 1e-9;
+      } else {
+        const Timing t = time_repeats(step, budget, 5, 2000);
+        row.decode_tokens_s[bi] = double(B) / t.best_s;
+      }
+    }
+    std::fprintf(out, "%-6s %12.0f %8.1f%% %11.1f %11.1f %11.1f %12.2f %10.2f %8.1f%%\n", fmt.c_str(),
+                 row.prefill_tokens_s, 100.0 * row.prefill_gflops / res.sgemm_gflops, row.decode_tokens_s[0],
+                 row.decode_tokens_s[1], row.decode_tokens_s[2], row.bytes_per_token / 1e6, row.bandwidth_gbs,
+                 100.0 * row.bandwidth_gbs / row.triad_gbs);
+    std::fflush(out);
+    res.rows.push_back(row);
+  }
+  // 3. context: f32 decode per token at 1K and at the long context
+  {
+    const InferenceModel m(c, base);
+    auto time_at = [&](int64_t ctx) {
+      SequenceState s = random_context(m, ctx, 3);
+      int32_t tok = 7;
+      const BatchEntry e{&s, std::span<const int32_t>(&tok, 1)};
+      const Timing t = time_repeats([&] { m.forward(std::span<const BatchEntry>(&e, 1)); }, budget, 5, 2000);
+      return t.best_s;
+    };
+    res.decode_1k_ms = 1e3 * time_at(1024);
+    res.decode_long_ms = 1e3 * time_at(opt.long_context);
+  }
+  // Verdicts
+  auto verdict = [&](bool ok) {
+    ++res.targets;
+    res.targets_met += ok ? 1 : 0;
+    return ok ? "met" : "below";
+  };
+  std::fprintf(out, "\nmachine: sgemm %.0f GFLOP/s; triad (interleaved with batch-1 decode) as above\n",
+               res.sgemm_gflops);
+  for (const ServeBenchRow& r : res.rows) {
+    if (r.format == "f32") {
+      std::fprintf(out, "prefill f32: %.1f%% of sgemm (target %.0f%%: %s)\n", 100 * r.prefill_gflops / res.sgemm_gflops,
+                   100 * kPrefillTarget, verdict(r.prefill_gflops >= kPrefillTarget * res.sgemm_gflops));
+      std::fprintf(out, "decode f32 batch 1: %.1f%% of the triad (target %.0f%%: %s)\n",
+                   100 * r.bandwidth_gbs / r.triad_gbs, 100 * kDecodeF32BandwidthTarget,
+                   verdict(r.bandwidth_gbs >= kDecodeF32BandwidthTarget * r.triad_gbs));
+      std::fprintf(out, "decode f32 batch 16 / batch 1: %.2fx (target %.0fx: %s)\n",
+                   r.decode_tokens_s[2] / r.decode_tokens_s[0], kBatchScalingTarget,
+                   verdict(r.decode_tokens_s[2] >= kBatchScalingTarget * r.decode_tokens_s[0]));
+    }
+    if (r.format == "q8")
+      std::fprintf(out, "decode q8 batch 1: %.1f%% of the triad (target %.0f%%: %s)\n",
+                   100 * r.bandwidth_gbs / r.triad_gbs, 100 * kDecodeQ8BandwidthTarget,
+                   verdict(r.bandwidth_gbs >= kDecodeQ8BandwidthTarget * r.triad_gbs));
+  }
+  std::fprintf(out, "decode f32 at %lld tokens of context: %.2f ms, at 1K: %.2f ms: %.2fx (target <= %.1fx: %s)\n",
+               (long long)opt.long_context, res.decode_long_ms, res.decode_1k_ms, res.decode_long_ms / res.decode_1k_ms,
+               kLongContextTarget, verdict(res.decode_long_ms <= kLongContextTarget * res.decode_1k_ms));
+  return res;
+}
+
+}  // namespace myriad::bench
