@@ -64,6 +64,12 @@ struct KdaShape {
 
 namespace cpu {
 
+// Decode-sized products Y = X W^T for a few rows of X (n <= 16 or so): X [n, K], W [N, K] row-major, Y [n, N] at
+// row stride ldy (overwritten). Each row of W is read from memory once and dotted with every row of X while it
+// sits in L1 (four X rows at a time, four independent accumulators), where sgemm would pack (copy) all of W.
+// Threads (OpenMP) split the rows of W when N * K is large enough; single-threaded otherwise.
+void gemm_skinny(int64_t n, int64_t N, int64_t K, const float* X, const float* W, float* Y, int64_t ldy);
+
 // C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b]; op = transpose when ta / tb. A is M x K after op, B is K x N.
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
           int64_t ldb, float beta, float* C, int64_t ldc, int64_t batch = 1, int64_t stride_a = 0, int64_t stride_b = 0,

@@ -4,33 +4,15 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/threads.h"
 #include "ops/kernels.h"
 
 namespace myriad {
 
 namespace {
 
-// Decode-sized products (a few rows of x): sgemm would pack (copy) the whole weight on every call, which
-// doubles the memory traffic of a step that is memory-bound to begin with. Here each weight row is read once
-// from memory and dotted with every x row while it sits in L1; threads split the weight rows.
+// Up to this many rows of x, dense products go through cpu::gemm_skinny (decode batches): sgemm would pack
+// (copy) the whole weight on every call, doubling the memory traffic of a step that is memory-bound already.
 constexpr int64_t kSkinnyRows = 16;
-
-void skinny_matmul(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y, int64_t ldy) {
-  const int64_t work = rows * cols;
-  const int threads = work >= (int64_t(1) << 16) ? num_threads() : 1;
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* wr = w + r * cols;
-    for (int64_t i = 0; i < n; ++i) {
-      const float* xi = x + i * cols;
-      float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-      for (int64_t c = 0; c < cols; ++c) acc += wr[c] * xi[c];
-      y[i * ldy + r] = acc;
-    }
-  }
-}
 
 }  // namespace
 
@@ -64,7 +46,7 @@ void LinearWeight::apply(const float* x, int64_t n, float* y, int64_t ldy) const
   if (n == 0) return;
   if (!quant_) {
     if (n <= kSkinnyRows)
-      skinny_matmul(w_.data<float>(), rows_, cols_, x, n, y, ldy);
+      cpu::gemm_skinny(n, rows_, cols_, x, w_.data<float>(), y, ldy);
     else
       cpu::gemm(false, true, n, rows_, cols_, 1.0f, x, cols_, w_.data<float>(), cols_, 0.0f, y, ldy);
     return;
