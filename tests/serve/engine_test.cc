@@ -9,7 +9,9 @@
 #include <random>
 
 #include "core/error.h"
+#include "model/prune.h"
 #include "model/transformer.h"
+#include "serve/evaluate.h"
 
 namespace myriad {
 namespace {
@@ -338,6 +340,24 @@ TEST(Engine, BackgroundThreadServesConcurrentSubmitters) {
   Engine alone(m);
   for (int i = 0; i < 4; ++i)
     EXPECT_EQ(outs[size_t(i)], run(alone, {greedy(random_tokens(15, 20 + uint64_t(i), m->vocab_size()), 10)})[0]);
+}
+
+TEST(ServedEval, LossMatchesTheTrainingModelAndKlSeesQuantization) {
+  const TinyModel& t = tiny();
+  const std::vector<int32_t> tokens = random_tokens(400, 30, t.config.vocab_size);
+  const Perplexity ref = evaluate_perplexity(*t.train_model, tokens, 128);
+  const ServedEval self = evaluate_served(*t.model, tokens, 128, t.model.get());
+  EXPECT_EQ(self.tokens, ref.tokens);
+  EXPECT_NEAR(self.loss, ref.loss, 1e-4 * ref.loss);
+  EXPECT_NEAR(self.kl, 0.0, 1e-9);
+  EXPECT_EQ(self.top1_agree, 1.0);
+  // 4-bit weights move the distributions: a KL above zero, and not a large one for this error size.
+  const InferenceModel q4(t.config, DecodeWeights::quantized(t.model->weights(), t.config, QuantType::kQ4, false),
+                          t.model->tokenizer());
+  const ServedEval e = evaluate_served(q4, tokens, 128, t.model.get());
+  EXPECT_GT(e.kl, 1e-6);
+  EXPECT_LT(e.kl, 0.1);
+  EXPECT_GT(e.top1_agree, 0.5);
 }
 
 }  // namespace

@@ -1,0 +1,49 @@
+// `myriad eval`: next-token loss and perplexity of a model as served (plain or quantized), and with --reference
+// the KL divergence of its next-token distributions from another model's (src/serve/evaluate.h). Argument
+// parsing only.
+#include <cstdio>
+
+#include "cli.h"
+#include "model/prune.h"
+#include "serve/evaluate.h"
+
+namespace {
+
+int run_eval(const myriad::cli::Args& args) {
+  using namespace myriad;
+  const auto model_dir = args.get("model");
+  const auto data = args.get("data");
+  MYRIAD_REQUIRE(model_dir && data, kValue, "eval needs --model DIR and --data PATH");
+  const auto model = InferenceModel::load(*model_dir);
+  std::shared_ptr<InferenceModel> reference;
+  if (const auto r = args.get("reference")) reference = InferenceModel::load(*r);
+  const int64_t max_tokens = args.get_int("max-tokens", 32768, 2, 1L << 40);
+  const std::vector<int32_t> tokens =
+      read_data_tokens(*data, args.get_or("split", "val"), model->tokenizer(), max_tokens);
+  const int64_t window =
+      args.get_int("window", std::min<int64_t>(1024, model->config().max_position_embeddings), 1, 1L << 30);
+  const ServedEval e = evaluate_served(*model, tokens, window, reference.get());
+  std::printf("%s: %lld tokens, loss %.4f nats, perplexity %.4f (%d quantized weights)\n", model_dir->c_str(),
+              (long long)e.tokens, e.loss, e.perplexity, int(model->weights().quantized_count()));
+  if (reference) {
+    const ServedEval base = evaluate_served(*reference, tokens, window);
+    std::printf(
+        "reference %s: perplexity %.4f; change %+.2f%%; KL(reference || model) %.5f nats/token; same top-1 token "
+        "%.2f%%\n",
+        args.get("reference")->c_str(), base.perplexity, 100.0 * (e.perplexity / base.perplexity - 1.0), e.kl,
+        100.0 * e.top1_agree);
+  }
+  return 0;
+}
+
+}  // namespace
+
+MYRIAD_COMMAND("eval", "perplexity of a model as served (plain or quantized); KL divergence from a reference",
+               "myriad eval --model DIR --data PATH [--reference DIR] [--max-tokens N] [--window T] [--split val]",
+               {{"model", "DIR", "a model directory (plain or quantized) or a run"},
+                {"data", "PATH", "text / JSONL files or a directory, or a token-shard directory (its --split)"},
+                {"reference", "DIR", "also report the change against this model and the KL divergence from it"},
+                {"max-tokens", "N", "tokens evaluated at most (default 32768)"},
+                {"window", "T", "tokens per window (default min(1024, max_position_embeddings))"},
+                {"split", "NAME", "split of a shard directory: val (default) or train"}},
+               run_eval);
