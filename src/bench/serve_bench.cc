@@ -6,6 +6,7 @@
 #include "bench/timing.h"
 #include "io/checkpoint.h"
 #include "model/accounting.h"
+#include "serve/engine.h"
 #include "serve/inference_model.h"
 
 namespace myriad::bench {
@@ -149,6 +150,41 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& opt, const MachineLimi
     };
     res.decode_1k_ms = 1e3 * time_at(1024);
     res.decode_long_ms = 1e3 * time_at(opt.long_context);
+  }
+  // 4. prefix reuse: time to first token of a prompt whose first prefix_tokens are a cached prefix, against the
+  // same prompt on an engine that has not seen it (each request: one prefill, one token).
+  {
+    auto m = std::make_shared<InferenceModel>(c, base);
+    const std::vector<int32_t> shared = random_tokens(opt.prefix_tokens, 4, c.vocab_size);
+    auto request = [&](uint64_t seed) {
+      GenerationRequest r;
+      r.prompt = shared;
+      for (int32_t t : random_tokens(64, seed, c.vocab_size)) r.prompt.push_back(t);
+      r.max_tokens = 1;
+      r.sampling.temperature = 0;
+      return r;
+    };
+    auto ttft = [&](Engine& e, uint64_t seed) {
+      const double t0 = now_seconds();
+      e.submit(request(seed), nullptr);
+      e.run_until_idle();
+      return now_seconds() - t0;
+    };
+    EngineOptions eo;
+    eo.prefix_every = opt.prefix_tokens;
+    eo.prefill_chunk = opt.prefix_tokens + 64;
+    double cold = 1e30, warm = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      Engine fresh(m, eo);
+      cold = std::min(cold, ttft(fresh, 100 + uint64_t(rep)));  // stores the prefix snapshot
+      warm = std::min(warm, ttft(fresh, 200 + uint64_t(rep)));  // another suffix after the same prefix
+    }
+    res.ttft_cold_ms = 1e3 * cold;
+    res.ttft_warm_ms = 1e3 * warm;
+    std::fprintf(out, "\nprefix reuse: time to first token of a %lld + 64-token prompt: %.1f ms without, %.1f ms with the "
+                 "%lld-token prefix cached (%.1fx)\n",
+                 (long long)opt.prefix_tokens, res.ttft_cold_ms, res.ttft_warm_ms, (long long)opt.prefix_tokens,
+                 res.ttft_cold_ms / res.ttft_warm_ms);
   }
   // Verdicts
   auto verdict = [&](bool ok) {

@@ -11,6 +11,8 @@
 //   3. context: f32 decode time per token with 1K and with 32K tokens of context. The long cache is filled with
 //      random rows instead of a 32K prefill (a decode step's cost does not depend on the cached values), the
 //      KDA states with random values; max_position_embeddings is raised for the run when the config's is lower.
+//   4. prefix reuse: time to first token (the serving engine, one prefill and one token) of a 1024 + 64-token
+//      prompt, on an engine that has not seen it, and after another prompt with the same 1024-token prefix.
 // The model: --model DIR (plain checkpoint; quantized forms are made from it) or --config F (random init, seed 0).
 // A benchmark, not a test: figures below target print "below"; the exit status stays 0.
 #pragma once
@@ -35,6 +37,7 @@ struct ServeBenchOptions {
   double seconds = 30;      // timed repeats, all rows together
   int64_t prompt_tokens = 512;
   int64_t long_context = 32768;
+  int64_t prefix_tokens = 1024;  // the shared prefix of the prefix-reuse rows
   std::vector<std::string> formats = {"f32", "q8", "q4"};
 };
 
@@ -49,6 +52,7 @@ struct ServeBenchResult {
   std::vector<ServeBenchRow> rows;
   double sgemm_gflops = 0;
   double decode_1k_ms = 0, decode_long_ms = 0;
+  double ttft_cold_ms = 0, ttft_warm_ms = 0;
   int targets_met = 0, targets = 0;
 };
 

@@ -95,8 +95,8 @@ Engine::Engine(std::shared_ptr<const InferenceModel> model, EngineOptions option
   page_bytes_ = size_t(mla_layers) * size_t(opt_.page_tokens) *
                 size_t(model_->config().kv_lora_rank + model_->config().qk_rope_head_dim) * sizeof(float);
   metrics_.cache_bytes_budget = size_t(opt_.cache_mb) << 20;
-  MYRIAD_REQUIRE(model_->tokenizer().loaded(), kValue, "engine: the model has no tokenizer");
-  text_vocab_ = std::min(model_->vocab_size(), model_->tokenizer().vocab_size());
+  text_vocab_ = model_->tokenizer().loaded() ? std::min(model_->vocab_size(), model_->tokenizer().vocab_size())
+                                             : model_->vocab_size();
 }
 
 Engine::~Engine() {
@@ -126,7 +126,9 @@ uint64_t Engine::submit(GenerationRequest req, EventSink sink) {
                  " KiB of cache (prompt + max_tokens), more than the whole budget of ", opt_.cache_mb, " MiB");
   auto s = std::make_unique<Sequence>();
   s->sampler = std::make_unique<Sampler>(req.sampling);
-  s->text = std::make_unique<TextStream>(model_->tokenizer(), req.stop);
+  MYRIAD_REQUIRE(model_->tokenizer().loaded() || req.stop.empty(), kValue,
+                 "stop strings need a tokenizer, and this model has none");
+  if (model_->tokenizer().loaded()) s->text = std::make_unique<TextStream>(model_->tokenizer(), req.stop);
   s->req = std::move(req);
   s->sink = std::move(sink);
   s->reserved = need;
@@ -165,7 +167,7 @@ void Engine::finish(Sequence& s, FinishReason reason, const std::string& error) 
   TokenEvent ev;
   ev.finish = reason;
   ev.error = error;
-  if (reason != FinishReason::kCancelled && reason != FinishReason::kError) ev.text = s.text->finish();
+  if (s.text && reason != FinishReason::kCancelled && reason != FinishReason::kError) ev.text = s.text->finish();
   s.done = true;
   emit(s, std::move(ev));
 }
@@ -357,12 +359,12 @@ bool Engine::step() {
       ev.token = t.token;
       ev.logprob = t.logprob;
       ev.top = t.top;
-      ev.text = s.text->push(t.token);
-      if (s.text->stopped()) {
+      if (s.text) ev.text = s.text->push(t.token);
+      if (s.text && s.text->stopped()) {
         ev.finish = FinishReason::kStop;
       } else if (int64_t(s.generated.size()) >= s.req.max_tokens) {
         ev.finish = FinishReason::kLength;
-        ev.text += s.text->finish();
+        if (s.text) ev.text += s.text->finish();
       }
       if (ev.finish != FinishReason::kNone) s.done = true;
       emit(s, std::move(ev));

@@ -16,6 +16,8 @@
 // page is never written again). A new prompt that starts with a stored prefix resumes from the longest one
 // (leaving at least one token to prefill, for its logits). Snapshots live in an LRU of `prefix_cache_mb`.
 //
+// A model without a tokenizer is served as token ids only (events carry no text; stop strings are refused).
+//
 // Threads: submit() and cancel() may be called from any thread. After start(), a background thread runs the
 // steps and calls each request's sink from that thread (a sink must not block for long). Without start(), the
 // caller drives the engine with step() / run_until_idle() (tests, benchmarks, the CLI).
