@@ -1,10 +1,12 @@
 #include "serve/inference_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <optional>
 
 #include "autograd/functions.h"
+#include "core/threads.h"
 #include "io/checkpoint.h"
 #include "model/param_spec.h"
 #include "ops/cpu/parallel.h"
@@ -90,6 +92,15 @@ Tensor InferenceModel::glu(const Tensor& g, const Tensor& u) const {
       .value();
 }
 
+void InferenceModel::glu_rows(float* g, const float* u, int64_t rows, int64_t F) const {
+  if (config_.hidden_act == "silu") {
+    for (int64_t i = 0; i < rows * F; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    return;
+  }
+  cpu::situ_glu_forward(g, F, g, F, u, F, rows, F,
+                        SituParams{float(config_.activation_situ_beta), float(config_.activation_situ_linear_beta)});
+}
+
 Tensor InferenceModel::attn_res_read(const std::string& norm, const std::string& proj,
                                      const std::vector<Tensor>& cands) const {
   std::vector<Var> scores;
@@ -150,17 +161,37 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
     }
   }
   Tensor u = Tensor::zeros({N, L});
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t b0 = start[size_t(e)], n = start[size_t(e + 1)] - b0;
-    if (n == 0) continue;
-    Tensor ze = Tensor::empty({n, L});
+  // The experts that received copies. Decode-sized batches give each a handful of rows: too little work to
+  // split one expert's products over threads, so the experts themselves are spread over the threads (each
+  // computing into its own buffer; the weighted scatter into u stays sequential, as copies of one token go to
+  // different experts). Larger batches run the experts in turn, each product threaded inside.
+  std::vector<int64_t> active;
+  for (int64_t e = 0; e < E; ++e)
+    if (start[size_t(e + 1)] > start[size_t(e)]) active.push_back(e);
+  std::vector<Tensor> outs(active.size());
+  const int64_t F = c.moe_intermediate_size;
+  auto run_expert = [&](size_t a) {
+    const int64_t e = active[a], b0 = start[size_t(e)], n = start[size_t(e + 1)] - b0;
+    Tensor ze = Tensor::empty({n, L}), g = Tensor::empty({n, F}), up = Tensor::empty({n, F});
     cpu::gather_rows(ze.data<float>(), z.data<float>(), copy_token.data() + b0, n, N, L);
     const std::string ex = m + "experts." + std::to_string(e) + ".";
-    const Tensor ye =
-        lin(ex + "w2.weight").apply(glu(lin(ex + "w1.weight").apply(ze), lin(ex + "w3.weight").apply(ze)));
+    lin(ex + "w1.weight").apply(ze.data<float>(), n, g.data<float>());
+    lin(ex + "w3.weight").apply(ze.data<float>(), n, up.data<float>());
+    glu_rows(g.data<float>(), up.data<float>(), n, F);  // in place into g
+    outs[a] = Tensor::empty({n, L});
+    lin(ex + "w2.weight").apply(g.data<float>(), n, outs[a].data<float>());
+  };
+  if (N * k <= 64 && active.size() > 1) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
+    for (size_t a = 0; a < active.size(); ++a) run_expert(a);
+  } else {
+    for (size_t a = 0; a < active.size(); ++a) run_expert(a);
+  }
+  for (size_t a = 0; a < active.size(); ++a) {
+    const int64_t e = active[a], b0 = start[size_t(e)], n = start[size_t(e + 1)] - b0;
     std::vector<float> wsel(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) wsel[size_t(i)] = weights.data<float>()[copy_slot[size_t(b0 + i)]];
-    cpu::scatter_add_rows(u.data<float>(), ye.data<float>(), copy_token.data() + b0, wsel.data(), n, N, L);
+    cpu::scatter_add_rows(u.data<float>(), outs[a].data<float>(), copy_token.data() + b0, wsel.data(), n, N, L);
   }
   Tensor y = u;
   if (latent) {

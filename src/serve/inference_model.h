@@ -67,6 +67,7 @@ class InferenceModel {
   Tensor ffn(int64_t layer, const Tensor& x) const;
   Tensor moe(int64_t layer, const Tensor& x) const;
   Tensor glu(const Tensor& g, const Tensor& u) const;
+  void glu_rows(float* g, const float* u, int64_t rows, int64_t F) const;  // g = glu(g, u) in place
   Tensor attn_res_read(const std::string& norm, const std::string& proj, const std::vector<Tensor>& cands) const;
   Tensor rmsnorm(const Tensor& x, const std::string& weight) const;
   const LinearWeight& lin(const std::string& name) const { return w_->linear(name); }
