@@ -2,6 +2,8 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -119,6 +123,78 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   AtomicFileWriter w(path);
   w.write(bytes);
   w.commit();
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  MYRIAD_REQUIRE(fd >= 0, kIo, "cannot open ", path, " to sync it: ", errno_str(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  MYRIAD_REQUIRE(rc == 0, kIo, "fsync failed for ", path, ": ", errno_str(err));
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  MYRIAD_REQUIRE(in.good(), kIo, "cannot open '", path, "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  MYRIAD_REQUIRE(!in.bad(), kIo, "cannot read '", path, "'");
+  return ss.str();
+}
+
+bool directory_is_empty(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::directory_iterator(dir, ec) == std::filesystem::directory_iterator();
+}
+
+StagedDirectory::StagedDirectory(std::string out) : out_(std::move(out)) {
+  namespace fs = std::filesystem;
+  const std::string parent = parent_dir(out_);
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  MYRIAD_REQUIRE(fs::is_directory(parent), kIo, "cannot create output directory '", parent,
+                 "': ", ec ? ec.message() : "not a directory");
+  std::string tmpl = out_ + ".tmp-XXXXXX";
+  MYRIAD_REQUIRE(::mkdtemp(tmpl.data()) != nullptr, kIo, "cannot write output directory '", out_,
+                 "': cannot create a temporary directory in '", parent, "': ", errno_str(errno));
+  tmp_ = tmpl;
+  const mode_t mask = ::umask(0);  // mkdtemp makes 0700; the output gets the usual 0777 & ~umask
+  ::umask(mask);
+  MYRIAD_REQUIRE(::chmod(tmp_.c_str(), 0777 & ~mask) == 0, kIo, "cannot chmod '", tmp_, "': ", errno_str(errno));
+}
+
+StagedDirectory::~StagedDirectory() {
+  if (committed_) return;
+  std::error_code ec;
+  std::filesystem::remove_all(tmp_, ec);
+}
+
+void StagedDirectory::commit() {
+  namespace fs = std::filesystem;
+  MYRIAD_REQUIRE(!committed_, kIo, "output directory '", out_, "' was committed already");
+  fsync_directory(tmp_);
+  std::error_code ec;
+  const bool exists = fs::exists(fs::symlink_status(out_, ec));
+  if (!exists || directory_is_empty(out_)) {
+    if (exists) fs::remove(out_, ec);
+    MYRIAD_REQUIRE(::rename(tmp_.c_str(), out_.c_str()) == 0, kIo, "cannot rename '", tmp_, "' to '", out_,
+                   "': ", errno_str(errno));
+  } else if (::renameat2(AT_FDCWD, tmp_.c_str(), AT_FDCWD, out_.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(tmp_, ec);  // now the old output
+  } else {
+    const std::string old = tmp_ + ".old";
+    MYRIAD_REQUIRE(::rename(out_.c_str(), old.c_str()) == 0, kIo, "cannot move the old '", out_,
+                   "' aside: ", errno_str(errno));
+    if (::rename(tmp_.c_str(), out_.c_str()) != 0) {
+      const int err = errno;
+      ::rename(old.c_str(), out_.c_str());
+      throw_error(ErrorKind::kIo, "cannot rename '", tmp_, "' to '", out_, "': ", errno_str(err));
+    }
+    fs::remove_all(old, ec);
+  }
+  committed_ = true;
+  fsync_directory(parent_dir(out_));
 }
 
 }  // namespace myriad

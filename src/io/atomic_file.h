@@ -50,5 +50,35 @@ void write_file_atomic(const std::string& path, std::string_view bytes);
 
 // fsync a directory so that a rename/creation inside it is durable. Throws kIo.
 void fsync_directory(const std::string& dir);
+// fsync a file by its path. Throws kIo.
+void fsync_path(const std::string& path);
+
+// The whole of a file's bytes. Throws kIo naming the path.
+std::string read_file(const std::string& path);
+
+// True for an empty directory (or one that cannot be listed).
+bool directory_is_empty(const std::string& dir);
+
+// Directory outputs written atomically (a tokenizer, prepared shards, a pruned or quantized model): everything
+// goes into a temporary directory beside the destination, which commit() then puts in place. Creating one makes
+// the parent directories, then `<out>.tmp-XXXXXX` (mkdtemp) with the usual 0777 & ~umask permissions; the
+// destructor removes it unless committed, so an error leaves no debris.
+//   commit(): fsyncs the temporary directory, then a plain rename when `out` is missing or an empty directory,
+//   else an atomic swap (renameat2 RENAME_EXCHANGE) and removal of the old output; where the file system has no
+//   RENAME_EXCHANGE the old output is moved aside first (and back if the rename fails).
+// Files inside are the caller's to write and fsync (write_file_atomic does both). Throws kIo.
+class StagedDirectory {
+ public:
+  explicit StagedDirectory(std::string out);
+  ~StagedDirectory();
+  StagedDirectory(const StagedDirectory&) = delete;
+  StagedDirectory& operator=(const StagedDirectory&) = delete;
+  const std::string& path() const { return tmp_; }  // where to write
+  void commit();
+
+ private:
+  std::string out_, tmp_;
+  bool committed_ = false;
+};
 
 }  // namespace myriad

@@ -18,15 +18,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MYRIAD_REQUIRE(in.good(), kIo, "cannot open '", path, "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  MYRIAD_REQUIRE(!in.bad(), kIo, "cannot read '", path, "'");
-  return ss.str();
-}
-
 // A weight_map file name must stay inside the checkpoint directory.
 bool safe_relative_name(const std::string& name) {
   if (name.empty()) return false;
@@ -63,7 +54,7 @@ Checkpoint Checkpoint::open(const std::string& path) {
       c.files_.push_back(SafetensorsFile::open(single));
     } else {
       c.sharded_ = true;
-      const std::string text = read_text_file(index);
+      const std::string text = read_file(index);
       json j;
       std::optional<JsonDuplicateKey> dup;
       try {

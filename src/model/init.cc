@@ -98,15 +98,6 @@ void fill_param_block(const ParamSpec& s, const ModelConfig& c, uint64_t seed, u
   fill_block(data + begin, len, s.init, init_std(s, c), conv_bound(s), rng);
 }
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MYRIAD_REQUIRE(in.good(), kIo, "cannot open model config ", path);
-  std::ostringstream os;
-  os << in.rdbuf();
-  MYRIAD_REQUIRE(!in.bad(), kIo, "cannot read model config ", path);
-  return os.str();
-}
-
 }  // namespace
 
 Tensor init_param(const ParamSpec& spec, const ModelConfig& c, uint64_t seed) {
@@ -165,7 +156,7 @@ std::vector<std::string> write_random_model(const std::string& config_path, cons
   std::error_code ec;
   fs::path cfg(config_path);
   if (fs::is_directory(cfg, ec)) cfg /= "config.json";
-  const std::string bytes = read_bytes(cfg.string());
+  const std::string bytes = read_file(cfg.string());
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(bytes);

@@ -39,65 +39,6 @@ std::string moe_prefix(int64_t layer) {
   return "model.layers." + std::to_string(layer) + ".block_sparse_moe.";
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MYRIAD_REQUIRE(in.good(), kIo, "cannot open ", path);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
-
-void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  MYRIAD_REQUIRE(fd >= 0, kIo, "cannot open ", path, " to sync it: ", std::strerror(errno));
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  MYRIAD_REQUIRE(rc == 0, kIo, "fsync failed for ", path, ": ", std::strerror(errno));
-}
-
-bool directory_is_empty(const std::string& dir) {
-  std::error_code ec;
-  return fs::directory_iterator(dir, ec) == fs::directory_iterator();
-}
-
-// Removes a temporary output directory unless released (an error unwinding leaves no debris).
-struct TempDir {
-  std::string path;
-  bool keep = false;
-  ~TempDir() {
-    if (keep || path.empty()) return;
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-// Renames the complete tmp to out: a plain rename when out is missing or empty, else an atomic swap
-// (renameat2 RENAME_EXCHANGE) and removal of the old output; without RENAME_EXCHANGE the old output is moved
-// aside first (and back if the rename fails).
-void commit_directory(const std::string& tmp, const std::string& out) {
-  std::error_code ec;
-  const bool exists = fs::exists(fs::symlink_status(out, ec));
-  if (!exists || directory_is_empty(out)) {
-    if (exists) fs::remove(out, ec);
-    MYRIAD_REQUIRE(::rename(tmp.c_str(), out.c_str()) == 0, kIo, "cannot rename '", tmp, "' to '", out,
-                   "': ", std::strerror(errno));
-    return;
-  }
-  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0) {
-    fs::remove_all(tmp, ec);  // now the old output
-    return;
-  }
-  const std::string old = tmp + ".old";
-  MYRIAD_REQUIRE(::rename(out.c_str(), old.c_str()) == 0, kIo, "cannot move the old '", out,
-                 "' aside: ", std::strerror(errno));
-  if (::rename(tmp.c_str(), out.c_str()) != 0) {
-    const int err = errno;
-    ::rename(old.c_str(), out.c_str());
-    throw_error(ErrorKind::kIo, "cannot rename '", tmp, "' to '", out, "': ", std::strerror(err));
-  }
-  fs::remove_all(old, ec);
-}
-
 // Selection and mixture weights of one layer's window, recomputed from its router scores as moe_ffn does, summed
 // into weight[e] per expert.
 void add_routing_weights(const Transformer& model, const RoutingStats& st, std::vector<double>& weight) {
@@ -396,7 +337,7 @@ PruneResult prune_model(const PruneOptions& o) {
                    ck = fs::weakly_canonical(loc.checkpoint_dir, ec);
     MYRIAD_REQUIRE(a != in && a != ck, kValue, "--out ", out, " is the input model's directory; choose another");
   }
-  const std::string config_text = read_text_file((fs::path(loc.checkpoint_dir) / "config.json").string());
+  const std::string config_text = read_file((fs::path(loc.checkpoint_dir) / "config.json").string());
   const ModelConfig mc = load_model_config(loc.checkpoint_dir, nullptr);
   MYRIAD_REQUIRE(mc.num_moe_layers() > 0, kUnsupported, mc.source, ": the model has no MoE layers (",
                  mc.num_hidden_layers, " layers, first_k_dense_replace ", mc.first_k_dense_replace,
@@ -515,31 +456,19 @@ PruneResult prune_model(const PruneOptions& o) {
   const ModelConfig pruned_mc =
       parse_model_config(nlohmann::json::parse(new_config_text), (fs::path(out) / "config.json").string(), nullptr);
 
-  // Write into a temporary directory beside the output.
-  std::string parent = fs::path(out).parent_path().string();
-  if (parent.empty()) parent = ".";
-  fs::create_directories(parent, ec);
-  MYRIAD_REQUIRE(fs::is_directory(parent), kIo, "cannot create output directory '", parent,
-                 "': ", ec ? ec.message() : "not a directory");
-  std::string tmpl = out + ".tmp-XXXXXX";
-  MYRIAD_REQUIRE(::mkdtemp(tmpl.data()) != nullptr, kIo, "cannot create a temporary directory beside '", out,
-                 "': ", std::strerror(errno));
-  TempDir tmp{tmpl};
-  const mode_t mask = ::umask(0);  // mkdtemp makes 0700; the output gets the usual 0777 & ~umask
-  ::umask(mask);
-  MYRIAD_REQUIRE(::chmod(tmp.path.c_str(), 0777 & ~mask) == 0, kIo, "cannot chmod '", tmp.path,
-                 "': ", std::strerror(errno));
+  // Write into a temporary directory beside the output (io/atomic_file.h).
+  StagedDirectory tmp(out);
 
-  write_file_atomic((fs::path(tmp.path) / "config.json").string(), new_config_text);
+  write_file_atomic((fs::path(tmp.path()) / "config.json").string(), new_config_text);
   std::map<std::string, std::string> meta = ck.metadata();
   meta.emplace("format", "pt");
   meta["myriad_pruned"] = str("kept ", N, " of ", E, " experts per MoE layer");
   uint64_t max_shard = 0;
   if (ck.sharded())
     for (const SafetensorsFile& f : ck.files()) max_shard = std::max<uint64_t>(max_shard, fs::file_size(f.path()));
-  save_checkpoint(tmp.path, tensors, meta, max_shard);
+  save_checkpoint(tmp.path(), tensors, meta, max_shard);
   tensors.clear();
-  const fs::path tok_out = fs::path(tmp.path) / "tokenizer";
+  const fs::path tok_out = fs::path(tmp.path()) / "tokenizer";
   fs::create_directories(tok_out, ec);
   MYRIAD_REQUIRE(!ec, kIo, "cannot create ", tok_out.string(), ": ", ec.message());
   for (const auto& e : fs::directory_iterator(loc.tokenizer_dir)) {
@@ -553,7 +482,7 @@ PruneResult prune_model(const PruneOptions& o) {
 
   // The result must load: names, shapes and dtypes against the new config (and a full forward with --eval).
   {
-    const Checkpoint pruned = Checkpoint::open(tmp.path);
+    const Checkpoint pruned = Checkpoint::open(tmp.path());
     validate_checkpoint_against_config(pruned, pruned_mc);
     r.bytes_after = weight_file_bytes(pruned);
     if (!o.eval_path.empty()) {
@@ -581,13 +510,9 @@ PruneResult prune_model(const PruneOptions& o) {
     report["eval"] = {{"data", o.eval_path},
                       {"original", perplexity_json(*r.eval_before)},
                       {"pruned", perplexity_json(*r.eval_after)}};
-  write_file_atomic((fs::path(tmp.path) / "prune_report.json").string(), report.dump(2) + "\n");
+  write_file_atomic((fs::path(tmp.path()) / "prune_report.json").string(), report.dump(2) + "\n");
   r.report = std::move(report);
-  fsync_directory(tmp.path);
-
-  commit_directory(tmp.path, out);
-  tmp.keep = true;
-  fsync_directory(parent);
+  tmp.commit();
   return r;
 }
 

@@ -35,65 +35,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MYRIAD_REQUIRE(in.good(), kIo, "cannot open ", path);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
-
-void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  MYRIAD_REQUIRE(fd >= 0, kIo, "cannot open ", path, " to sync it: ", std::strerror(errno));
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  MYRIAD_REQUIRE(rc == 0, kIo, "fsync failed for ", path, ": ", std::strerror(errno));
-}
-
-bool directory_is_empty(const std::string& dir) {
-  std::error_code ec;
-  return fs::directory_iterator(dir, ec) == fs::directory_iterator();
-}
-
-// Removes the temporary output directory unless released, so an error leaves no debris.
-struct TempDir {
-  std::string path;
-  bool keep = false;
-  ~TempDir() {
-    if (keep || path.empty()) return;
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-// Moves the complete tmp to out: a plain rename when out is missing or empty, else an atomic swap (renameat2
-// RENAME_EXCHANGE) and removal of the old output; without RENAME_EXCHANGE the old output is moved aside first
-// (and back if the rename fails).
-void commit_directory(const std::string& tmp, const std::string& out) {
-  std::error_code ec;
-  const bool exists = fs::exists(fs::symlink_status(out, ec));
-  if (!exists || directory_is_empty(out)) {
-    if (exists) fs::remove(out, ec);
-    MYRIAD_REQUIRE(::rename(tmp.c_str(), out.c_str()) == 0, kIo, "cannot rename '", tmp, "' to '", out,
-                   "': ", std::strerror(errno));
-    return;
-  }
-  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0) {
-    fs::remove_all(tmp, ec);  // now the old output
-    return;
-  }
-  const std::string old = tmp + ".old";
-  MYRIAD_REQUIRE(::rename(out.c_str(), old.c_str()) == 0, kIo, "cannot move the old '", out,
-                 "' aside: ", std::strerror(errno));
-  if (::rename(tmp.c_str(), out.c_str()) != 0) {
-    const int err = errno;
-    ::rename(old.c_str(), out.c_str());
-    throw_error(ErrorKind::kIo, "cannot rename '", tmp, "' to '", out, "': ", std::strerror(err));
-  }
-  fs::remove_all(old, ec);
-}
-
 // Copies the directory tree `from` into `to` (regular files and directories), fsync'ing every file and directory.
 void copy_tree(const fs::path& from, const fs::path& to) {
   std::error_code ec;
@@ -160,7 +101,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
 
   // The input: config, weights; not already quantized.
   const std::string config_path = (fs::path(in_dir) / "config.json").string();
-  const std::string config_text = read_text_file(config_path);
+  const std::string config_text = read_file(config_path);
   const ModelConfig mc = load_model_config(config_path, nullptr);
   const Checkpoint ck = Checkpoint::open(in_dir);
   if (auto m = ck.metadata().find(kQuantMetadataKey); m != ck.metadata().end())
@@ -259,29 +200,17 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
                                    {"only", only_experts ? "experts" : "all"}};
   const std::string new_config_text = config.dump(2) + "\n";
 
-  // Write into a temporary directory beside the output.
-  std::string parent = fs::path(out).parent_path().string();
-  if (parent.empty()) parent = ".";
-  fs::create_directories(parent, ec);
-  MYRIAD_REQUIRE(fs::is_directory(parent), kIo, "cannot create output directory '", parent,
-                 "': ", ec ? ec.message() : "not a directory");
-  std::string tmpl = out + ".tmp-XXXXXX";
-  MYRIAD_REQUIRE(::mkdtemp(tmpl.data()) != nullptr, kIo, "cannot create a temporary directory beside '", out,
-                 "': ", std::strerror(errno));
-  TempDir tmp{tmpl};
-  const mode_t mask = ::umask(0);  // mkdtemp makes 0700; the output gets the usual 0777 & ~umask
-  ::umask(mask);
-  MYRIAD_REQUIRE(::chmod(tmp.path.c_str(), 0777 & ~mask) == 0, kIo, "cannot chmod '", tmp.path,
-                 "': ", std::strerror(errno));
+  // Write into a temporary directory beside the output (io/atomic_file.h).
+  StagedDirectory tmp(out);
 
-  write_file_atomic((fs::path(tmp.path) / "config.json").string(), new_config_text);
+  write_file_atomic((fs::path(tmp.path()) / "config.json").string(), new_config_text);
   r.files.push_back("config.json");
 
   std::map<std::string, std::string> meta = ck.metadata();
   meta.emplace("format", "pt");
   meta[kQuantMetadataKey] = quant_type_name(type);
   Tensor pending_scales;  // the qscale of the matrix whose qweight was just written
-  const std::string weights_path = (fs::path(tmp.path) / kCheckpointSingleFile).string();
+  const std::string weights_path = (fs::path(tmp.path()) / kCheckpointSingleFile).string();
   save_safetensors(
       weights_path, out_specs,
       [&](size_t i) -> Tensor {
@@ -303,13 +232,13 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
 
   const fs::path tok_in = fs::path(in_dir) / "tokenizer";
   if (fs::is_directory(tok_in, ec)) {
-    copy_tree(tok_in, fs::path(tmp.path) / "tokenizer");
+    copy_tree(tok_in, fs::path(tmp.path()) / "tokenizer");
     r.files.push_back("tokenizer/");
   }
 
   // The result must load: every quantized weight through load_quant_matrix, with the config's shape.
   {
-    const Checkpoint written = Checkpoint::open(tmp.path);
+    const Checkpoint written = Checkpoint::open(tmp.path());
     for (const Item& it : items) {
       if (!it.quantize) continue;
       const std::optional<QuantMatrix> q = load_quant_matrix(written, it.name);
@@ -317,10 +246,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       MYRIAD_CHECK(q && q->rows == want[0] && q->cols == want[1], "quantized ", it.name, " does not read back");
     }
   }
-  fsync_directory(tmp.path);
-  commit_directory(tmp.path, out);
-  tmp.keep = true;
-  fsync_directory(parent);
+  tmp.commit();
   return r;
 }
 

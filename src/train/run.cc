@@ -21,14 +21,6 @@ namespace myriad {
 
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MYRIAD_REQUIRE(in.good(), kIo, "cannot read ", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The shard loader behind the trainer's BatchSource.
 class LoaderSource final : public BatchSource {
  public:

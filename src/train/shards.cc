@@ -117,26 +117,6 @@ class ProgressBar {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_;
 };
 
-// Removes a temporary directory unless released.
-class TempDirGuard {
- public:
-  explicit TempDirGuard(std::string path) : path_(std::move(path)) {}
-  ~TempDirGuard() {
-    if (path_.empty()) return;
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  void release() { path_.clear(); }
-
- private:
-  std::string path_;
-};
-
-bool directory_is_empty(const std::string& dir) {
-  std::error_code ec;
-  return fs::directory_iterator(dir, ec) == fs::directory_iterator();
-}
-
 }  // namespace
 
 // ---- Shard files ----
@@ -477,32 +457,6 @@ uint64_t position_cut(const std::string& path, uint64_t size, double val_fractio
   return std::min(cut, size);
 }
 
-// Renames tmp to out: out is missing or an empty directory (plain rename), or a non-empty directory being
-// replaced (swapped atomically, then the old one removed).
-void commit_directory(const std::string& tmp, const std::string& out, bool out_exists) {
-  if (!out_exists || directory_is_empty(out)) {
-    MYRIAD_REQUIRE(::rename(tmp.c_str(), out.c_str()) == 0, kIo, "cannot rename '", tmp, "' to '", out,
-                   "': ", std::strerror(errno));
-    return;
-  }
-  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);  // now the old output
-    return;
-  }
-  // No RENAME_EXCHANGE on this file system: move the old output aside first.
-  const std::string old = tmp + ".old";
-  MYRIAD_REQUIRE(::rename(out.c_str(), old.c_str()) == 0, kIo, "cannot move the old '", out,
-                 "' aside: ", std::strerror(errno));
-  if (::rename(tmp.c_str(), out.c_str()) != 0) {
-    const int err = errno;
-    ::rename(old.c_str(), out.c_str());
-    throw_error(ErrorKind::kIo, "cannot rename '", tmp, "' to '", out, "': ", std::strerror(err));
-  }
-  std::error_code ec;
-  fs::remove_all(old, ec);
-}
-
 nlohmann::ordered_json split_json(const SplitStats& s) {
   return {{"tokens", s.tokens}, {"documents", s.documents}, {"bytes", s.bytes}, {"shards", s.shards}};
 }
@@ -531,19 +485,8 @@ PrepareResult prepare_data(const Tokenizer& tokenizer, const std::vector<std::st
     MYRIAD_REQUIRE(options.force || directory_is_empty(out), kIo, "output directory '", out,
                    "' exists and is not empty (pass --force to replace it)");
   }
-  std::string parent = fs::path(out).parent_path().string();
-  if (parent.empty()) parent = ".";
-  fs::create_directories(parent, ec);
-  MYRIAD_REQUIRE(fs::is_directory(parent), kIo, "cannot create output directory '", parent,
-                 "': ", ec ? ec.message() : "not a directory");
-  std::string tmp_template = out + ".tmp-XXXXXX";
-  MYRIAD_REQUIRE(::mkdtemp(tmp_template.data()) != nullptr, kIo, "cannot write output directory '", out,
-                 "': cannot create a temporary directory in '", parent, "': ", std::strerror(errno));
-  const std::string tmp = tmp_template;
-  TempDirGuard guard(tmp);
-  const mode_t mask = ::umask(0);  // mkdtemp makes 0700; the output gets the usual 0777 & ~umask
-  ::umask(mask);
-  MYRIAD_REQUIRE(::chmod(tmp.c_str(), 0777 & ~mask) == 0, kIo, "cannot chmod '", tmp, "': ", std::strerror(errno));
+  StagedDirectory staged(out);  // a temporary directory beside the output (io/atomic_file.h)
+  const std::string& tmp = staged.path();
 
   const ShardDType dtype = shard_dtype_for_vocab(tokenizer.vocab_size());
   ShardSetWriter writers[2] = {ShardSetWriter(tmp, "train", dtype, options.shard_tokens),
@@ -671,10 +614,7 @@ PrepareResult prepare_data(const Tokenizer& tokenizer, const std::vector<std::st
     sources.push_back({{"path", df.path}, {"format", df.jsonl ? "jsonl" : "text"}, {"bytes", df.bytes}});
   m["sources"] = std::move(sources);
   write_file_atomic((fs::path(tmp) / "meta.json").string(), m.dump(2) + "\n");
-  fsync_directory(tmp);
-  commit_directory(tmp, out, out_exists);
-  guard.release();
-  fsync_directory(parent);
+  staged.commit();
   return r;
 }
 

@@ -203,15 +203,6 @@ Tokenizer train_on_sentences(const std::vector<std::string>& sentences, int64_t 
   return t;
 }
 
-std::string read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MYRIAD_REQUIRE(in.good(), kIo, "cannot open '", path, "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  MYRIAD_REQUIRE(!in.bad(), kIo, "error reading '", path, "'");
-  return ss.str();
-}
-
 }  // namespace
 
 struct Tokenizer::Impl {
@@ -325,10 +316,10 @@ Tokenizer Tokenizer::load(const std::string& path) {
   const std::string model_path = is_dir ? (fs::path(path) / kTokenizerModelFile).string() : path;
   MYRIAD_REQUIRE(fs::exists(model_path, ec), kIo, "tokenizer: '", model_path, "' does not exist",
                  is_dir ? " (train one with myriad tokenizer train)" : "");
-  Tokenizer t = from_model_bytes(read_whole_file(model_path), model_path);
+  Tokenizer t = from_model_bytes(read_file(model_path), model_path);
   const std::string json_path = (fs::path(model_path).parent_path() / kTokenizerJsonFile).string();
   if (fs::exists(json_path, ec)) {
-    nlohmann::json j = nlohmann::json::parse(read_whole_file(json_path), nullptr, /*allow_exceptions=*/false);
+    nlohmann::json j = nlohmann::json::parse(read_file(json_path), nullptr, /*allow_exceptions=*/false);
     MYRIAD_REQUIRE(j.is_object(), kFormat, json_path, ": not a JSON object");
     MYRIAD_REQUIRE(j.value("type", "") == "sentencepiece-bpe", kFormat, json_path,
                    ": \"type\" must be \"sentencepiece-bpe\"");
