@@ -1,8 +1,10 @@
 #include "model/kda_state.h"
 
 #include <cmath>
+#include <vector>
 
 #include "autograd/functions.h"
+#include "core/threads.h"
 #include "model/decode_weights.h"
 #include "ops/kernels.h"
 
@@ -100,8 +102,15 @@ Tensor KdaDecoder::forward(const Tensor& x_in, std::span<const KdaSegment> segs,
   const Var g = ag::kda_gate(f, Var(a_log_, false), Var(dt_bias_, false), lower_bound_);
   const Var beta = ag::sigmoid(Var(b_proj_.apply(x), false));  // [N, H]
   Tensor o = Tensor::empty({N, H, V});
-  int64_t r0 = 0;
-  for (const KdaSegment& s : segs) {
+  std::vector<int64_t> row0(segs.size() + 1, 0);
+  bool all_single = segs.size() > 1;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    row0[i + 1] = row0[i] + segs[i].rows;
+    all_single = all_single && segs[i].rows == 1;
+  }
+  auto run = [&](size_t i) {
+    const KdaSegment& s = segs[i];
+    const int64_t r0 = row0[i];
     if (s.rows > 0) {
       Tensor S_next = Tensor::empty(s.state->S.shape());
       const KdaShape shape{1, s.rows, H, K, V, chunk};
@@ -113,7 +122,12 @@ Tensor KdaDecoder::forward(const Tensor& x_in, std::span<const KdaSegment> segs,
       s.state->S = S_next;
     }
     s.state->tokens += s.rows;
-    r0 += s.rows;
+  };
+  if (all_single) {  // a decode batch: one token per sequence, the sequences spread over the threads
+#pragma omp parallel for schedule(static) num_threads(num_threads())
+    for (size_t i = 0; i < segs.size(); ++i) run(i);
+  } else {
+    for (size_t i = 0; i < segs.size(); ++i) run(i);
   }
   const Var gate(g_proj_.apply(x).view({N, H, V}), false);
   Var normed = ag::rmsnorm_gated(Var(o, false), Var(o_norm_, false), gate, rms_eps_);
