@@ -60,5 +60,30 @@ grep -q "num_experts_per_token" "$work/err" || { echo "FAIL: config error does n
 cp "$root/configs/tiny.json" "$work/ckpt/config.json"
 check "inspect good checkpoint" 0 "$bin" inspect "$work/ckpt"
 grep -q "w" "$work/out" || { echo "FAIL: inspect does not list tensor w"; fails=$((fails + 1)); }
+# myriad train: bad input is one error line, exit 1, and no run directory left behind.
+no_run_left() {  # $1: the --out that must not exist
+  [[ ! -e "$1" ]] || { echo "FAIL: $1 was left behind"; ls -la "$1" | head -5; fails=$((fails + 1)); }
+}
+check "train: missing data" 1 "$bin" train --config "$root/configs/tiny.json" --data "$work/nothere.txt" \
+  --out "$work/run1" --quiet
+one_error_line "nothere.txt"
+no_run_left "$work/run1"
+mkdir -p "$work/notext"
+check "train: a directory with no text" 1 "$bin" train --config "$root/configs/tiny.json" --data "$work/notext" \
+  --out "$work/run2" --quiet
+one_error_line "holds no text files"
+no_run_left "$work/run2"
+printf '{"stages": [{"seq_len": 4096, "steps": 2}], "batch_tokens": 4096}' >"$work/long.train.json"
+check "train: stage longer than the context" 1 "$bin" train --config "$root/configs/tiny.json" \
+  --train-config "$work/long.train.json" --out "$work/run3" --quiet
+one_error_line "max_position_embeddings"
+no_run_left "$work/run3"
+touch "$work/a_file"
+check "train: unwritable output" 1 "$bin" train --config "$root/configs/tiny.json" --out "$work/a_file/run" --quiet
+one_error_line "a_file/run"
+check "train: resume from something that is not a run" 1 "$bin" train --config "$root/configs/small.json" \
+  --resume "$work/ckpt" --out "$work/run5" --quiet
+one_error_line "no checkpoint"
+no_run_left "$work/run5"
 echo "$fails failure(s)"
 exit $((fails > 0))

@@ -8,9 +8,12 @@
 #include <sstream>
 
 #include "io/atomic_file.h"
+#include "io/checkpoint.h"
 #include "model/config.h"
+#include "model/param_spec.h"
 #include "train/corpus.h"
 #include "train/loader.h"
+#include "train/run_checkpoint.h"
 #include "train/shards.h"
 #include "train/tasks.h"
 #include "train/tokenizer.h"
@@ -77,10 +80,11 @@ TrainSummary run_training(const RunRequest& req) {
   if (!resuming && fs::exists(out) && !fs::is_empty(out) && !req.force)
     throw_error(ErrorKind::kIo, "the output directory ", out, " exists and is not empty (use --resume ", out,
                 " to continue it, or --force to start over)");
-  if (!resuming && req.force && fs::exists(out)) fs::remove_all(out);
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  MYRIAD_REQUIRE(!ec, kIo, "cannot create the output directory ", out, ": ", ec.message());
+  // Every input is checked before anything is written: the data paths, the checkpoint to resume (its tensors
+  // against this config) and the training config below.
+  const bool prepared = req.data.size() == 1 && is_shard_dir(req.data[0]);
+  if (!req.data.empty() && !prepared) (void)collect_data_files(req.data);
+  if (resuming) validate_checkpoint_against_config(Checkpoint::open(latest_checkpoint(req.resume)), mc);
   // Training config.
   TrainConfig tc;
   std::string tc_path = req.train_config_path;
@@ -92,11 +96,24 @@ TrainSummary run_training(const RunRequest& req) {
   tc = tc_path.empty() ? default_train_config(mc) : load_train_config(tc_path, mc);
   if (req.seed) tc.seed = *req.seed;
   if (req.gradient_checkpointing) tc.gradient_checkpointing = *req.gradient_checkpointing;
+  if (!resuming && req.force && fs::exists(out)) fs::remove_all(out);
+  // A run directory made here is removed again if the setup below fails (the data cannot be read, the
+  // tokenizer cannot be trained...), so bad input leaves nothing behind; once training starts it stays.
+  struct NewRunGuard {
+    std::string dir;
+    ~NewRunGuard() {
+      std::error_code ignored;
+      if (!dir.empty()) fs::remove_all(dir, ignored);
+    }
+  } guard;
+  if (!fs::exists(out)) guard.dir = out;
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  MYRIAD_REQUIRE(!ec, kIo, "cannot create the output directory ", out, ": ", ec.message());
   write_file_atomic(out + "/train.json", train_config_to_json(tc).dump(1));
   write_file_atomic(out + "/config.json", config_json);
   // Text for the tokenizer and the shards: the given paths, or the built-in corpus written into the run.
   std::vector<std::string> text_paths = req.data;
-  const bool prepared = req.data.size() == 1 && is_shard_dir(req.data[0]);
   if (req.data.empty() && !fs::exists(out + "/data/meta.json")) {
     if (!req.quiet) std::fprintf(stderr, "myriad train: generating the built-in corpus (prose and tasks)\n");
     std::string jsonl;
@@ -156,6 +173,7 @@ TrainSummary run_training(const RunRequest& req) {
     };
   Trainer trainer(model, tc, source, to);
   if (resuming) trainer.resume(req.resume);
+  guard.dir.clear();  // from here on the run directory holds the run
   return trainer.run();
 }
 
