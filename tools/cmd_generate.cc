@@ -58,6 +58,7 @@ int run_generate(const myriad::cli::Args& args) {
   const auto t2 = std::chrono::steady_clock::now();
   auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   std::printf("\n");
+  std::fflush(stdout);  // the text before the statistics line on a shared terminal
   std::fprintf(stderr,
                "[%zu prompt tokens, %lld generated (%s); load %.2f s, first token %.3f s, then %.1f tokens/s]\n",
                req.prompt.size(), (long long)n, reason.c_str(), secs(t0, t1), n ? secs(t1, first) : 0.0,
