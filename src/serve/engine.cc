@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/threads.h"
 #include "serve/text_stream.h"
 
 namespace myriad {
@@ -322,9 +323,10 @@ bool Engine::step() {
       error = e.what();
     }
     const int64_t V = model_->vocab_size();
-    std::vector<float> row(static_cast<size_t>(V));
     uint64_t prompt_tokens = 0, generated = 0;
     std::vector<double> ttft, tpot;
+    // Which entries produce a token this step (decoding, or at the end of their prompt).
+    std::vector<size_t> need;
     for (size_t i = 0; i < owners.size(); ++i) {
       Sequence& s = *owners[i];
       if (!error.empty()) {
@@ -337,11 +339,34 @@ bool Engine::step() {
         store_prefix(s);
         if (s.prefilled < int64_t(s.req.prompt.size())) continue;
       }
-      std::memcpy(row.data(), logits.data<float>() + int64_t(i) * V, size_t(V) * sizeof(float));
+      need.push_back(i);
+    }
+    // Sampling, spread over the threads (each sequence has its own sampler and generator; at a 160K vocabulary
+    // one draw with penalties and top-p takes about a millisecond). Events are sent afterwards, in order.
+    std::vector<SampledToken> drawn(owners.size());
+    std::vector<std::string> draw_error(owners.size());
+    const int sample_threads = need.size() > 1 ? num_threads() : 1;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(sample_threads)
+    for (size_t j = 0; j < need.size(); ++j) {
+      const size_t i = need[j];
+      Sequence& s = *owners[i];
+      std::vector<float> row(logits.data<float>() + int64_t(i) * V, logits.data<float>() + int64_t(i + 1) * V);
       // Ids past the tokenizer's vocabulary (a vocabulary padded for the matrix shapes) are never produced.
       for (int64_t v = text_vocab_; v < V; ++v) row[size_t(v)] = -std::numeric_limits<float>::infinity();
-      const SampledToken t = s.sampler->sample(row, s.req.prompt);
-      s.sampler->observe(t.token);
+      try {
+        drawn[i] = s.sampler->sample(row, s.req.prompt);
+        s.sampler->observe(drawn[i].token);
+      } catch (const std::exception& e) {
+        draw_error[i] = e.what();
+      }
+    }
+    for (size_t i : need) {
+      Sequence& s = *owners[i];
+      if (!draw_error[i].empty()) {
+        finish(s, FinishReason::kError, draw_error[i]);
+        continue;
+      }
+      const SampledToken& t = drawn[i];
       const Clock::time_point now = Clock::now();
       if (s.generated.empty())
         ttft.push_back(seconds_between(s.submitted, now));

@@ -200,6 +200,27 @@ TEST(Engine, BatchedRequestsEqualOneByOne) {
   EXPECT_EQ(mt.cache_bytes_reserved, 0u);
 }
 
+TEST(Engine, SeededSamplingInABatchEqualsOneByOne) {
+  // Each request's generator is its own: the tokens drawn do not depend on the batch or on the threads that
+  // sample a step's sequences.
+  const auto& m = tiny().model;
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest r = greedy(random_tokens(12 + 5 * i, 50 + i, m->vocab_size()), 10);
+    r.sampling.temperature = 0.9f;
+    r.sampling.top_p = 0.95f;
+    r.sampling.repetition_penalty = 1.1f;
+    r.sampling.seed = 1000 + uint64_t(i);
+    reqs.push_back(r);
+  }
+  Engine together(m);
+  const auto batched = run(together, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    Engine alone(m);
+    EXPECT_EQ(batched[i], run(alone, {reqs[i]})[0]) << "request " << i;
+  }
+}
+
 TEST(Engine, GreedyEqualsTheTrainingModelsArgmax) {
   const auto& m = tiny().model;
   std::vector<int32_t> ctx = random_tokens(30, 7, m->vocab_size());
