@@ -85,13 +85,6 @@ Tensor InferenceModel::rmsnorm(const Tensor& x, const std::string& weight) const
   return ag::rmsnorm(constant(x), constant(w_->tensor(weight)), float(config_.rms_norm_eps)).value();
 }
 
-Tensor InferenceModel::glu(const Tensor& g, const Tensor& u) const {
-  if (config_.hidden_act == "silu") return ag::mul(ag::silu(constant(g)), constant(u)).value();
-  return ag::situ_glu(constant(g), constant(u),
-                      SituParams{float(config_.activation_situ_beta), float(config_.activation_situ_linear_beta)})
-      .value();
-}
-
 void InferenceModel::glu_rows(float* g, const float* u, int64_t rows, int64_t F) const {
   if (config_.hidden_act == "silu") {
     for (int64_t i = 0; i < rows * F; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
@@ -119,9 +112,15 @@ Tensor InferenceModel::attn_res_read(const std::string& norm, const std::string&
 
 Tensor InferenceModel::ffn(int64_t l, const Tensor& x) const {
   if (config_.is_moe_layer(l)) return moe(l, x);
-  const std::string m = layer_prefix(l) + "mlp.";
-  return lin(m + "down_proj.weight")
-      .apply(glu(lin(m + "gate_proj.weight").apply(x), lin(m + "up_proj.weight").apply(x)));
+  return glu_ffn(layer_prefix(l) + "mlp.", x);
+}
+
+// down(glu(gate x, up x)): the dense FFN or a shared expert under `prefix`.
+Tensor InferenceModel::glu_ffn(const std::string& prefix, const Tensor& x) const {
+  Tensor g = lin(prefix + "gate_proj.weight").apply(x);
+  const Tensor u = lin(prefix + "up_proj.weight").apply(x);
+  glu_rows(g.data<float>(), u.data<float>(), g.size(0), g.size(1));
+  return lin(prefix + "down_proj.weight").apply(g);
 }
 
 // Latent MoE as Transformer::moe_ffn (no capacity limit): sigmoid/softmax router in f32, top-k of s + b,
@@ -199,9 +198,7 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
     y = lin(m + "routed_expert_up_proj.weight").apply(u);
   }
   if (c.num_shared_experts > 0) {
-    const std::string sh = m + "shared_experts.";
-    const Tensor ys = lin(sh + "down_proj.weight")
-                          .apply(glu(lin(sh + "gate_proj.weight").apply(x), lin(sh + "up_proj.weight").apply(x)));
+    const Tensor ys = glu_ffn(m + "shared_experts.", x);
     cpu::axpy(y.data<float>(), ys.data<float>(), 1.0f, y.numel());
   }
   return y;

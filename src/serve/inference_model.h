@@ -66,7 +66,7 @@ class InferenceModel {
  private:
   Tensor ffn(int64_t layer, const Tensor& x) const;
   Tensor moe(int64_t layer, const Tensor& x) const;
-  Tensor glu(const Tensor& g, const Tensor& u) const;
+  Tensor glu_ffn(const std::string& prefix, const Tensor& x) const;        // down(glu(gate x, up x))
   void glu_rows(float* g, const float* u, int64_t rows, int64_t F) const;  // g = glu(g, u) in place
   Tensor attn_res_read(const std::string& norm, const std::string& proj, const std::vector<Tensor>& cands) const;
   Tensor rmsnorm(const Tensor& x, const std::string& weight) const;
