@@ -95,12 +95,4 @@ const LinearWeight& DecodeWeights::linear(const std::string& name) const {
   return it->second;
 }
 
-size_t DecodeWeights::bytes() const {
-  size_t b = 0;
-  for (const auto& [name, t] : dense_) b += t.nbytes();
-  for (const auto& [name, l] : linear_)
-    if (l.is_quantized()) b += l.bytes();
-  return b;
-}
-
 }  // namespace myriad

@@ -37,7 +37,6 @@ class DecodeWeights {
   // A 2-D weight as a linear layer (dense or quantized); kFormat when absent.
   const LinearWeight& linear(const std::string& name) const;
   int64_t quantized_count() const { return quantized_; }
-  size_t bytes() const;  // everything held
 
  private:
   std::map<std::string, Tensor> dense_;

@@ -194,34 +194,38 @@ void Engine::admit_locked() {
   }
 }
 
+Engine::PrefixEntry* Engine::find_prefix(const std::vector<int32_t>& prompt, int64_t n, uint64_t hash) const {
+  auto [b, e] = prefix_index_.equal_range(hash);
+  for (auto it = b; it != e; ++it)
+    if (int64_t(it->second->tokens.size()) == n &&
+        std::equal(it->second->tokens.begin(), it->second->tokens.end(), prompt.begin()))
+      return it->second;
+  return nullptr;
+}
+
 void Engine::lookup_prefix(Sequence& s) {
   const int64_t every = opt_.prefix_every, P = int64_t(s.req.prompt.size());
   if (every == 0) return;
   for (int64_t n = (P - 1) / every * every; n >= every; n -= every) {
-    const uint64_t h = hash_tokens(s.req.prompt.data(), n);
-    auto [b, e] = prefix_index_.equal_range(h);
-    for (auto it = b; it != e; ++it) {
-      PrefixEntry& pe = *it->second;
-      if (int64_t(pe.tokens.size()) != n || !std::equal(pe.tokens.begin(), pe.tokens.end(), s.req.prompt.begin()))
-        continue;
-      for (size_t l = 0; l < pe.kda.size(); ++l) {
-        if (pe.kda[l].S.defined())
-          s.state.kda[l] = pe.kda[l].clone();
-        else
-          s.state.mla[l] = pe.mla[l].share_prefix(n);
-      }
-      s.state.tokens = n;
-      s.prefilled = s.cached = n;
-      for (auto li = prefix_lru_.begin(); li != prefix_lru_.end(); ++li)  // most recently used first
-        if (li->get() == &pe) {
-          prefix_lru_.splice(prefix_lru_.begin(), prefix_lru_, li);
-          break;
-        }
-      std::lock_guard lock(mu_);
-      ++metrics_.prefix_hits;
-      metrics_.prefix_tokens_reused += uint64_t(n);
-      return;
+    PrefixEntry* pe = find_prefix(s.req.prompt, n, hash_tokens(s.req.prompt.data(), n));
+    if (!pe) continue;
+    for (size_t l = 0; l < pe->kda.size(); ++l) {
+      if (pe->kda[l].S.defined())
+        s.state.kda[l] = pe->kda[l].clone();
+      else
+        s.state.mla[l] = pe->mla[l].share_prefix(n);
     }
+    s.state.tokens = n;
+    s.prefilled = s.cached = n;
+    for (auto li = prefix_lru_.begin(); li != prefix_lru_.end(); ++li)  // most recently used first
+      if (li->get() == pe) {
+        prefix_lru_.splice(prefix_lru_.begin(), prefix_lru_, li);
+        break;
+      }
+    std::lock_guard lock(mu_);
+    ++metrics_.prefix_hits;
+    metrics_.prefix_tokens_reused += uint64_t(n);
+    return;
   }
 }
 
@@ -229,11 +233,7 @@ void Engine::store_prefix(const Sequence& s) {
   const int64_t n = s.prefilled;
   if (opt_.prefix_every == 0 || n == 0 || n % opt_.prefix_every != 0) return;
   const uint64_t h = hash_tokens(s.req.prompt.data(), n);
-  auto [b, e] = prefix_index_.equal_range(h);
-  for (auto it = b; it != e; ++it)
-    if (int64_t(it->second->tokens.size()) == n &&
-        std::equal(it->second->tokens.begin(), it->second->tokens.end(), s.req.prompt.begin()))
-      return;  // already stored
+  if (find_prefix(s.req.prompt, n, h)) return;  // already stored
   auto pe = std::make_unique<PrefixEntry>();
   pe->hash = h;
   pe->tokens.assign(s.req.prompt.begin(), s.req.prompt.begin() + n);

@@ -132,6 +132,8 @@ class Engine {
   void finish(Sequence& s, FinishReason reason, const std::string& error = {});
   void emit(Sequence& s, TokenEvent ev);
   size_t reservation(const GenerationRequest& r) const;
+  // The stored snapshot of prompt[0, n) (hash: of those tokens), or null.
+  PrefixEntry* find_prefix(const std::vector<int32_t>& prompt, int64_t n, uint64_t hash) const;
   void lookup_prefix(Sequence& s);
   void store_prefix(const Sequence& s);
 
