@@ -9,11 +9,10 @@
 //      Target: forward + backward >= kModelTarget of sgemm.
 //   2. KDA training, chunkwise vs recurrent, the op alone (cpu:: kernels on raw buffers) at the config's KDA
 //      heads and head dim, B = 1, chunk 64. Chunkwise training = kda_chunk_forward + kda_backward (what
-//      ag::kda runs). The recurrent form's training cost is defined as its forward plus a backward through the
-//      recurrence that keeps every per-token state (the reference algorithm, ref::kda_recurrent_backward).
-//      There is no fast C++ version of that backward, so the verdict uses the lower bound 3 x
-//      kda_recurrent_forward (a backward costs at least two forwards' worth); the naive ref:: oracle (scalar
-//      loops, threaded over heads here) is timed beside it for information. Target: speedup >= kKdaTarget.
+//      ag::kda runs); recurrent training = kda_recurrent_forward + kda_recurrent_backward (per token, states
+//      recomputed from chunk-start checkpoints). Also printed for information: the lower bound 3 x
+//      kda_recurrent_forward and the naive ref:: oracle (scalar loops, threaded over heads here).
+//      Target: recurrent / chunkwise training time >= kKdaTarget.
 //   3. MoE scaling: Transformer::moe_ffn of the first MoE layer on a [T, D] input, forward + backward, with the
 //      config's routed experts set to 8 and to 896 (the JSON copied with num_experts changed; top-k and widths
 //      unchanged). To keep 896 experts in memory, both configs are cut after that first MoE layer

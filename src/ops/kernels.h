@@ -161,11 +161,18 @@ void kda_recurrent_forward(float* o, float* S_out, const float* q, const float* 
                            const float* beta, const float* S0, KdaShape s);
 void kda_chunk_forward(float* o, float* S_out, const float* q, const float* k, const float* v, const float* g,
                        const float* beta, const float* S0, KdaShape s);
-// Backward (accumulates): keeps only chunk-boundary states ([B, H, T/chunk, K, V]), recomputing the states
-// inside one chunk at a time, so memory never holds a K x V state per token. dS_out may be null.
+// Backward through the chunkwise form (accumulates; what training runs): matrix products per chunk, keeping
+// one K x V state per chunk of at most 16 chunks at a time (recomputing that segment's forward), never one per
+// token. dS_out may be null.
 void kda_backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, float* dS0, const float* dout,
                   const float* dS_out, const float* q, const float* k, const float* v, const float* g,
                   const float* beta, const float* S0, KdaShape s);
+// Backward through the recurrent form (accumulates): chunk-start states from the recurrence, then per token in
+// reverse, recomputing one chunk's per-token states at a time. The recurrent form's training cost, and an
+// independent check of kda_backward.
+void kda_recurrent_backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, float* dS0, const float* dout,
+                            const float* dS_out, const float* q, const float* k, const float* v, const float* g,
+                            const float* beta, const float* S0, KdaShape s);
 
 // Sum of all elements (double accumulation); sum over rows into [N] (bias/broadcast gradients).
 double sum_all(const float* x, int64_t n);

@@ -151,9 +151,14 @@ TEST(OpKda, TwoPiecesWithCarriedStateEqualOnePiece) {
   expect_close(S2, Vec(S1.begin(), S1.end()), 1e-5, 1e-5, "split state");
 }
 
+// Both CPU backwards (chunkwise: what training runs; recurrent: per token) against the double reference, over
+// chunk sizes that divide T or not, chunk 1, chunk > T, 17 chunks (two segments of the chunkwise backward), and
+// K != V.
 TEST(OpKda, BackwardMatchesReference) {
   std::mt19937 rng(35);
-  for (KdaShape s : {KdaShape{1, 9, 2, 4, 3, 4}, KdaShape{2, 70, 2, 16, 8, 16}, KdaShape{1, 64, 1, 8, 8, 64}}) {
+  for (KdaShape s : {KdaShape{1, 9, 2, 4, 3, 4}, KdaShape{2, 70, 2, 16, 8, 16}, KdaShape{1, 64, 1, 8, 8, 64},
+                     KdaShape{1, 100, 1, 24, 40, 64}, KdaShape{1, 37, 2, 8, 8, 1}, KdaShape{1, 68, 1, 8, 6, 4},
+                     KdaShape{1, 50, 1, 32, 16, 33}}) {
     KdaInputs in = make_inputs(rng, s);
     const int64_t no = s.B * s.T * s.H * s.V, ns = s.B * s.H * s.K * s.V;
     Vec dout = test::f32_round(test::random_vec(rng, no)), dSout = test::f32_round(test::random_vec(rng, ns));
@@ -164,18 +169,54 @@ TEST(OpKda, BackwardMatchesReference) {
                                         in.beta.data(), in.S0.data(), s.B, s.T, s.H, s.K, s.V);
     Guarded q(to_f(in.q)), k(to_f(in.k)), v(to_f(in.v)), g(to_f(in.g)), b(to_f(in.beta)), s0(to_f(in.S0));
     Guarded dog(to_f(dout)), dsg(to_f(dSout));
-    Guarded dqg(in.q.size()), dkg(in.k.size()), dvg(in.v.size()), dgg(in.g.size()), dbg(in.beta.size()),
-        dS0g(in.S0.size());
-    cpu::kda_backward(dqg.data(), dkg.data(), dvg.data(), dgg.data(), dbg.data(), dS0g.data(), dog.data(), dsg.data(),
+    for (bool chunked : {true, false}) {
+      Guarded dqg(in.q.size()), dkg(in.k.size()), dvg(in.v.size()), dgg(in.g.size()), dbg(in.beta.size()),
+          dS0g(in.S0.size());
+      (chunked ? cpu::kda_backward : cpu::kda_recurrent_backward)(
+          dqg.data(), dkg.data(), dvg.data(), dgg.data(), dbg.data(), dS0g.data(), dog.data(), dsg.data(), q.data(),
+          k.data(), v.data(), g.data(), b.data(), s0.data(), s);
+      const std::string what = std::string(chunked ? "chunkwise" : "recurrent") + " T=" + std::to_string(s.T) +
+                               " chunk=" + std::to_string(s.chunk) + " kda ";
+      // Gradients sum over up to T future tokens: atol scaled to 1e-3.
+      expect_close(dqg.values(), dq, 1e-3, 1e-3, what + "dq");
+      expect_close(dkg.values(), dk, 1e-3, 1e-3, what + "dk");
+      expect_close(dvg.values(), dv, 1e-3, 1e-3, what + "dv");
+      expect_close(dgg.values(), dg, 1e-3, 1e-3, what + "dg");
+      expect_close(dbg.values(), db, 1e-3, 1e-3, what + "dbeta");
+      expect_close(dS0g.values(), dS0, 1e-3, 1e-3, what + "dS0");
+      EXPECT_TRUE(dqg.intact() && dkg.intact() && dvg.intact() && dgg.intact() && dbg.intact() && dS0g.intact());
+    }
+  }
+}
+
+// The chunkwise backward at the decay bound's edge (the largest in-chunk exponent spans) and with the decay near
+// zero (g -> 0: no decay), against the reference; both stay finite.
+TEST(OpKda, BackwardAtDecayExtremes) {
+  std::mt19937 rng(36);
+  const KdaShape s{1, 96, 1, 16, 16, 64};
+  for (double gval : {-4.999, -1e-4}) {
+    KdaInputs in = make_inputs(rng, s);
+    for (auto& x : in.g) x = double(float(gval));
+    const int64_t no = s.T * s.V, ns = s.K * s.V;
+    Vec dout = test::f32_round(test::random_vec(rng, no)), dSout = test::f32_round(test::random_vec(rng, ns));
+    Vec dq(in.q.size(), 0.0), dk(in.k.size(), 0.0), dv(in.v.size(), 0.0), dg(in.g.size(), 0.0), db(in.beta.size(), 0.0),
+        dS0(in.S0.size(), 0.0);
+    ref::kda_recurrent_backward<double>(dq.data(), dk.data(), dv.data(), dg.data(), db.data(), dS0.data(), dout.data(),
+                                        dSout.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
+                                        in.beta.data(), in.S0.data(), s.B, s.T, s.H, s.K, s.V);
+    const auto q = to_f(in.q), k = to_f(in.k), v = to_f(in.v), g = to_f(in.g), b = to_f(in.beta), s0 = to_f(in.S0);
+    const auto dof = to_f(dout), dsf = to_f(dSout);
+    std::vector<float> dqg(q.size()), dkg(k.size()), dvg(v.size()), dgg(g.size()), dbg(b.size()), dS0g(s0.size());
+    cpu::kda_backward(dqg.data(), dkg.data(), dvg.data(), dgg.data(), dbg.data(), dS0g.data(), dof.data(), dsf.data(),
                       q.data(), k.data(), v.data(), g.data(), b.data(), s0.data(), s);
-    // Gradients sum over up to T future tokens: atol scaled to 1e-3.
-    expect_close(dqg.values(), dq, 1e-3, 1e-3, "kda dq");
-    expect_close(dkg.values(), dk, 1e-3, 1e-3, "kda dk");
-    expect_close(dvg.values(), dv, 1e-3, 1e-3, "kda dv");
-    expect_close(dgg.values(), dg, 1e-3, 1e-3, "kda dg");
-    expect_close(dbg.values(), db, 1e-3, 1e-3, "kda dbeta");
-    expect_close(dS0g.values(), dS0, 1e-3, 1e-3, "kda dS0");
-    EXPECT_TRUE(dqg.intact() && dkg.intact() && dvg.intact() && dgg.intact() && dbg.intact() && dS0g.intact());
+    const std::string what = "g=" + std::to_string(gval) + " kda ";
+    // Same reasoning as BackwardMatchesReference: f32 sums over up to T terms.
+    expect_close(Vec(dqg.begin(), dqg.end()), dq, 1e-3, 1e-3, what + "dq");
+    expect_close(Vec(dkg.begin(), dkg.end()), dk, 1e-3, 1e-3, what + "dk");
+    expect_close(Vec(dvg.begin(), dvg.end()), dv, 1e-3, 1e-3, what + "dv");
+    expect_close(Vec(dgg.begin(), dgg.end()), dg, 1e-3, 1e-3, what + "dg");
+    expect_close(Vec(dbg.begin(), dbg.end()), db, 1e-3, 1e-3, what + "dbeta");
+    expect_close(Vec(dS0g.begin(), dS0g.end()), dS0, 1e-3, 1e-3, what + "dS0");
   }
 }
 
