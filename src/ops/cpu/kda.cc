@@ -46,7 +46,10 @@ HeadPtrs head_ptrs(const float* q, const float* k, const float* v, const float* 
 }
 
 // Sixteen floats as one value (GCC/Clang vector extension): one AVX-512 register, or two AVX2 ones. Used where
-// the auto-vectoriser would keep an accumulator in memory or fall back to scalar code.
+// the auto-vectoriser would keep an accumulator in memory or fall back to scalar code. Without AVX-512, GCC warns
+// that passing it by value has a different ABI than with it; these helpers are inline and file-local, so no
+// call ever crosses that boundary.
+#pragma GCC diagnostic ignored "-Wpsabi"
 using F16 = float __attribute__((vector_size(64)));
 inline F16 load16(const float* p) {
   F16 v;
