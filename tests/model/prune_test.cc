@@ -286,9 +286,13 @@ TEST_F(PruneTest, KeepsTopExpertsByRoutingWeightAndSlicesTheRouter) {
 }
 
 // Experts the calibration never routes to (their correction bias is -100; scores lie in (0, 1)) are the ones
-// dropped, and then the pruned model computes exactly what the original did: each token picks the same experts
+// dropped, and then the pruned model computes what the original did: each token picks the same experts
 // (sigmoid scores depend on their own router row only; the renumbering keeps the order, so ties and the
 // dispatch order are unchanged) with the same weights.
+// NOTE: the same, not bit for bit: the router product has 8 columns before and 4 after, and OpenBLAS may sum a
+// narrower product in another order (its AVX2 kernels do), so router logits differ in the last bit. The test asks
+// for identical loads per kept expert (the discrete decisions) and logits within 1e-5 of their scale: f32
+// rounding through four layers is ~1e-6 relative, while a wrong expert or weight changes logits at O(1e-2).
 TEST_F(PruneTest, NeverRoutedExpertsAreDroppedAndLogitsAreUnchanged) {
   ModelWeights w = spread_router_weights(12);
   const std::map<int64_t, std::vector<int64_t>> dropped = {{1, {0, 2, 5, 7}}, {2, {1, 3, 4, 6}}, {3, {4, 5, 6, 7}}};
@@ -327,12 +331,27 @@ TEST_F(PruneTest, NeverRoutedExpertsAreDroppedAndLogitsAreUnchanged) {
     const size_t len = std::min<size_t>(1024, ids.size() - begin);
     const Tensor x = Tensor::from_vector(
         std::vector<int64_t>(ids.begin() + long(begin), ids.begin() + long(begin + len)), {int64_t(len)});
-    const Tensor a = original.logits(original.forward(x, Tensor()).hidden);
-    const Tensor b = pruned.logits(pruned.forward(x, Tensor()).hidden);
-    EXPECT_TRUE(same_bytes(a, b)) << "window at " << begin;
+    const ForwardResult fa = original.forward(x, Tensor()), fb = pruned.forward(x, Tensor());
+    ASSERT_EQ(fa.routing.size(), 3u);
+    ASSERT_EQ(fb.routing.size(), 3u);
+    for (size_t i = 0; i < fa.routing.size(); ++i) {
+      const std::vector<int64_t>& ds = dropped.at(fa.routing[i].layer);
+      std::vector<int64_t> kept_load;
+      for (int64_t e = 0; e < 8; ++e)
+        if (std::count(ds.begin(), ds.end(), e) == 0) kept_load.push_back(fa.routing[i].load[size_t(e)]);
+      EXPECT_EQ(fb.routing[i].load, kept_load) << "layer " << fa.routing[i].layer << ", window at " << begin;
+    }
+    const std::vector<float> a = original.logits(fa.hidden).to_vector(), b = pruned.logits(fb.hidden).to_vector();
+    ASSERT_EQ(a.size(), b.size());
+    float scale = 0.0f, diff = 0.0f;
+    for (size_t i = 0; i < a.size(); ++i) {
+      scale = std::max(scale, std::abs(a[i]));
+      diff = std::max(diff, std::abs(a[i] - b[i]));
+    }
+    EXPECT_LE(diff, 1e-5f * scale) << "window at " << begin << ": max |logit difference| " << diff;
   }
   ASSERT_TRUE(r.eval_before && r.eval_after);
-  EXPECT_EQ(r.eval_before->perplexity, r.eval_after->perplexity);
+  EXPECT_NEAR(r.eval_before->perplexity, r.eval_after->perplexity, 1e-5 * r.eval_before->perplexity);
   EXPECT_EQ(r.eval_before->tokens, kCalibTokens);
 }
 
