@@ -5,6 +5,7 @@
 #include <memory>
 #include <numeric>
 
+#include "autograd/grouped_experts.h"
 #include "model/balancing.h"
 #include "model/rope.h"
 #include "ops/rope_table.h"
@@ -110,8 +111,8 @@ Var Transformer::dense_ffn(int64_t l, const Var& x) const {
 }
 
 // Latent MoE (DESIGN 1.5): router on full-width x, top-k of s + b, renormalised weights; token copies grouped
-// by expert, one matrix product per expert in the latent width, weighted scatter back; RMSNorm, up-projection,
-// shared expert.
+// by expert, the experts in the latent width as one grouped op (ag::grouped_expert_glu), weighted scatter back;
+// RMSNorm, up-projection, shared expert.
 Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats, const ForwardOptions& opt) const {
   const ModelConfig& c = config_;
   const std::string m = layer_prefix(l) + "block_sparse_moe.";
@@ -167,18 +168,18 @@ Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats, const For
   }
   const bool latent = c.routed_expert_hidden_size.has_value();
   Var z = latent ? ag::linear(x, p(m + "routed_expert_down_proj.weight")) : x;  // [T, L]
-  const int64_t L = z.shape()[1];
-  Var z_sorted = ag::gather_rows(z, copy_token);  // [served copies, L]
-  std::vector<Var> outs;
+  Var z_sorted = ag::gather_rows(z, copy_token);                                // [served copies, L]
+  // Every expert at once (one tape node); the copies of expert e are rows [start[e], start[e + 1]).
+  std::vector<Var> w1(static_cast<size_t>(E)), w3(static_cast<size_t>(E)), w2(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e) {
-    const int64_t b0 = start[size_t(e)], b1 = start[size_t(e + 1)];
-    if (b0 == b1) continue;
     const std::string ex = m + "experts." + std::to_string(e) + ".";
-    Var ze = ag::slice_rows(z_sorted, b0, b1);
-    outs.push_back(
-        ag::linear(glu(ag::linear(ze, p(ex + "w1.weight")), ag::linear(ze, p(ex + "w3.weight"))), p(ex + "w2.weight")));
+    w1[size_t(e)] = p(ex + "w1.weight");
+    w3[size_t(e)] = p(ex + "w3.weight");
+    w2[size_t(e)] = p(ex + "w2.weight");
   }
-  Var y_sorted = ag::concat_rows(outs, L);
+  const ag::GluParams glu_params{c.hidden_act == "silu" ? ag::GluKind::kSwiGlu : ag::GluKind::kSitu,
+                                 SituParams{float(c.activation_situ_beta), float(c.activation_situ_linear_beta)}};
+  Var y_sorted = ag::grouped_expert_glu(z_sorted, start, w1, w3, w2, glu_params);  // [served copies, L]
   Var w_sorted = ag::reshape(ag::gather_rows(ag::reshape(weights, {T * k, 1}), copy_slot), {served});
   Var u = ag::scatter_add_rows(T, y_sorted, copy_token, w_sorted);  // [T, L]
   Var y = u;
