@@ -15,7 +15,8 @@ namespace myriad::ag {
 
 namespace {
 
-// Up to this many rows, X W^T goes through gemm_skinny (reads each row of W once, no packing); above, sgemm.
+// Up to this many rows, the products go through the few-row kernels (gemm_skinny, gemm_skinny_nn, rank_update:
+// each reads W or writes dW once, no packing); above, sgemm.
 constexpr int64_t kSkinnyRows = 16;
 // An expert needs at least this many rows before threaded BLAS on its products beats running it on one thread
 // alongside other experts.
@@ -27,6 +28,22 @@ void project(int64_t n, int64_t N, int64_t K, const float* X, const float* W, fl
     cpu::gemm_skinny(n, N, K, X, W, Y, N);
   else
     cpu::gemm(false, true, n, N, K, 1.0f, X, K, W, K, 0.0f, Y, N);
+}
+
+// Y [n, N] (+)= X [n, K] W, W [K, N].
+void project_nn(int64_t n, int64_t N, int64_t K, const float* X, const float* W, float* Y, bool accumulate) {
+  if (n <= kSkinnyRows)
+    cpu::gemm_skinny_nn(n, N, K, X, K, W, N, Y, N, accumulate);
+  else
+    cpu::gemm(false, false, n, N, K, 1.0f, X, K, W, N, accumulate ? 1.0f : 0.0f, Y, N);
+}
+
+// dW [M, N] += A^T B, A [n, M], B [n, N]: a weight gradient.
+void weight_grad(int64_t M, int64_t N, int64_t n, const float* A, const float* B, float* dW) {
+  if (n <= kSkinnyRows)
+    cpu::rank_update(M, N, n, A, M, B, N, dW, N);
+  else
+    cpu::gemm(true, false, M, N, n, 1.0f, A, M, B, N, 1.0f, dW, N);
 }
 
 // h [n, F] = glu(g, u). SwiGLU computes silu(g) * u exactly as ag::mul(ag::silu(g), u) does.
@@ -171,18 +188,17 @@ Var grouped_expert_glu(const Var& z, const std::vector<int64_t>& off, const std:
       float *dW1 = d1[size_t(e)], *dW3 = d3[size_t(e)], *dW2 = d2[size_t(e)];
       glu_forward(glu, h, ge, ue, n, F);  // recomputed: cheaper than keeping [C, F] more
       // NOTE: parameter gradients accumulate (beta = 1), as ag::linear's do, across micro-batches.
-      if (dW2) cpu::gemm(true, false, L, F, n, 1.0f, dye, L, h, F, 1.0f, dW2, F);  // dW2 [L, F] += dy^T h
+      if (dW2) weight_grad(L, F, n, dye, h, dW2);  // dW2 [L, F] += dy^T h
       if (!dz && !dW1 && !dW3) return;
-      cpu::gemm(false, false, n, F, L, 1.0f, dye, L, w2[size_t(e)].value().data<float>(), F, 0.0f, dh, F);  // dy W2
-      std::fill(dg, dg + 2 * nF, 0.0f);  // dg, du: the GLU backward accumulates
+      project_nn(n, F, L, dye, w2[size_t(e)].value().data<float>(), dh, false);  // dh = dy W2
+      std::fill(dg, dg + 2 * nF, 0.0f);                                          // dg, du: the GLU backward accumulates
       glu_backward(glu, dg, du, dh, h, ge, ue, n, F);
-      const float *W1 = w1[size_t(e)].value().data<float>(), *W3 = w3[size_t(e)].value().data<float>();
       if (dz) {  // dz [n, L] += dg W1 + du W3
-        cpu::gemm(false, false, n, L, F, 1.0f, dg, F, W1, L, 1.0f, dz + b0 * L, L);
-        cpu::gemm(false, false, n, L, F, 1.0f, du, F, W3, L, 1.0f, dz + b0 * L, L);
+        project_nn(n, L, F, dg, w1[size_t(e)].value().data<float>(), dz + b0 * L, true);
+        project_nn(n, L, F, du, w3[size_t(e)].value().data<float>(), dz + b0 * L, true);
       }
-      if (dW1) cpu::gemm(true, false, F, L, n, 1.0f, dg, F, ze, L, 1.0f, dW1, L);  // dW1 [F, L] += dg^T z
-      if (dW3) cpu::gemm(true, false, F, L, n, 1.0f, du, F, ze, L, 1.0f, dW3, L);  // dW3 [F, L] += du^T z
+      if (dW1) weight_grad(F, L, n, dg, ze, dW1);  // dW1 [F, L] += dg^T z
+      if (dW3) weight_grad(F, L, n, du, ze, dW3);  // dW3 [F, L] += du^T z
     });
   });
   return out;

@@ -455,8 +455,8 @@ ModelConfig moe_variant(const nlohmann::json& original, const std::string& sourc
       j, source + " (num_experts " + std::to_string(experts) + ", layers 0.." + std::to_string(last) + ")", &warnings);
 }
 
-void run_moe_section(const ModelConfig& c, const std::string& path, int64_t T, double budget_s, const Printer& print,
-                     Verdicts& verdicts, ordered_json& json) {
+void run_moe_section(const ModelConfig& c, const std::string& path, int64_t T, double budget_s,
+                     const MachineLimits& limits, const Printer& print, Verdicts& verdicts, ordered_json& json) {
   int64_t layer = -1;
   for (int64_t l = 0; l < c.num_hidden_layers && layer < 0; ++l)
     if (c.is_moe_layer(l)) layer = l;
@@ -481,10 +481,12 @@ void run_moe_section(const ModelConfig& c, const std::string& path, int64_t T, d
     Timing fwd, fwdbwd;
   };
   std::vector<Result> results;
+  std::vector<int64_t> expert_params, hits;
   ordered_json rows = ordered_json::array();
   for (const int64_t E : {kMoeExpertsSmall, kMoeExpertsLarge}) {
     const ModelConfig v = moe_variant(original, c.source, E, layer);
     const ModelAccounting a = account_model(v);
+    expert_params.push_back(a.expert_params);
     check_init_size(v, kInitDefaultMaxGb);
     const double t0 = now_seconds();
     const Transformer m(v, ModelWeights::random(v, 0));
@@ -497,6 +499,7 @@ void run_moe_section(const ModelConfig& c, const std::string& path, int64_t T, d
     }
     const int64_t hit = std::count_if(st.load.begin(), st.load.end(), [](int64_t n) { return n > 0; });
     const int64_t max_load = st.load.empty() ? 0 : *std::max_element(st.load.begin(), st.load.end());
+    hits.push_back(hit);
     const double b = budget_s * kMoeShare / 2.0;
     Result r;
     r.fwd = time_call(
@@ -523,10 +526,29 @@ void run_moe_section(const ModelConfig& c, const std::string& path, int64_t T, d
   const char* verdict = verdicts.add(ratio <= kMoeScalingTarget);
   print("   time ratio %lld / %lld experts: forward+backward %.2fx (target <= %.1fx)  %s; forward %.2fx (info)\n",
         (long long)kMoeExpertsLarge, (long long)kMoeExpertsSmall, ratio, kMoeScalingTarget, verdict, ratio_fwd);
+  // What the extra experts cost at the least on this machine: their f32 weights stream from memory (forward
+  // reads them once; forward+backward twice, plus reading and writing their gradients: 4 passes), and the router
+  // grows to E columns (2 T D E FLOPs forward, 3x that with backward), on top of the small config's own time.
+  const double extra_bytes = 4.0 * double(hits[1] * expert_params[1] - hits[0] * expert_params[0]);
+  const double extra_router = 2.0 * double(T) * double(c.hidden_size) * double(kMoeExpertsLarge - kMoeExpertsSmall);
+  const double floor_fwd =
+      results[0].fwd.best_s + extra_bytes / (limits.triad.gbs * 1e9) + extra_router / (limits.sgemm.gflops * 1e9);
+  const double floor_fb = results[0].fwdbwd.best_s + 4.0 * extra_bytes / (limits.triad.gbs * 1e9) +
+                          3.0 * extra_router / (limits.sgemm.gflops * 1e9);
+  print(
+      "   floor for %lld experts: the small config's time + the experts hit streaming their weights at the triad\n"
+      "   bandwidth (forward 1 pass, forward+backward 4: weights twice, gradients read and written) + the wider\n"
+      "   router at the sgemm ceiling: forward %s (%.2fx of %lld experts), forward+backward %s (%.2fx);\n"
+      "   measured against it: forward %.2fx, forward+backward %.2fx of the floor (info)\n",
+      (long long)kMoeExpertsLarge, time_str(floor_fwd).c_str(), floor_fwd / results[0].fwd.best_s,
+      (long long)kMoeExpertsSmall, time_str(floor_fb).c_str(), floor_fb / results[0].fwdbwd.best_s,
+      results[1].fwd.best_s / floor_fwd, results[1].fwdbwd.best_s / floor_fb);
   json["moe"] = {{"layer", layer},
                  {"rows", rows},
                  {"ratio_forward_backward", ratio},
                  {"ratio_forward", ratio_fwd},
+                 {"floor_forward_s", floor_fwd},
+                 {"floor_forward_backward_s", floor_fb},
                  {"target", kMoeScalingTarget},
                  {"pass", ratio <= kMoeScalingTarget},
                  {"note", "configs cut after the first MoE layer (moe_ffn reads only that layer's weights)"}};
@@ -568,7 +590,7 @@ ModelBenchResult run_model_bench(const ModelBenchOptions& opt, const MachineLimi
   j["environment"] = env;
   run_model_sections(c, T, limits, opt.budget_s, print, verdicts, j);
   run_kda_section(c, T, opt.budget_s, print, verdicts, j);
-  run_moe_section(c, opt.config_path, T, opt.budget_s, print, verdicts, j);
+  run_moe_section(c, opt.config_path, T, opt.budget_s, limits, print, verdicts, j);
 
   // The ceiling again: on a shared machine it drifts, and a large drift makes the ratios above suspect.
   const SgemmCeiling end = measure_sgemm(limits.sgemm.n, 1.0);

@@ -70,6 +70,15 @@ namespace cpu {
 // Threads (OpenMP) split the rows of W when N * K is large enough; single-threaded otherwise.
 void gemm_skinny(int64_t n, int64_t N, int64_t K, const float* X, const float* W, float* Y, int64_t ldy);
 
+// The two other products of a few rows, single-threaded (callers run many of them in parallel, one per MoE
+// expert), where sgemm would spend its time packing the big operand:
+//   gemm_skinny_nn: Y [n, N] = (accumulate ? Y : 0) + X [n, K] W [K, N]   (W not transposed; read once)
+//   rank_update:    D [M, N] += A^T B, A [n, M], B [n, N]                  (a weight gradient; D read and written once)
+void gemm_skinny_nn(int64_t n, int64_t N, int64_t K, const float* X, int64_t ldx, const float* W, int64_t ldw, float* Y,
+                    int64_t ldy, bool accumulate);
+void rank_update(int64_t M, int64_t N, int64_t n, const float* A, int64_t lda, const float* B, int64_t ldb, float* D,
+                 int64_t ldd);
+
 // C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b]; op = transpose when ta / tb. A is M x K after op, B is K x N.
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
           int64_t ldb, float beta, float* C, int64_t ldc, int64_t batch = 1, int64_t stride_a = 0, int64_t stride_b = 0,

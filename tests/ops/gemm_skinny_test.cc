@@ -1,5 +1,5 @@
-// cpu::gemm_skinny (decode-sized products) against a double-precision loop, over shapes that exercise the
-// four-row blocks and their remainder, one and several threads.
+// The few-row products (cpu::gemm_skinny for decode, gemm_skinny_nn and rank_update for MoE experts) against
+// double-precision loops, over shapes that exercise their blocks and remainders.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -36,6 +36,72 @@ TEST(GemmSkinny, MatchesADoubleLoop) {
         EXPECT_NEAR(Y[size_t(i * ldy + r)], ref, 1e-6 * mag + 1e-7) << c.n << "x" << c.N << "x" << c.K;
       }
       for (int64_t r = c.N; r < ldy; ++r) EXPECT_EQ(Y[size_t(i * ldy + r)], -7.0f);
+    }
+  }
+}
+
+std::vector<float> randn_vec(std::mt19937& rng, int64_t n) {
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = n01(rng);
+  return v;
+}
+
+// Y [n, N] = (accumulate ? Y : 0) + X W, at strides wider than the rows (the gaps must stay untouched); shapes
+// cover whole 16-column tiles, a remainder, four-row blocks and their remainder rows, K = 0.
+TEST(GemmSkinnyNN, MatchesADoubleLoop) {
+  std::mt19937 rng(5);
+  struct Case {
+    int64_t n, N, K;
+  };
+  for (const bool accumulate : {false, true})
+    for (const Case c : {Case{1, 1, 1}, Case{1, 16, 7}, Case{3, 35, 64}, Case{4, 256, 256}, Case{7, 48, 1},
+                         Case{16, 100, 130}, Case{2, 20, 0}}) {
+      const int64_t ldx = c.K + 1, ldw = c.N + 2, ldy = c.N + 3;
+      const std::vector<float> X = randn_vec(rng, c.n * ldx), W = randn_vec(rng, c.K * ldw);
+      std::vector<float> Y = randn_vec(rng, c.n * ldy);
+      const std::vector<float> Y0 = Y;
+      cpu::gemm_skinny_nn(c.n, c.N, c.K, X.data(), ldx, W.data(), ldw, Y.data(), ldy, accumulate);
+      for (int64_t i = 0; i < c.n; ++i) {
+        for (int64_t j = 0; j < c.N; ++j) {
+          double ref = accumulate ? Y0[size_t(i * ldy + j)] : 0.0, mag = std::abs(ref);
+          for (int64_t k = 0; k < c.K; ++k) {
+            const double t = double(X[size_t(i * ldx + k)]) * double(W[size_t(k * ldw + j)]);
+            ref += t;
+            mag += std::abs(t);
+          }
+          EXPECT_NEAR(Y[size_t(i * ldy + j)], ref, 1e-6 * mag + 1e-7)
+              << c.n << "x" << c.N << "x" << c.K << " accumulate " << accumulate << " at " << i << "," << j;
+        }
+        for (int64_t j = c.N; j < ldy; ++j) EXPECT_EQ(Y[size_t(i * ldy + j)], Y0[size_t(i * ldy + j)]);
+      }
+    }
+}
+
+// D [M, N] += A^T B with A [n, M], B [n, N]; shapes cover four-row blocks and remainders, a column remainder, n = 0.
+TEST(RankUpdate, MatchesADoubleLoop) {
+  std::mt19937 rng(6);
+  struct Case {
+    int64_t M, N, n;
+  };
+  for (const Case c :
+       {Case{1, 1, 1}, Case{4, 16, 3}, Case{6, 33, 5}, Case{256, 256, 9}, Case{13, 64, 16}, Case{5, 18, 0}}) {
+    const int64_t lda = c.M + 1, ldb = c.N + 2, ldd = c.N + 3;
+    const std::vector<float> A = randn_vec(rng, c.n * lda), B = randn_vec(rng, c.n * ldb);
+    std::vector<float> D = randn_vec(rng, c.M * ldd);
+    const std::vector<float> D0 = D;
+    cpu::rank_update(c.M, c.N, c.n, A.data(), lda, B.data(), ldb, D.data(), ldd);
+    for (int64_t r = 0; r < c.M; ++r) {
+      for (int64_t j = 0; j < c.N; ++j) {
+        double ref = D0[size_t(r * ldd + j)], mag = std::abs(ref);
+        for (int64_t i = 0; i < c.n; ++i) {
+          const double t = double(A[size_t(i * lda + r)]) * double(B[size_t(i * ldb + j)]);
+          ref += t;
+          mag += std::abs(t);
+        }
+        EXPECT_NEAR(D[size_t(r * ldd + j)], ref, 1e-6 * mag + 1e-7) << c.M << "x" << c.N << "x" << c.n;
+      }
+      for (int64_t j = c.N; j < ldd; ++j) EXPECT_EQ(D[size_t(r * ldd + j)], D0[size_t(r * ldd + j)]);
     }
   }
 }
