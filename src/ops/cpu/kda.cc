@@ -45,55 +45,61 @@ HeadPtrs head_ptrs(const float* q, const float* k, const float* v, const float* 
   return {q + row0 * s.K, k + row0 * s.K, v + row0 * s.V, g + row0 * s.K, beta + row0, s.H * s.K, s.H * s.V, s.H};
 }
 
-// Sixteen floats as one value (GCC/Clang vector extension): one AVX-512 register, or two AVX2 ones. Used where
-// the auto-vectoriser would keep an accumulator in memory or fall back to scalar code. Without AVX-512, GCC warns
-// that passing it by value has a different ABI than with it; these helpers are inline and file-local, so no
-// call ever crosses that boundary.
+// One SIMD register of floats as a value (GCC/Clang vector extension): 16 with AVX-512, else 8 (AVX2). Used where
+// the auto-vectoriser would keep an accumulator in memory or fall back to scalar code. Wider-than-hardware
+// vectors are lowered through memory, hence the choice by target. GCC warns that passing such a type by value
+// changes the ABI on targets without the matching extension; these helpers are inline and file-local, so no call
+// ever crosses that boundary.
 #pragma GCC diagnostic ignored "-Wpsabi"
-using F16 = float __attribute__((vector_size(64)));
-inline F16 load16(const float* p) {
-  F16 v;
+#if defined(__AVX512F__)
+using Vec = float __attribute__((vector_size(64)));
+#else
+using Vec = float __attribute__((vector_size(32)));
+#endif
+constexpr int64_t kVec = int64_t(sizeof(Vec) / sizeof(float));
+inline Vec load_vec(const float* p) {
+  Vec v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline void store16(float* p, F16 v) {
+inline void store_vec(float* p, Vec v) {
   std::memcpy(p, &v, sizeof v);
 }
 
 // One recurrent step on state S [K, V]: decay, delta update, output. u (max(K, V)) is scratch; o may be null.
-// With V a multiple of 16, each 16-column tile of S is done in two passes over K with u and o in registers
-// (a 16-column tile of S is 64 bytes x K, in L1); otherwise plain passes over whole rows.
+// With V a multiple of the vector width, each tile of columns of S (one register wide) is done in two passes over
+// K with u and o in registers (the state is in L1); otherwise plain passes over whole rows.
 inline void recurrent_step(float* __restrict S, float* __restrict u, float* __restrict o, const float* qt,
                            const float* kt, const float* vt, const float* gt, float bt, int64_t K, int64_t V) {
-  if (V % kBlock == 0) {
+  if (V % kVec == 0) {
     float* alpha = u;  // the per-channel decays, once per step
 #pragma omp simd
     for (int64_t c = 0; c < K; ++c) alpha[c] = fast_exp(gt[c]);
     // Per tile: u = v - (Diag(alpha) S)^T k, then S = Diag(alpha) S + beta k u^T and o = S^T q, storing S once.
     // Four partial sums over c break the multiply-add dependency chains.
-    for (int64_t e0 = 0; e0 < V; e0 += kBlock) {
-      F16 u0 = load16(vt + e0), u1 = {}, u2 = {}, u3 = {};
+    for (int64_t e0 = 0; e0 < V; e0 += kVec) {
+      Vec u0 = load_vec(vt + e0), u1 = {}, u2 = {}, u3 = {};
       int64_t c = 0;
       for (; c + 4 <= K; c += 4) {
         const float* Sc = S + c * V + e0;
-        u0 -= load16(Sc) * (alpha[c] * kt[c]);
-        u1 -= load16(Sc + V) * (alpha[c + 1] * kt[c + 1]);
-        u2 -= load16(Sc + 2 * V) * (alpha[c + 2] * kt[c + 2]);
-        u3 -= load16(Sc + 3 * V) * (alpha[c + 3] * kt[c + 3]);
+        u0 -= load_vec(Sc) * (alpha[c] * kt[c]);
+        u1 -= load_vec(Sc + V) * (alpha[c + 1] * kt[c + 1]);
+        u2 -= load_vec(Sc + 2 * V) * (alpha[c + 2] * kt[c + 2]);
+        u3 -= load_vec(Sc + 3 * V) * (alpha[c + 3] * kt[c + 3]);
       }
-      for (; c < K; ++c) u0 -= load16(S + c * V + e0) * (alpha[c] * kt[c]);
-      const F16 ut = (u0 + u1) + (u2 + u3);
-      F16 o0 = {}, o1 = {};
+      for (; c < K; ++c) u0 -= load_vec(S + c * V + e0) * (alpha[c] * kt[c]);
+      const Vec ut = (u0 + u1) + (u2 + u3);
+      Vec o0 = {}, o1 = {};
       for (c = 0; c < K; ++c) {
         float* Sc = S + c * V + e0;
-        const F16 x = load16(Sc) * alpha[c] + ut * (bt * kt[c]);
-        store16(Sc, x);
+        const Vec x = load_vec(Sc) * alpha[c] + ut * (bt * kt[c]);
+        store_vec(Sc, x);
         if (c & 1)
           o1 += x * qt[c];
         else
           o0 += x * qt[c];
       }
-      if (o) store16(o + e0, o0 + o1);
+      if (o) store_vec(o + e0, o0 + o1);
     }
     return;
   }
