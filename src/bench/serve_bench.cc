@@ -145,7 +145,9 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& opt, const MachineLimi
       SequenceState s = random_context(m, ctx, 3);
       int32_t tok = 7;
       const BatchEntry e{&s, std::span<const int32_t>(&tok, 1)};
-      const Timing t = time_repeats([&] { m.forward(std::span<const BatchEntry>(&e, 1)); }, budget, 5, 2000);
+      // Each repeat appends its token, so the repeats stay within the 256 positions the config was given beyond
+      // the long context (and the context stays ~ctx).
+      const Timing t = time_repeats([&] { m.forward(std::span<const BatchEntry>(&e, 1)); }, budget, 5, 200);
       return t.best_s;
     };
     res.decode_1k_ms = 1e3 * time_at(1024);

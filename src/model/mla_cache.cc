@@ -230,6 +230,7 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
   cpu::gemm(false, false, 1, C_, Dn_, 1.0f, q, Dq_, w_uk_.data<float>(), C_, 0.0f, qcat.data(), W, H_, Dq_, Dn_ * C_,
             W);
   for (int64_t h = 0; h < H_; ++h) std::copy(q + h * Dq_ + Dn_, q + (h + 1) * Dq_, qcat.data() + h * W + C_);
+  cpu::scale(qcat.data(), qcat.data(), scale_, H_ * W);  // the softmax scale, once rather than per page
 
   // Pages are split into contiguous ranges, one per part; each part runs an online softmax over its pages (running
   // max m, sum l and unnormalised o_lat per head), and the parts are merged at the end (flash-decoding).
@@ -238,7 +239,6 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
   const int64_t parts = std::clamp<int64_t>(std::min<int64_t>(work / kStepWorkPerThread, pages), 1, max_parts);
   std::vector<float> m(static_cast<size_t>(parts * H_)), l(static_cast<size_t>(parts * H_)),
       o(static_cast<size_t>(parts * H_ * C_));
-  const float scale = scale_;
   auto run_part = [&](int64_t part) {
     const int64_t p0 = pages * part / parts, p1 = pages * (part + 1) / parts;
     float* mp = m.data() + part * H_;
@@ -251,7 +251,9 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t n = cache.page_rows(p);
       const float* pg = cache.page(p);
-      cpu::gemm(false, true, H_, n, W, scale, qcat.data(), W, pg, W, 0.0f, S.data(), P);  // [H, n] scores
+      // The per-page products are [H, W] x [W, n] and [H, n] x [n, C] for a handful of heads: the few-row kernels
+      // read the page once per four heads straight from the cache, where sgemm would first copy (pack) it.
+      cpu::gemm_skinny(H_, n, W, qcat.data(), pg, S.data(), P);  // [H, n] scores
       for (int64_t h = 0; h < H_; ++h) {
         float* sr = S.data() + h * P;
         float mx = mp[h];
@@ -268,7 +270,7 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
         mp[h] = mx;
         if (corr != 1.0f) cpu::scale(op + h * C_, op + h * C_, corr, C_);
       }
-      cpu::gemm(false, false, H_, C_, n, 1.0f, S.data(), P, pg, W, 1.0f, op, C_);  // o_lat += p c_kv
+      cpu::gemm_skinny_nn(H_, C_, n, S.data(), P, pg, W, op, C_, true);  // o_lat += p c_kv
     }
   };
   if (parts == 1) {

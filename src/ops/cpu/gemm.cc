@@ -121,6 +121,31 @@ inline void skinny_block4x4(const float* W, const float* X, int64_t K, float* Y,
 }
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__)
+// y[i][r] for one W row r and X rows i0 .. n-1 (at most a few). Four accumulators per dot product: with one, each
+// multiply-add waits for the previous (4 cycles on Zen 3), which capped a thread at ~24 GB/s of W, below what
+// memory delivers; batch-1 decode is this loop over every weight row.
+inline void skinny_row(const float* W, const float* X, int64_t K, float* Y, int64_t ldy, int64_t r, int64_t i0,
+                       int64_t n) {
+  const float* wr = W + r * K;
+  const int64_t K32 = K / 32 * 32;
+  for (int64_t i = i0; i < n; ++i) {
+    const float* xi = X + i * K;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t k = 0; k < K32; k += 32) {
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + k), _mm256_loadu_ps(xi + k), a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + k + 8), _mm256_loadu_ps(xi + k + 8), a1);
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + k + 16), _mm256_loadu_ps(xi + k + 16), a2);
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + k + 24), _mm256_loadu_ps(xi + k + 24), a3);
+    }
+    alignas(16) float s[4];
+    _mm_store_ps(s, sum4(a0, a1, a2, a3));
+    float a = (s[0] + s[1]) + (s[2] + s[3]);
+    for (int64_t k = K32; k < K; ++k) a += wr[k] * xi[k];
+    Y[i * ldy + r] = a;
+  }
+}
+#else
 // y[i][r] for one W row r and X rows i0 .. n-1 (at most a few), one accumulator each.
 inline void skinny_row(const float* W, const float* X, int64_t K, float* Y, int64_t ldy, int64_t r, int64_t i0,
                        int64_t n) {
@@ -133,6 +158,7 @@ inline void skinny_row(const float* W, const float* X, int64_t K, float* Y, int6
     Y[i * ldy + r] = a;
   }
 }
+#endif
 
 #if !(defined(__AVX2__) && defined(__FMA__))
 inline void skinny_rest(const float* W, const float* X, int64_t K, float* Y, int64_t ldy, int64_t r0, int64_t i0,
