@@ -146,6 +146,16 @@ Var grouped_expert_glu(const Var& z, const std::vector<int64_t>& off, const std:
                         w2[size_t(e)].requires_grad();
   }
 
+  {  // the backward writes each expert's weight gradients from its own thread: a weight shared by two experts
+     // would be a data race
+    std::vector<const void*> impls;
+    for (const auto* ws : {&w1, &w3, &w2})
+      for (const Var& w : *ws) impls.push_back(w.impl().get());
+    std::sort(impls.begin(), impls.end());
+    MYRIAD_REQUIRE(
+        std::adjacent_find(impls.begin(), impls.end()) == impls.end(), kValue,
+        "grouped_expert_glu: a weight appears twice among the experts' w1, w3, w2 (each must be its own Var)");
+  }
   // The GLU inputs of every copy are what backward needs (g, u [C, F]); the GLU output is per-thread scratch.
   Tensor y = Tensor::empty({C, L}), g = Tensor::empty({C, F}), u = Tensor::empty({C, F});
   {

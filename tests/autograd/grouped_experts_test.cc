@@ -144,6 +144,14 @@ TEST(GroupedExperts, BadOffsetsAndShapesAreNamed) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("decrease at expert 1"), std::string::npos) << e.what();
   }
+  Experts shared = x;
+  shared.w3[2] = shared.w1[0];  // one Var for two experts: their gradients would race
+  try {
+    grouped_expert_glu(z, {0, 2, 2, 5}, shared.w1, shared.w3, shared.w2, p);
+    FAIL() << "a weight shared between experts must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("appears twice"), std::string::npos) << e.what();
+  }
   x.w2[1] = Var(Tensor::zeros({6, 4}), true);  // transposed
   try {
     grouped_expert_glu(z, {0, 2, 2, 5}, x.w1, x.w3, x.w2, p);
