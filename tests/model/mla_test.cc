@@ -60,6 +60,11 @@ ModelConfig variant(const std::string& name) {
     j["q_lora_rank"] = nullptr;
   } else if (name == "gate_off") {
     j["mla_use_output_gate"] = false;
+  } else if (name == "eight_heads" || name == "eight_heads_rope") {
+    // 8 heads: the decode's per-page products run as two blocks of four heads (tiny's 4 heads fill one)
+    j["num_attention_heads"] = 8;
+    j["num_key_value_heads"] = 8;
+    if (name == "eight_heads_rope") j["mla_use_nope"] = false;
   } else {
     ADD_FAILURE() << "unknown variant " << name;
   }
@@ -179,7 +184,9 @@ TEST_P(MlaVariant, DecodeAndChunkedPrefillEqualNaive) {
               GetParam().c_str(), e_dec, e_pf, e_one, double(dec.softmax_scale()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, MlaVariant, testing::Values("nope", "rope", "rope_yarn", "no_q_lora", "gate_off"),
+INSTANTIATE_TEST_SUITE_P(Tiny, MlaVariant,
+                         testing::Values("nope", "rope", "rope_yarn", "no_q_lora", "gate_off", "eight_heads",
+                                         "eight_heads_rope"),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 
 TEST(MlaDecoder, SoftmaxScaleIncludesYarnMscaleOnlyWithRope) {
