@@ -1,14 +1,13 @@
 // GEMM through OpenBLAS (the machine's sgemm ceiling is what every other kernel is measured against).
 #include <cblas.h>
 
-#include <cstring>
-
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #endif
 
 #include "core/threads.h"
 #include "ops/cpu/parallel.h"
+#include "ops/cpu/simd_vec.h"
 #include "ops/kernels.h"
 
 namespace myriad::cpu {
@@ -203,20 +202,9 @@ void gemm_skinny(int64_t n, int64_t N, int64_t K, const float* X, const float* W
 
 namespace {
 
-// Eight floats as one value (GCC/Clang vector extension): one AVX2 register (half an AVX-512 one). A tile is 16
-// columns, two of them. Wider generic vectors are lowered through memory on AVX2, so they are not used here.
-// Only ever local variables, never passed by value, so the ABI does not depend on the target.
-using F8 = float __attribute__((vector_size(32)));
+// A tile is 16 columns: two F8 (simd_vec.h; wider generic vectors are lowered through memory on AVX2).
 constexpr int64_t kTile = 16;
 
-inline F8 load8(const float* p) {
-  F8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store8(float* p, F8 v) {
-  std::memcpy(p, &v, sizeof v);
-}
 // Pins two vectors in registers: GCC otherwise folds a vector's load into each multiply-add that uses it, and a
 // tile's four uses become four loads (the load ports then set the pace, not the FMA units).
 inline void keep_in_registers(F8& a, F8& b) {
@@ -233,19 +221,19 @@ inline void skinny_nn_tile4(const float* X, int64_t ldx, const float* W, int64_t
   float *y0 = Y + i0 * ldy + c0, *y1 = y0 + ldy, *y2 = y1 + ldy, *y3 = y2 + ldy;
   F8 a0{}, b0{}, a1{}, b1{}, a2{}, b2{}, a3{}, b3{};
   if (accumulate) {
-    a0 = load8(y0), b0 = load8(y0 + 8), a1 = load8(y1), b1 = load8(y1 + 8);
-    a2 = load8(y2), b2 = load8(y2 + 8), a3 = load8(y3), b3 = load8(y3 + 8);
+    a0 = load_v<F8>(y0), b0 = load_v<F8>(y0 + 8), a1 = load_v<F8>(y1), b1 = load_v<F8>(y1 + 8);
+    a2 = load_v<F8>(y2), b2 = load_v<F8>(y2 + 8), a3 = load_v<F8>(y3), b3 = load_v<F8>(y3 + 8);
   }
   const float* w = W + c0;
   for (int64_t k = 0; k < K; ++k, w += ldw) {
     if (next) __builtin_prefetch(next + k * ldw, 0, 1);
-    F8 wl = load8(w), wh = load8(w + 8);
+    F8 wl = load_v<F8>(w), wh = load_v<F8>(w + 8);
     keep_in_registers(wl, wh);
     a0 += x0[k] * wl, b0 += x0[k] * wh, a1 += x1[k] * wl, b1 += x1[k] * wh;
     a2 += x2[k] * wl, b2 += x2[k] * wh, a3 += x3[k] * wl, b3 += x3[k] * wh;
   }
-  store8(y0, a0), store8(y0 + 8, b0), store8(y1, a1), store8(y1 + 8, b1);
-  store8(y2, a2), store8(y2 + 8, b2), store8(y3, a3), store8(y3 + 8, b3);
+  store_v(y0, a0), store_v(y0 + 8, b0), store_v(y1, a1), store_v(y1 + 8, b1);
+  store_v(y2, a2), store_v(y2 + 8, b2), store_v(y3, a3), store_v(y3 + 8, b3);
 }
 
 inline void skinny_nn_tile1(const float* X, int64_t ldx, const float* W, int64_t ldw, float* Y, int64_t ldy, int64_t K,
@@ -253,13 +241,13 @@ inline void skinny_nn_tile1(const float* X, int64_t ldx, const float* W, int64_t
   const float* x = X + i * ldx;
   float* y = Y + i * ldy + c0;
   F8 a{}, b{};
-  if (accumulate) a = load8(y), b = load8(y + 8);
+  if (accumulate) a = load_v<F8>(y), b = load_v<F8>(y + 8);
   const float* w = W + c0;
   for (int64_t k = 0; k < K; ++k, w += ldw) {
     if (next) __builtin_prefetch(next + k * ldw, 0, 1);
-    a += x[k] * load8(w), b += x[k] * load8(w + 8);
+    a += x[k] * load_v<F8>(w), b += x[k] * load_v<F8>(w + 8);
   }
-  store8(y, a), store8(y + 8, b);
+  store_v(y, a), store_v(y + 8, b);
 }
 
 // D rows r0 .. r0+3, columns [c0, c0 + 16) += sum_i A[i, r] B[i, c]: each 16-float piece of B is loaded once for
@@ -267,29 +255,29 @@ inline void skinny_nn_tile1(const float* X, int64_t ldx, const float* W, int64_t
 inline void rank_update_tile4(const float* A, int64_t lda, const float* B, int64_t ldb, float* D, int64_t ldd,
                               int64_t n, int64_t r0, int64_t c0) {
   float *d0 = D + r0 * ldd + c0, *d1 = d0 + ldd, *d2 = d1 + ldd, *d3 = d2 + ldd;
-  F8 a0 = load8(d0), b0 = load8(d0 + 8), a1 = load8(d1), b1 = load8(d1 + 8);
-  F8 a2 = load8(d2), b2 = load8(d2 + 8), a3 = load8(d3), b3 = load8(d3 + 8);
+  F8 a0 = load_v<F8>(d0), b0 = load_v<F8>(d0 + 8), a1 = load_v<F8>(d1), b1 = load_v<F8>(d1 + 8);
+  F8 a2 = load_v<F8>(d2), b2 = load_v<F8>(d2 + 8), a3 = load_v<F8>(d3), b3 = load_v<F8>(d3 + 8);
   const float* ar = A + r0;
   const float* br = B + c0;
   for (int64_t i = 0; i < n; ++i, ar += lda, br += ldb) {
-    F8 bl = load8(br), bh = load8(br + 8);
+    F8 bl = load_v<F8>(br), bh = load_v<F8>(br + 8);
     keep_in_registers(bl, bh);
     a0 += ar[0] * bl, b0 += ar[0] * bh, a1 += ar[1] * bl, b1 += ar[1] * bh;
     a2 += ar[2] * bl, b2 += ar[2] * bh, a3 += ar[3] * bl, b3 += ar[3] * bh;
   }
-  store8(d0, a0), store8(d0 + 8, b0), store8(d1, a1), store8(d1 + 8, b1);
-  store8(d2, a2), store8(d2 + 8, b2), store8(d3, a3), store8(d3 + 8, b3);
+  store_v(d0, a0), store_v(d0 + 8, b0), store_v(d1, a1), store_v(d1 + 8, b1);
+  store_v(d2, a2), store_v(d2 + 8, b2), store_v(d3, a3), store_v(d3 + 8, b3);
 }
 
 inline void rank_update_tile1(const float* A, int64_t lda, const float* B, int64_t ldb, float* D, int64_t ldd,
                               int64_t n, int64_t r, int64_t c0) {
   float* d = D + r * ldd + c0;
-  F8 a = load8(d), b = load8(d + 8);
+  F8 a = load_v<F8>(d), b = load_v<F8>(d + 8);
   for (int64_t i = 0; i < n; ++i) {
     const float s = A[i * lda + r];
-    a += s * load8(B + i * ldb + c0), b += s * load8(B + i * ldb + c0 + 8);
+    a += s * load_v<F8>(B + i * ldb + c0), b += s * load_v<F8>(B + i * ldb + c0 + 8);
   }
-  store8(d, a), store8(d + 8, b);
+  store_v(d, a), store_v(d + 8, b);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "ops/cpu/parallel.h"
+#include "ops/cpu/simd_vec.h"
 #include "ops/cpu/vmath.h"
 #include "ops/kernels.h"
 
@@ -45,26 +46,8 @@ HeadPtrs head_ptrs(const float* q, const float* k, const float* v, const float* 
   return {q + row0 * s.K, k + row0 * s.K, v + row0 * s.V, g + row0 * s.K, beta + row0, s.H * s.K, s.H * s.V, s.H};
 }
 
-// One SIMD register of floats as a value (GCC/Clang vector extension): 16 with AVX-512, else 8 (AVX2). Used where
-// the auto-vectoriser would keep an accumulator in memory or fall back to scalar code. Wider-than-hardware
-// vectors are lowered through memory, hence the choice by target. GCC warns that passing such a type by value
-// changes the ABI on targets without the matching extension; these helpers are inline and file-local, so no call
-// ever crosses that boundary.
-#pragma GCC diagnostic ignored "-Wpsabi"
-#if defined(__AVX512F__)
-using Vec = float __attribute__((vector_size(64)));
-#else
-using Vec = float __attribute__((vector_size(32)));
-#endif
-constexpr int64_t kVec = int64_t(sizeof(Vec) / sizeof(float));
-inline Vec load_vec(const float* p) {
-  Vec v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store_vec(float* p, Vec v) {
-  std::memcpy(p, &v, sizeof v);
-}
+using Vec = FVec;  // one register of the target (simd_vec.h)
+constexpr int64_t kVec = kLanes<Vec>;
 
 // One recurrent step on state S [K, V]: decay, delta update, output. u (max(K, V)) is scratch; o may be null.
 // With V a multiple of the vector width, each tile of columns of S (one register wide) is done in two passes over
@@ -78,28 +61,28 @@ inline void recurrent_step(float* __restrict S, float* __restrict u, float* __re
     // Per tile: u = v - (Diag(alpha) S)^T k, then S = Diag(alpha) S + beta k u^T and o = S^T q, storing S once.
     // Four partial sums over c break the multiply-add dependency chains.
     for (int64_t e0 = 0; e0 < V; e0 += kVec) {
-      Vec u0 = load_vec(vt + e0), u1 = {}, u2 = {}, u3 = {};
+      Vec u0 = load_v<Vec>(vt + e0), u1 = {}, u2 = {}, u3 = {};
       int64_t c = 0;
       for (; c + 4 <= K; c += 4) {
         const float* Sc = S + c * V + e0;
-        u0 -= load_vec(Sc) * (alpha[c] * kt[c]);
-        u1 -= load_vec(Sc + V) * (alpha[c + 1] * kt[c + 1]);
-        u2 -= load_vec(Sc + 2 * V) * (alpha[c + 2] * kt[c + 2]);
-        u3 -= load_vec(Sc + 3 * V) * (alpha[c + 3] * kt[c + 3]);
+        u0 -= load_v<Vec>(Sc) * (alpha[c] * kt[c]);
+        u1 -= load_v<Vec>(Sc + V) * (alpha[c + 1] * kt[c + 1]);
+        u2 -= load_v<Vec>(Sc + 2 * V) * (alpha[c + 2] * kt[c + 2]);
+        u3 -= load_v<Vec>(Sc + 3 * V) * (alpha[c + 3] * kt[c + 3]);
       }
-      for (; c < K; ++c) u0 -= load_vec(S + c * V + e0) * (alpha[c] * kt[c]);
+      for (; c < K; ++c) u0 -= load_v<Vec>(S + c * V + e0) * (alpha[c] * kt[c]);
       const Vec ut = (u0 + u1) + (u2 + u3);
       Vec o0 = {}, o1 = {};
       for (c = 0; c < K; ++c) {
         float* Sc = S + c * V + e0;
-        const Vec x = load_vec(Sc) * alpha[c] + ut * (bt * kt[c]);
-        store_vec(Sc, x);
+        const Vec x = load_v<Vec>(Sc) * alpha[c] + ut * (bt * kt[c]);
+        store_v(Sc, x);
         if (c & 1)
           o1 += x * qt[c];
         else
           o0 += x * qt[c];
       }
-      if (o) store_vec(o + e0, o0 + o1);
+      if (o) store_v(o + e0, o0 + o1);
     }
     return;
   }
