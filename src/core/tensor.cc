@@ -5,20 +5,16 @@
 #include <cstring>
 
 #include "core/arena.h"
+#include "core/block_cache.h"
 
 namespace myriad {
 
 namespace {
 
 struct CpuAllocator final : DeviceAllocator {
-  void* allocate(size_t bytes) override {
-    // 64-byte alignment: one cache line, and what AVX-512 loads like.
-    const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    MYRIAD_REQUIRE(p != nullptr, kOutOfMemory, "cpu allocation of ", bytes, " bytes failed");
-    return p;
-  }
-  void deallocate(void* p) override { std::free(p); }
+  // Recycled through the block cache: decode and training steps allocate the same shapes every step.
+  void* allocate(size_t bytes) override { return HostBlockCache::global().allocate(bytes); }
+  void deallocate(void* p, size_t bytes) override { HostBlockCache::global().deallocate(p, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void memset_zero(void* p, size_t bytes) override { std::memset(p, 0, bytes); }
@@ -150,7 +146,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   t.storage_->data = alloc->allocate(*bytes);
   t.storage_->bytes = *bytes;
   t.storage_->device = device;
-  t.storage_->release = [alloc](void* p) { alloc->deallocate(p); };
+  t.storage_->release = [alloc, n = *bytes](void* p) { alloc->deallocate(p, n); };
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   t.dtype_ = dtype;

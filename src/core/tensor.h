@@ -40,7 +40,7 @@ struct Storage {
 struct DeviceAllocator {
   virtual ~DeviceAllocator() = default;
   virtual void* allocate(size_t bytes) = 0;
-  virtual void deallocate(void* p) = 0;
+  virtual void deallocate(void* p, size_t bytes) = 0;  // bytes: what allocate() was given
   // Copies between this device and the host (cpu allocator: plain memcpy).
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;

@@ -162,9 +162,10 @@ struct XQuant {
   std::vector<float> d;
 };
 
-XQuant quantize_x(const float* x, int64_t n, int64_t cols, Family f, QuantType type, int32_t bias) {
+// Into a per-thread XQuant that keeps its buffers from call to call (decode quantizes x for every product).
+const XQuant& quantize_x(const float* x, int64_t n, int64_t cols, Family f, QuantType type, int32_t bias) {
   const int64_t G = cols / kQuantGroup;
-  XQuant xq;
+  thread_local XQuant xq;
   xq.Gp = f == Family::kVnni ? (G + 1) / 2 * 2 : G;
   xq.qs = xq.Gp * kQuantGroup;
   xq.is = xq.Gp * 8;
@@ -410,7 +411,7 @@ void run_tile(int64_t c, const TileArgs& a) {
 template <Family F, template <QuantType, int, int, bool> class Tile, QuantType T>
 void integer_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y) {
   const int64_t rows = w.rows, cols = w.cols, G = cols / kQuantGroup;
-  const XQuant xq = quantize_x(x, n, cols, F, T, kBias<F, T>);
+  const XQuant& xq = quantize_x(x, n, cols, F, T, kBias<F, T>);
   const int64_t ws = xq.Gp + 16;  // scale buffer row stride (zero padding for 64-byte loads)
   const int64_t code_stride = T == QuantType::kQ8 ? cols : cols / 2;
   const uint8_t* codes = w.codes.data<uint8_t>();
@@ -419,7 +420,14 @@ void integer_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y) {
   const bool par = nt > 1 && strips > 1 && n * rows * cols >= kParallelWork && !omp_in_parallel();
 #pragma omp parallel num_threads(nt) if (par)
   {
-    std::vector<float> dw(size_t(kStripRows * ws), 0.0f), dwx(size_t(kStripRows * ws), 0.0f);
+    // Per-thread scale buffers, kept between calls; only their zero padding past G is rewritten here (the strips
+    // overwrite the first G of each row).
+    thread_local std::vector<float> dw, dwx;
+    if (dw.size() < size_t(kStripRows * ws)) dw.resize(size_t(kStripRows * ws)), dwx.resize(size_t(kStripRows * ws));
+    for (int64_t i = 0; i < kStripRows; ++i) {
+      std::fill(dw.begin() + i * ws + G, dw.begin() + (i + 1) * ws, 0.0f);
+      std::fill(dwx.begin() + i * ws + G, dwx.begin() + (i + 1) * ws, 0.0f);
+    }
 #pragma omp for schedule(static)
     for (int64_t s = 0; s < strips; ++s) {
       const int64_t r0 = s * kStripRows, nr = std::min(kStripRows, rows - r0);

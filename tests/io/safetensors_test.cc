@@ -179,7 +179,7 @@ TEST_F(IoTest, WriterRejectsBadInput) {
 // A stand-in "cuda" allocator (plain host memory) so that a non-cpu tensor exists in a cpu-only build.
 struct FakeDeviceAllocator final : DeviceAllocator {
   void* allocate(size_t bytes) override { return std::malloc(bytes ? bytes : 1); }
-  void deallocate(void* p) override { std::free(p); }
+  void deallocate(void* p, size_t /*bytes*/) override { std::free(p); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void memset_zero(void* p, size_t bytes) override { std::memset(p, 0, bytes); }

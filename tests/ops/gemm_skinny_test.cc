@@ -17,8 +17,8 @@ TEST(GemmSkinny, MatchesADoubleLoop) {
   struct Case {
     int64_t n, N, K;
   };
-  for (const Case c :
-       {Case{1, 1, 1}, Case{1, 7, 33}, Case{3, 13, 160}, Case{16, 257, 512}, Case{5, 600, 300}, Case{2, 4, 0}}) {
+  for (const Case c : {Case{1, 1, 1}, Case{1, 7, 33}, Case{3, 13, 160}, Case{16, 257, 512}, Case{5, 600, 300},
+                       Case{8, 66, 17}, Case{4, 8, 5}, Case{2, 4, 0}}) {
     std::vector<float> X(static_cast<size_t>(c.n * c.K)), W(static_cast<size_t>(c.N * c.K));
     for (float& v : X) v = n01(rng);
     for (float& v : W) v = n01(rng);

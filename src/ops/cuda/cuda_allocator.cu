@@ -62,7 +62,7 @@ class CudaAllocator final : public DeviceAllocator {
 
   // Called from Storage's destructor, so it must not throw. At process exit the runtime may already be unloaded
   // when the last static tensors die; that is not worth a message.
-  void deallocate(void* p) override {
+  void deallocate(void* p, size_t /*bytes*/) override {
     const cudaError_t err = cudaFree(p);
     if (err == cudaSuccess || err == cudaErrorCudartUnloading || err == cudaErrorContextIsDestroyed) return;
     (void)cudaGetLastError();
