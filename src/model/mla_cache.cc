@@ -227,8 +227,10 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
   // Every head's query row [q_lat | q_pe] (q_lat[h] = q_nope[h] W_uk[h]), so that one sgemm per page scores all
   // heads: the cached rows are read once per step, not once per head.
   std::vector<float> qcat(static_cast<size_t>(H_ * W));
-  cpu::gemm(false, false, 1, C_, Dn_, 1.0f, q, Dq_, w_uk_.data<float>(), C_, 0.0f, qcat.data(), W, H_, Dq_, Dn_ * C_,
-            W);
+  // Per head a [1, Dn] x [Dn, C] product: the few-row kernel, not sgemm (whose packing dominated at this size).
+  for (int64_t h = 0; h < H_; ++h)
+    cpu::gemm_skinny_nn(1, C_, Dn_, q + h * Dq_, Dq_, w_uk_.data<float>() + h * Dn_ * C_, C_, qcat.data() + h * W, W,
+                        false);
   for (int64_t h = 0; h < H_; ++h) std::copy(q + h * Dq_ + Dn_, q + (h + 1) * Dq_, qcat.data() + h * W + C_);
   cpu::scale(qcat.data(), qcat.data(), scale_, H_ * W);  // the softmax scale, once rather than per page
 
@@ -296,8 +298,8 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
     cpu::scale(oh, oh, 1.0f / den, C_);
   }
   // out[h] = W_uv[h] o_lat[h]
-  cpu::gemm(false, true, 1, Dv_, C_, 1.0f, o_lat.data(), C_, w_uv_.data<float>(), C_, 0.0f, attn, H_ * Dv_, H_, C_,
-            Dv_ * C_, Dv_);
+  for (int64_t h = 0; h < H_; ++h)
+    cpu::gemm_skinny(1, Dv_, C_, o_lat.data() + h * C_, w_uv_.data<float>() + h * Dv_ * C_, attn + h * Dv_, H_ * Dv_);
 }
 
 void MlaDecoder::attend_chunk(const float* q, int64_t T, const MlaCache& cache, float* attn_p) const {

@@ -165,7 +165,8 @@ void embedding_backward(float* dtable, const float* dout, const int64_t* ids, in
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, AdamWParams hp);
 
 // KDA: the recurrent form (decode: one token at a time, fixed-size state) and the chunkwise-parallel form
-// (prefill and training). Both read S0 and write S_out (may be null); they agree to f32 rounding.
+// (prefill and training). Both read S0 and write S_out (may be null; for the recurrent form it may equal S0, the
+// state then updated in place); they agree to f32 rounding.
 void kda_recurrent_forward(float* o, float* S_out, const float* q, const float* k, const float* v, const float* g,
                            const float* beta, const float* S0, KdaShape s);
 void kda_chunk_forward(float* o, float* S_out, const float* q, const float* k, const float* v, const float* g,

@@ -65,8 +65,10 @@ namespace {
 
 constexpr int64_t kStripRows = 16;                 // W rows per unit of work of the integer path
 constexpr int64_t kPanelBytes = int64_t(8) << 20;  // f32 W panel of the sgemm path
-// N x R x Cols multiply-adds below which one thread does the whole product (a fork/join costs ~10 us).
-constexpr int64_t kParallelWork = int64_t(1) << 18;
+// N x R x Cols multiply-adds below which one thread does the whole product. Decode-sized products from 2^14 up
+// are split: a fork/join of spinning OpenMP threads costs ~1-2 us, and one thread alone streams a cold weight at
+// about half the bandwidth of two (q8 batch-1 decode: 46% -> 55% of the triad going from 2^18 to 2^14).
+constexpr int64_t kParallelWork = int64_t(1) << 14;
 
 // 4-bit code -> integer weight value. Signed (the scalar kernel and the dequantizer): q4 code - 8, mxfp4 2 * e2m1
 // (an exact integer in [-12, 12]; the scale is halved to match). Unsigned, for the SIMD kernels, whose W operand is

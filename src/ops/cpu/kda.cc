@@ -115,8 +115,8 @@ template <class F>
 void for_each_head(const KdaShape& s, F&& fn) {
   const int64_t n = s.B * s.H;
   const int nt = num_threads();
-  // Below ~1 MFLOP per head a fork/join costs more than it saves.
-  const bool worth_it = double(s.T) * double(s.K) * double(s.V) * 8.0 > 1e6;
+  // Below ~0.25 MFLOP in all a fork/join costs more than it saves (a decode token's 8 heads of 64 x 64 are above).
+  const bool worth_it = double(n) * double(s.T) * double(s.K) * double(s.V) * 8.0 > 2.5e5;
   if (n >= nt && nt > 1 && worth_it) {
     BlasSingleThread single;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
@@ -621,14 +621,25 @@ void kda_recurrent_forward(float* o, float* S_out, const float* q, const float* 
                            const float* beta, const float* S0, KdaShape s) {
   check_shape(s);
   for_each_head(s, [&](int64_t b, int64_t h) {
-    std::vector<float> S(static_cast<size_t>(s.K * s.V)), u(static_cast<size_t>(std::max(s.K, s.V)));
-    load_state(S.data(), S0, s, b, h);
+    // The state is updated in S_out's slice of this head when there is one (in place when S_out == S0: decode
+    // then neither allocates nor copies the state), else in a per-thread scratch.
+    const size_t kv = size_t(s.K * s.V);
+    thread_local std::vector<float> scratch, u;
+    if (u.size() < size_t(std::max(s.K, s.V))) u.resize(size_t(std::max(s.K, s.V)));
+    float* S = nullptr;
+    if (S_out) {
+      S = S_out + (b * s.H + h) * s.K * s.V;
+      if (S0 != S_out) load_state(S, S0, s, b, h);
+    } else {
+      if (scratch.size() < kv) scratch.resize(kv);
+      S = scratch.data();
+      load_state(S, S0, s, b, h);
+    }
     const HeadPtrs p = head_ptrs(q, k, v, g, beta, s, b, h);
     float* oh = o + (b * s.T * s.H + h) * s.V;
     for (int64_t t = 0; t < s.T; ++t)
-      recurrent_step(S.data(), u.data(), oh + t * p.ldv, p.q + t * p.ldk, p.k + t * p.ldk, p.v + t * p.ldv,
-                     p.g + t * p.ldk, p.beta[t * p.ldb], s.K, s.V);
-    if (S_out) std::memcpy(S_out + (b * s.H + h) * s.K * s.V, S.data(), S.size() * sizeof(float));
+      recurrent_step(S, u.data(), oh + t * p.ldv, p.q + t * p.ldk, p.k + t * p.ldk, p.v + t * p.ldv, p.g + t * p.ldk,
+                     p.beta[t * p.ldb], s.K, s.V);
   });
 }
 
