@@ -173,7 +173,8 @@ inline void skinny_rest(const float* W, const float* X, int64_t K, float* Y, int
 
 void gemm_skinny(int64_t n, int64_t N, int64_t K, const float* X, const float* W, float* Y, int64_t ldy) {
   if (n == 0 || N == 0) return;
-  const int threads = N * K >= (int64_t(1) << 16) ? num_threads() : 1;
+  // Split by the whole product: a batch of 16 rows over a small weight (a router) is worth two threads.
+  const int threads = n * N * K >= (int64_t(1) << 16) ? num_threads() : 1;
   const int64_t n4 = n / 4 * 4;
   if (n4 == 0) {
     // Fewer than four X rows: one W row at a time (one sequential stream from memory; blocking several W rows
