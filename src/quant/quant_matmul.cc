@@ -40,6 +40,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "ops/cpu/parallel.h"
 #include "quant/quant.h"
 
 #if defined(__AVX2__) || defined(__F16C__)
@@ -420,8 +421,7 @@ void integer_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y) {
   const int64_t strips = (rows + kStripRows - 1) / kStripRows;
   const int nt = num_threads();
   const bool par = nt > 1 && strips > 1 && n * rows * cols >= kParallelWork && !omp_in_parallel();
-#pragma omp parallel num_threads(nt) if (par)
-  {
+  cpu::parallel_region(par ? nt : 1, [&](int part, int parts) {
     // Per-thread scale buffers, kept between calls; only their zero padding past G is rewritten here (the strips
     // overwrite the first G of each row).
     thread_local std::vector<float> dw, dwx;
@@ -430,8 +430,7 @@ void integer_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y) {
       std::fill(dw.begin() + i * ws + G, dw.begin() + (i + 1) * ws, 0.0f);
       std::fill(dwx.begin() + i * ws + G, dwx.begin() + (i + 1) * ws, 0.0f);
     }
-#pragma omp for schedule(static)
-    for (int64_t s = 0; s < strips; ++s) {
+    for (int64_t s = cpu::part_begin(strips, part, parts), se = cpu::part_begin(strips, part + 1, parts); s < se; ++s) {
       const int64_t r0 = s * kStripRows, nr = std::min(kStripRows, rows - r0);
       // Decode (n = 1): dw * dx folded into one scale per group in the same pass.
       const bool fold_all = n == 1 && F != Family::kScalar;
@@ -482,7 +481,7 @@ void integer_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y) {
         }
       }
     }
-  }
+  });
 }
 
 template <Family F, template <QuantType, int, int, bool> class Tile>

@@ -179,26 +179,29 @@ void gemm_skinny(int64_t n, int64_t N, int64_t K, const float* X, const float* W
   if (n4 == 0) {
     // Fewer than four X rows: one W row at a time (one sequential stream from memory; blocking several W rows
     // measured 2x slower at n = 1 on the development machine).
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t r = 0; r < N; ++r) skinny_row(W, X, K, Y, ldy, r, 0, n);
+    parallel_region(threads, [&](int t, int nt) {
+      for (int64_t r = part_begin(N, t, nt), e = part_begin(N, t + 1, nt); r < e; ++r)
+        skinny_row(W, X, K, Y, ldy, r, 0, n);
+    });
     return;
   }
   // Four X rows by four W rows per block (16 accumulators): compute-bound rather than load-bound at batch 16.
   const int64_t blocks = (N + 3) / 4;
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t r0 = b * 4;
-    // Start loading the block after next: the rows of one block are only 4 x K floats, too short a stream for
-    // the hardware prefetcher to get ahead when W comes from memory (many small MoE experts).
-    if (r0 + 12 <= N)
-      for (const float *p = W + (r0 + 8) * K, *e = p + 4 * K; p < e; p += 16) __builtin_prefetch(p, 0, 0);
-    if (r0 + 4 <= N) {
-      for (int64_t i = 0; i < n4; i += 4) skinny_block4x4(W, X, K, Y, ldy, r0, i);
-      skinny_rest(W, X, K, Y, ldy, r0, n4, n);
-    } else {
-      for (int64_t r = r0; r < N; ++r) skinny_row(W, X, K, Y, ldy, r, 0, n);
+  parallel_region(threads, [&](int t, int nt) {
+    for (int64_t b = part_begin(blocks, t, nt), be = part_begin(blocks, t + 1, nt); b < be; ++b) {
+      const int64_t r0 = b * 4;
+      // Start loading the block after next: the rows of one block are only 4 x K floats, too short a stream for
+      // the hardware prefetcher to get ahead when W comes from memory (many small MoE experts).
+      if (r0 + 12 <= N)
+        for (const float *p = W + (r0 + 8) * K, *e = p + 4 * K; p < e; p += 16) __builtin_prefetch(p, 0, 0);
+      if (r0 + 4 <= N) {
+        for (int64_t i = 0; i < n4; i += 4) skinny_block4x4(W, X, K, Y, ldy, r0, i);
+        skinny_rest(W, X, K, Y, ldy, r0, n4, n);
+      } else {
+        for (int64_t r = r0; r < N; ++r) skinny_row(W, X, K, Y, ldy, r, 0, n);
+      }
     }
-  }
+  });
 }
 
 namespace {

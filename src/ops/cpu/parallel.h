@@ -31,6 +31,26 @@ void parallel_for(int64_t n, int64_t grain, F&& fn) {
   }
 }
 
+// Runs body(t, nt) on nt = `threads` threads (t = 0 .. nt-1: an OpenMP parallel region), or body(0, 1) on this
+// thread when that is one thread or when called from inside a region already (so a product inside a parallel loop
+// over experts computes whole on its thread). Why not `#pragma omp parallel if (...)`: libgomp builds (allocates)
+// a team for every region entered, even a one-thread or nested one; in decode, with hundreds of small products a
+// token, those allocations were most of the malloc time left.
+template <class F>
+void parallel_region(int threads, F&& body) {
+  if (threads > 1 && !omp_in_parallel()) {
+#pragma omp parallel num_threads(threads)
+    body(omp_get_thread_num(), omp_get_num_threads());
+  } else {
+    body(0, 1);
+  }
+}
+
+// Part t of nt of [0, n): contiguous, sizes differing by at most one.
+inline int64_t part_begin(int64_t n, int t, int nt) {
+  return n * t / nt;
+}
+
 // While alive, OpenBLAS runs single-threaded: for kernels that call sgemm from inside their own OpenMP
 // threads (attention tiles), so the two thread pools do not oversubscribe the cores.
 class BlasSingleThread {
