@@ -47,7 +47,13 @@ InferenceModel::InferenceModel(ModelConfig config, std::shared_ptr<const DecodeW
   const int64_t Lc = config_.num_hidden_layers;
   kda_.resize(size_t(Lc));
   mla_.resize(size_t(Lc));
+  experts_.resize(size_t(Lc));
   for (int64_t l = 0; l < Lc; ++l) {
+    if (config_.is_moe_layer(l))
+      for (int64_t e = 0; e < config_.num_experts; ++e)
+        for (const char* w : {"w1", "w3", "w2"})
+          experts_[size_t(l)].push_back(
+              &lin(layer_prefix(l) + "block_sparse_moe.experts." + std::to_string(e) + "." + w + ".weight"));
     if (config_.mixer(l) == Mixer::kKda)
       kda_[size_t(l)] = std::make_unique<KdaDecoder>(config_, w_, l);
     else
@@ -167,18 +173,21 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
   std::vector<int64_t> active;
   for (int64_t e = 0; e < E; ++e)
     if (start[size_t(e + 1)] > start[size_t(e)]) active.push_back(e);
-  std::vector<Tensor> outs(active.size());
+  // Expert outputs [N k, L] in copy order: expert e writes rows start[e] .. start[e+1].
+  Tensor outs = Tensor::empty({N * k, L});
   const int64_t F = c.moe_intermediate_size;
+  const std::vector<const LinearWeight*>& ew = experts_[size_t(l)];
   auto run_expert = [&](size_t a) {
     const int64_t e = active[a], b0 = start[size_t(e)], n = start[size_t(e + 1)] - b0;
-    Tensor ze = Tensor::empty({n, L}), g = Tensor::empty({n, F}), up = Tensor::empty({n, F});
-    cpu::gather_rows(ze.data<float>(), z.data<float>(), copy_token.data() + b0, n, N, L);
-    const std::string ex = m + "experts." + std::to_string(e) + ".";
-    lin(ex + "w1.weight").apply(ze.data<float>(), n, g.data<float>());
-    lin(ex + "w3.weight").apply(ze.data<float>(), n, up.data<float>());
-    glu_rows(g.data<float>(), up.data<float>(), n, F);  // in place into g
-    outs[a] = Tensor::empty({n, L});
-    lin(ex + "w2.weight").apply(g.data<float>(), n, outs[a].data<float>());
+    // Per-thread buffers: ze [n, L], g and up [n, F].
+    thread_local std::vector<float> ze, g, up;
+    if (ze.size() < size_t(n * L)) ze.resize(size_t(n * L));
+    if (g.size() < size_t(n * F)) g.resize(size_t(n * F)), up.resize(size_t(n * F));
+    cpu::gather_rows(ze.data(), z.data<float>(), copy_token.data() + b0, n, N, L);
+    ew[size_t(3 * e)]->apply(ze.data(), n, g.data());                        // w1 (gate)
+    ew[size_t(3 * e + 1)]->apply(ze.data(), n, up.data());                   // w3 (up)
+    glu_rows(g.data(), up.data(), n, F);                                     // in place into g
+    ew[size_t(3 * e + 2)]->apply(g.data(), n, outs.data<float>() + b0 * L);  // w2 (down)
   };
   if (N * k <= 64 && active.size() > 1) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
@@ -190,7 +199,7 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
     const int64_t e = active[a], b0 = start[size_t(e)], n = start[size_t(e + 1)] - b0;
     std::vector<float> wsel(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) wsel[size_t(i)] = weights.data<float>()[copy_slot[size_t(b0 + i)]];
-    cpu::scatter_add_rows(u.data<float>(), outs[a].data<float>(), copy_token.data() + b0, wsel.data(), n, N, L);
+    cpu::scatter_add_rows(u.data<float>(), outs.data<float>() + b0 * L, copy_token.data() + b0, wsel.data(), n, N, L);
   }
   Tensor y = u;
   if (latent) {

@@ -78,6 +78,9 @@ class InferenceModel {
   std::string source_;
   std::vector<std::unique_ptr<KdaDecoder>> kda_;  // per layer (null for MLA layers)
   std::vector<std::unique_ptr<MlaDecoder>> mla_;  // per layer (null for KDA layers)
+  // Per MoE layer, the routed experts' weights resolved once (decode would otherwise build and look up three names
+  // per expert and token): [3 e + 0] w1 (gate), [3 e + 1] w3 (up), [3 e + 2] w2 (down).
+  std::vector<std::vector<const LinearWeight*>> experts_;
 };
 
 }  // namespace myriad

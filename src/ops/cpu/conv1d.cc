@@ -22,10 +22,13 @@ inline const float* padded_row(const float* x, const float* state_in, int64_t b,
 void conv1d_forward(float* y, float* state_out, const float* x, const float* w, const float* state_in, int64_t B,
                     int64_t T, int64_t C, int64_t W) {
   const int64_t S = W - 1;
-  // Transposed taps [W, C] so the channel loop reads them contiguously.
-  std::vector<float> wt(size_t(W * C));
+  // Transposed taps [W, C] so the channel loop reads them contiguously (a per-thread buffer: decode runs this
+  // three times per KDA layer and token).
+  thread_local std::vector<float> wt;
+  if (wt.size() < size_t(W * C)) wt.resize(size_t(W * C));
   for (int64_t c = 0; c < C; ++c)
     for (int64_t j = 0; j < W; ++j) wt[size_t(j * C + c)] = w[c * W + j];
+  const float* taps = wt.data();  // this thread's buffer, for the workers (the name wt is per thread)
   parallel_for(B * T, std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t b = r / T, t = r % T;
@@ -34,7 +37,7 @@ void conv1d_forward(float* y, float* state_out, const float* x, const float* w, 
       for (int64_t j = 0; j < W; ++j) {
         const float* xr = padded_row(x, state_in, b, t + j, T, C, S);
         if (!xr) continue;
-        const float* wj = wt.data() + j * C;
+        const float* wj = taps + j * C;
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) yr[c] += wj[c] * xr[c];
       }
@@ -42,7 +45,8 @@ void conv1d_forward(float* y, float* state_out, const float* x, const float* w, 
   });
   if (state_out) {
     // Last S rows of concat(state_in, x); written via a temporary in case state_out aliases state_in.
-    std::vector<float> tail(size_t(B * S * C), 0.0f);
+    thread_local std::vector<float> tail;
+    tail.assign(size_t(B * S * C), 0.0f);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t s = 0; s < S; ++s) {
         const float* src = padded_row(x, state_in, b, T + s, T, C, S);
