@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "autograd/functions.h"
@@ -47,18 +48,52 @@ InferenceModel::InferenceModel(ModelConfig config, std::shared_ptr<const DecodeW
   const int64_t Lc = config_.num_hidden_layers;
   kda_.resize(size_t(Lc));
   mla_.resize(size_t(Lc));
-  experts_.resize(size_t(Lc));
+  auto vec = [&](const std::string& name) { return w_->tensor(name).data<float>(); };
+  auto glu = [&](const std::string& prefix) {
+    return GluRefs{&lin(prefix + "gate_proj.weight"), &lin(prefix + "up_proj.weight"),
+                   &lin(prefix + "down_proj.weight")};
+  };
+  const bool block = config_.attn_res_mode == AttnResMode::kBlock;
+  layers_.resize(size_t(Lc));
   for (int64_t l = 0; l < Lc; ++l) {
-    if (config_.is_moe_layer(l))
+    LayerRefs& r = layers_[size_t(l)];
+    const std::string pre = layer_prefix(l);
+    r.input_norm = vec(pre + "input_layernorm.weight");
+    r.post_norm = vec(pre + "post_attention_layernorm.weight");
+    if (block) {
+      r.pre_res_norm = vec(pre + "self_attention_res_norm.weight");
+      r.pre_res_proj = vec(pre + "self_attention_res_proj.weight");
+      r.post_res_norm = vec(pre + "mlp_res_norm.weight");
+      r.post_res_proj = vec(pre + "mlp_res_proj.weight");
+    }
+    if (config_.is_moe_layer(l)) {
+      const std::string m = pre + "block_sparse_moe.";
+      r.router = &lin(m + "gate.weight");
+      if (config_.topk_method == "noaux_tc") r.router_bias = vec(m + "gate.e_score_correction_bias");
+      if (config_.routed_expert_hidden_size.has_value()) {
+        r.latent_down = &lin(m + "routed_expert_down_proj.weight");
+        r.latent_up = &lin(m + "routed_expert_up_proj.weight");
+        if (config_.latent_moe_use_norm) r.latent_norm = vec(m + "routed_expert_norm.weight");
+      }
+      if (config_.num_shared_experts > 0) r.shared = glu(m + "shared_experts.");
       for (int64_t e = 0; e < config_.num_experts; ++e)
         for (const char* w : {"w1", "w3", "w2"})
-          experts_[size_t(l)].push_back(
-              &lin(layer_prefix(l) + "block_sparse_moe.experts." + std::to_string(e) + "." + w + ".weight"));
+          r.experts.push_back(&lin(m + "experts." + std::to_string(e) + "." + w + ".weight"));
+    } else {
+      r.mlp = glu(pre + "mlp.");
+    }
     if (config_.mixer(l) == Mixer::kKda)
       kda_[size_t(l)] = std::make_unique<KdaDecoder>(config_, w_, l);
     else
       mla_[size_t(l)] = std::make_unique<MlaDecoder>(config_, w_, l);
   }
+  if (block) {
+    out_res_norm_ = vec("model.output_attn_res_norm.weight");
+    out_res_proj_ = vec("model.output_attn_res_proj.weight");
+  }
+  final_norm_ = vec("model.norm.weight");
+  embed_ = vec("model.embed_tokens.weight");
+  lm_head_ = &lin(config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
 }
 
 std::shared_ptr<InferenceModel> InferenceModel::load(const std::string& dir_in) {
@@ -87,8 +122,15 @@ SequenceState InferenceModel::new_sequence(int64_t page_tokens) const {
   return s;
 }
 
-Tensor InferenceModel::rmsnorm(const Tensor& x, const std::string& weight) const {
-  return ag::rmsnorm(constant(x), constant(w_->tensor(weight)), float(config_.rms_norm_eps)).value();
+Tensor InferenceModel::rmsnorm(const Tensor& x_in, const float* weight) const {
+  const Tensor x = x_in.contiguous();
+  const int64_t N = x.size(0), D = x.size(1);
+  Tensor y = Tensor::empty({N, D});
+  thread_local std::vector<float> rstd;
+  if (rstd.size() < size_t(N)) rstd.resize(size_t(N));
+  cpu::rmsnorm_forward(y.data<float>(), rstd.data(), x.data<float>(), weight, nullptr, N, D,
+                       float(config_.rms_norm_eps));
+  return y;
 }
 
 void InferenceModel::glu_rows(float* g, const float* u, int64_t rows, int64_t F) const {
@@ -100,46 +142,66 @@ void InferenceModel::glu_rows(float* g, const float* u, int64_t rows, int64_t F)
                         SituParams{float(config_.activation_situ_beta), float(config_.activation_situ_linear_beta)});
 }
 
-Tensor InferenceModel::attn_res_read(const std::string& norm, const std::string& proj,
-                                     const std::vector<Tensor>& cands) const {
-  std::vector<Var> scores;
-  for (const Tensor& v : cands) scores.push_back(constant(lin(proj).apply(rmsnorm(v, norm))));  // [N, 1]
-  const Tensor prob = ag::softmax(ag::concat_last(scores)).value().contiguous();                // [N, C]
+Tensor InferenceModel::attn_res_read(const float* norm, const float* proj, const std::vector<Tensor>& cands) const {
   const int64_t N = cands[0].size(0), D = cands[0].size(1), C = int64_t(cands.size());
-  Tensor read = Tensor::zeros({N, D});
-  float* r = read.data<float>();
+  const float eps = float(config_.rms_norm_eps);
+  std::vector<const float*> v(static_cast<size_t>(C));
+  std::vector<Tensor> keep;  // contiguous copies of strided candidates (normally none)
   for (int64_t c = 0; c < C; ++c) {
-    const Tensor v = cands[size_t(c)].contiguous();
-    const float* vp = v.data<float>();
-    for (int64_t t = 0; t < N; ++t) cpu::axpy(r + t * D, vp + t * D, prob.data<float>()[t * C + c], D);
+    const Tensor& t = cands[size_t(c)];
+    if (!t.is_contiguous()) keep.push_back(t.contiguous());
+    v[size_t(c)] = t.is_contiguous() ? t.data<float>() : keep.back().data<float>();
+  }
+  Tensor read = Tensor::empty({N, D});
+  float* r = read.data<float>();
+  std::vector<float> score(static_cast<size_t>(C));
+  for (int64_t t = 0; t < N; ++t) {
+    // score_c = proj . (norm * v_c / rms(v_c)), as rmsnorm then the [1, D] projection; softmax over candidates
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t c = 0; c < C; ++c) {
+      const float* x = v[size_t(c)] + t * D;
+      float ss = 0.0f, dot = 0.0f;
+#pragma omp simd reduction(+ : ss, dot)
+      for (int64_t d = 0; d < D; ++d) {
+        ss += x[d] * x[d];
+        dot += proj[d] * (norm[d] * x[d]);
+      }
+      score[size_t(c)] = dot / std::sqrt(ss / float(D) + eps);
+      mx = std::max(mx, score[size_t(c)]);
+    }
+    float sum = 0.0f;
+    for (float& sc : score) sum += (sc = std::exp(sc - mx));
+    float* rt = r + t * D;
+    std::fill(rt, rt + D, 0.0f);
+    for (int64_t c = 0; c < C; ++c) cpu::axpy(rt, v[size_t(c)] + t * D, score[size_t(c)] / sum, D);
   }
   return read;
 }
 
 Tensor InferenceModel::ffn(int64_t l, const Tensor& x) const {
   if (config_.is_moe_layer(l)) return moe(l, x);
-  return glu_ffn(layer_prefix(l) + "mlp.", x);
+  return glu_ffn(layers_[size_t(l)].mlp, x);
 }
 
 // down(glu(gate x, up x)): the dense FFN or a shared expert under `prefix`.
-Tensor InferenceModel::glu_ffn(const std::string& prefix, const Tensor& x) const {
-  Tensor g = lin(prefix + "gate_proj.weight").apply(x);
-  const Tensor u = lin(prefix + "up_proj.weight").apply(x);
+Tensor InferenceModel::glu_ffn(const GluRefs& w, const Tensor& x) const {
+  Tensor g = w.gate->apply(x);
+  const Tensor u = w.up->apply(x);
   glu_rows(g.data<float>(), u.data<float>(), g.size(0), g.size(1));
-  return lin(prefix + "down_proj.weight").apply(g);
+  return w.down->apply(g);
 }
 
 // Latent MoE as Transformer::moe_ffn (no capacity limit): sigmoid/softmax router in f32, top-k of s + b,
 // renormalised weights times the scaling factor, copies grouped by expert, experts in the latent width.
 Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
   const ModelConfig& c = config_;
-  const std::string m = layer_prefix(l) + "block_sparse_moe.";
   const int64_t N = x.size(0), E = c.num_experts, k = c.num_experts_per_token;
-  const Var logits = constant(lin(m + "gate.weight").apply(x));
+  const LayerRefs& lw = layers_[size_t(l)];
+  const Var logits = constant(lw.router->apply(x));
   const Var s = c.moe_router_activation_func == "softmax" ? ag::softmax(logits) : ag::sigmoid(logits);
   Tensor biased = s.value().clone();
   if (c.topk_method == "noaux_tc") {
-    const float* b = w_->tensor(m + "gate.e_score_correction_bias").data<float>();
+    const float* b = lw.router_bias;
     float* bs = biased.data<float>();
     for (int64_t t = 0; t < N; ++t)
       for (int64_t e = 0; e < E; ++e) bs[t * E + e] += b[e];
@@ -149,7 +211,7 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
   const Tensor weights =
       ag::route_weights(s, idx, float(c.routed_scaling_factor), c.moe_renormalize).value().contiguous();  // [N, k]
   const bool latent = c.routed_expert_hidden_size.has_value();
-  const Tensor z = latent ? lin(m + "routed_expert_down_proj.weight").apply(x) : x.contiguous();  // [N, L]
+  const Tensor z = latent ? lw.latent_down->apply(x) : x.contiguous();  // [N, L]
   const int64_t L = z.size(1);
   // copies grouped by expert (counting sort, stable in token order)
   const int32_t* id = idx.data<int32_t>();
@@ -176,7 +238,7 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
   // Expert outputs [N k, L] in copy order: expert e writes rows start[e] .. start[e+1].
   Tensor outs = Tensor::empty({N * k, L});
   const int64_t F = c.moe_intermediate_size;
-  const std::vector<const LinearWeight*>& ew = experts_[size_t(l)];
+  const std::vector<const LinearWeight*>& ew = lw.experts;
   auto run_expert = [&](size_t a) {
     const int64_t e = active[a], b0 = start[size_t(e)], n = start[size_t(e + 1)] - b0;
     // Per-thread buffers: ze [n, L], g and up [n, F].
@@ -203,11 +265,11 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
   }
   Tensor y = u;
   if (latent) {
-    if (c.latent_moe_use_norm) u = rmsnorm(u, m + "routed_expert_norm.weight");
-    y = lin(m + "routed_expert_up_proj.weight").apply(u);
+    if (lw.latent_norm) u = rmsnorm(u, lw.latent_norm);
+    y = lw.latent_up->apply(u);
   }
   if (c.num_shared_experts > 0) {
-    const Tensor ys = glu_ffn(m + "shared_experts.", x);
+    const Tensor ys = glu_ffn(lw.shared, x);
     cpu::axpy(y.data<float>(), ys.data<float>(), 1.0f, y.numel());
   }
   return y;
@@ -238,8 +300,7 @@ Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logit
   if (N <= 16) single_blas.emplace();
   Tensor running = Tensor::empty({N, D});
   if (N > 0) {
-    cpu::embedding_forward(running.data<float>(), w_->tensor("model.embed_tokens.weight").data<float>(), ids.data(), N,
-                           c.vocab_size, D);
+    cpu::embedding_forward(running.data<float>(), embed_, ids.data(), N, c.vocab_size, D);
   }
   const bool block = c.attn_res_mode == AttnResMode::kBlock, skip = c.attn_res_mode == AttnResMode::kSkip;
   std::vector<Tensor> sealed;
@@ -250,7 +311,7 @@ Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logit
     return r;
   };
   auto mixer = [&](int64_t l, const Tensor& h) {
-    const Tensor n = rmsnorm(h, layer_prefix(l) + "input_layernorm.weight");
+    const Tensor n = rmsnorm(h, layers_[size_t(l)].input_norm);
     if (kda_[size_t(l)]) {
       std::vector<KdaSegment> segs;
       for (const BatchEntry& b : batch) segs.push_back({&b.seq->kda[size_t(l)], int64_t(b.tokens.size())});
@@ -260,11 +321,9 @@ Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logit
     for (const BatchEntry& b : batch) segs.push_back({&b.seq->mla[size_t(l)], int64_t(b.tokens.size()), b.seq->tokens});
     return mla_[size_t(l)]->forward(n, segs);
   };
-  auto ffn_of = [&](int64_t l, const Tensor& h) {
-    return ffn(l, rmsnorm(h, layer_prefix(l) + "post_attention_layernorm.weight"));
-  };
+  auto ffn_of = [&](int64_t l, const Tensor& h) { return ffn(l, rmsnorm(h, layers_[size_t(l)].post_norm)); };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string pre = layer_prefix(l);
+    const LayerRefs& lr = layers_[size_t(l)];
     if (!block) {  // as Transformer::layer_forward / forward for "none" and "skip"
       const Tensor mixed = mixer(l, running);
       const Tensor r = add(running, mixed);
@@ -281,9 +340,7 @@ Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logit
       base.push_back(r);
       return base;
     };
-    const Tensor h = sealed.empty() ? running
-                                    : attn_res_read(pre + "self_attention_res_norm.weight",
-                                                    pre + "self_attention_res_proj.weight", with(sealed, running));
+    const Tensor h = sealed.empty() ? running : attn_res_read(lr.pre_res_norm, lr.pre_res_proj, with(sealed, running));
     const Tensor mixed = mixer(l, h);
     Tensor run2;
     if (l % c.attn_res_block_size == 0) {
@@ -292,7 +349,7 @@ Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logit
     } else {
       run2 = add(running, mixed);
     }
-    const Tensor hf = attn_res_read(pre + "mlp_res_norm.weight", pre + "mlp_res_proj.weight", with(sealed, run2));
+    const Tensor hf = attn_res_read(lr.post_res_norm, lr.post_res_proj, with(sealed, run2));
     running = add(run2, ffn_of(l, hf));
   }
   for (const BatchEntry& b : batch) b.seq->tokens += int64_t(b.tokens.size());
@@ -300,7 +357,7 @@ Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logit
   if (block) {
     std::vector<Tensor> cands = sealed;
     cands.push_back(running);
-    h = attn_res_read("model.output_attn_res_norm.weight", "model.output_attn_res_proj.weight", cands);
+    h = attn_res_read(out_res_norm_, out_res_proj_, cands);
   }
   Tensor rows = h;
   if (!all_logits) {  // the last row of each entry
@@ -312,8 +369,8 @@ Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logit
       std::copy(h.data<float>() + (r - 1) * D, h.data<float>() + r * D, rows.data<float>() + int64_t(i) * D);
     }
   }
-  const Tensor normed = rmsnorm(rows, "model.norm.weight");
-  return lin(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight").apply(normed);
+  const Tensor normed = rmsnorm(rows, final_norm_);
+  return lm_head_->apply(normed);
 }
 
 size_t InferenceModel::active_weight_bytes() const {

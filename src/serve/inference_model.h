@@ -64,12 +64,29 @@ class InferenceModel {
   size_t active_weight_bytes() const;
 
  private:
+  // Per layer, the weights forward() reads, resolved once at construction (decode would otherwise build and look
+  // up every name per token). Entries a layer does not have stay null.
+  struct GluRefs {
+    const LinearWeight *gate = nullptr, *up = nullptr, *down = nullptr;
+  };
+  struct LayerRefs {
+    const float *input_norm = nullptr, *post_norm = nullptr;         // [D]
+    const float *pre_res_norm = nullptr, *pre_res_proj = nullptr;    // AttnRes q_pre [D], [1, D] (block mode)
+    const float *post_res_norm = nullptr, *post_res_proj = nullptr;  // q_post
+    GluRefs mlp, shared;                                             // dense FFN; shared experts (MoE layers)
+    const LinearWeight *router = nullptr, *latent_down = nullptr, *latent_up = nullptr;
+    const float *router_bias = nullptr, *latent_norm = nullptr;
+    // Routed experts: [3 e + 0] w1 (gate), [3 e + 1] w3 (up), [3 e + 2] w2 (down).
+    std::vector<const LinearWeight*> experts;
+  };
+
   Tensor ffn(int64_t layer, const Tensor& x) const;
   Tensor moe(int64_t layer, const Tensor& x) const;
-  Tensor glu_ffn(const std::string& prefix, const Tensor& x) const;        // down(glu(gate x, up x))
+  Tensor glu_ffn(const GluRefs& w, const Tensor& x) const;                 // down(glu(gate x, up x))
   void glu_rows(float* g, const float* u, int64_t rows, int64_t F) const;  // g = glu(g, u) in place
-  Tensor attn_res_read(const std::string& norm, const std::string& proj, const std::vector<Tensor>& cands) const;
-  Tensor rmsnorm(const Tensor& x, const std::string& weight) const;
+  // AttnRes read over the candidates [N, D] each: softmax over candidates of (norm * proj) . v / rms(v).
+  Tensor attn_res_read(const float* norm, const float* proj, const std::vector<Tensor>& cands) const;
+  Tensor rmsnorm(const Tensor& x, const float* weight) const;  // rows of x [N, D] with weight [D], rms_norm_eps
   const LinearWeight& lin(const std::string& name) const { return w_->linear(name); }
 
   ModelConfig config_;
@@ -78,9 +95,9 @@ class InferenceModel {
   std::string source_;
   std::vector<std::unique_ptr<KdaDecoder>> kda_;  // per layer (null for MLA layers)
   std::vector<std::unique_ptr<MlaDecoder>> mla_;  // per layer (null for KDA layers)
-  // Per MoE layer, the routed experts' weights resolved once (decode would otherwise build and look up three names
-  // per expert and token): [3 e + 0] w1 (gate), [3 e + 1] w3 (up), [3 e + 2] w2 (down).
-  std::vector<std::vector<const LinearWeight*>> experts_;
+  std::vector<LayerRefs> layers_;
+  const float *out_res_norm_ = nullptr, *out_res_proj_ = nullptr, *final_norm_ = nullptr, *embed_ = nullptr;
+  const LinearWeight* lm_head_ = nullptr;
 };
 
 }  // namespace myriad
