@@ -58,6 +58,7 @@ double cache_bytes_per_token(const SequenceState& s) {
 ServeBenchResult run_serve_bench(const ServeBenchOptions& opt, const MachineLimits& limits, FILE* out) {
   ServeBenchResult res;
   res.sgemm_gflops = limits.sgemm.gflops;
+  size_t m_f32_bytes16 = 0;  // weights a batch-16 f32 decode step reads
   ModelConfig c;
   std::shared_ptr<const DecodeWeights> base;
   if (!opt.model_dir.empty()) {
@@ -83,6 +84,7 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& opt, const MachineLimi
     std::shared_ptr<const DecodeWeights> w =
         fmt == "f32" ? base : DecodeWeights::quantized(*base, c, parse_quant_type(fmt), /*only_experts=*/false);
     const InferenceModel m(c, w);
+    if (fmt == "f32") m_f32_bytes16 = m.active_weight_bytes(16);
     ServeBenchRow row;
     row.format = fmt;
     // 1. prefill
@@ -183,7 +185,8 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& opt, const MachineLimi
     }
     res.ttft_cold_ms = 1e3 * cold;
     res.ttft_warm_ms = 1e3 * warm;
-    std::fprintf(out, "\nprefix reuse: time to first token of a %lld + 64-token prompt: %.1f ms without, %.1f ms with the "
+    std::fprintf(out,
+                 "\nprefix reuse: time to first token of a %lld + 64-token prompt: %.1f ms without, %.1f ms with the "
                  "%lld-token prefix cached (%.1fx)\n",
                  (long long)opt.prefix_tokens, res.ttft_cold_ms, res.ttft_warm_ms, (long long)opt.prefix_tokens,
                  res.ttft_cold_ms / res.ttft_warm_ms);
@@ -206,6 +209,13 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& opt, const MachineLimi
       std::fprintf(out, "decode f32 batch 16 / batch 1: %.2fx (target %.0fx: %s)\n",
                    r.decode_tokens_s[2] / r.decode_tokens_s[0], kBatchScalingTarget,
                    verdict(r.decode_tokens_s[2] >= kBatchScalingTarget * r.decode_tokens_s[0]));
+      // What memory allows: a batch-16 step reads the experts its 16 tokens route to (uniform routing: ~41 of
+      // 64 at top-4), read at batch 1's achieved bandwidth.
+      const double b16_bytes = double(m_f32_bytes16);
+      std::fprintf(out,
+                   "  memory bound on it: a batch-16 step reads ~%.0f MB of weights (uniform routing) against %.0f MB "
+                   "for one token; at batch 1's %.1f GB/s that allows at most %.2fx\n",
+                   b16_bytes / 1e6, r.bytes_per_token / 1e6, r.bandwidth_gbs, 16.0 * r.bytes_per_token / b16_bytes);
     }
     if (r.format == "q8")
       std::fprintf(out, "decode q8 batch 1: %.1f%% of the triad (target %.0f%%: %s)\n",

@@ -373,20 +373,19 @@ Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logit
   return lm_head_->apply(normed);
 }
 
-size_t InferenceModel::active_weight_bytes() const {
-  size_t b = 0;
+size_t InferenceModel::active_weight_bytes(int64_t tokens) const {
+  const double E = double(config_.num_experts), k = double(config_.num_experts_per_token);
+  const double routed_fraction = tokens <= 1 ? k / E : 1.0 - std::pow(1.0 - k / E, double(tokens));
+  double b = 0;
   for (const ParamSpec& spec : model_param_specs(config_)) {
     if (spec.component == Component::kEmbeddings) {
-      b += size_t(config_.hidden_size) * sizeof(float);  // one row is read
+      b += double(std::max<int64_t>(tokens, 1) * config_.hidden_size) * sizeof(float);  // a row per token
       continue;
     }
     const size_t bytes = spec.shape.size() == 2 ? w_->linear(spec.name).bytes() : w_->tensor(spec.name).nbytes();
-    if (spec.component == Component::kRoutedExperts)
-      b += bytes * size_t(config_.num_experts_per_token) / size_t(config_.num_experts);
-    else
-      b += bytes;
+    b += spec.component == Component::kRoutedExperts ? double(bytes) * routed_fraction : double(bytes);
   }
-  return b;
+  return size_t(b);
 }
 
 }  // namespace myriad

@@ -59,9 +59,11 @@ class InferenceModel {
   // checked (kValue).
   Tensor forward(std::span<const BatchEntry> batch, bool all_logits = false) const;
 
-  // Bytes of weights one decode step reads for one token: every dense weight except the routed experts, plus
-  // top-k routed experts per MoE layer (the model's activated weights, as stored).
-  size_t active_weight_bytes() const;
+  // Bytes of weights one decode step reads for `tokens` tokens (one each from as many sequences): every dense
+  // weight (one embedding row per token), plus per MoE layer the routed experts that receive a copy: top-k for
+  // one token (the model's activated weights, as stored); for more, the expected number of distinct experts when
+  // routing is spread uniformly, E (1 - (1 - k/E)^tokens).
+  size_t active_weight_bytes(int64_t tokens = 1) const;
 
  private:
   // Per layer, the weights forward() reads, resolved once at construction (decode would otherwise build and look

@@ -6,9 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "core/error.h"
+#include "model/param_spec.h"
 #include "model/prune.h"
 #include "model/transformer.h"
 #include "serve/evaluate.h"
@@ -121,6 +123,27 @@ TEST(InferenceModel, RopeVariantDecodesAtTheRightPositions) {
     worst = std::max(worst, max_diff(m.forward(std::span<const BatchEntry>(&e, 1)), ref.slice(0, t, t + 1)));
   }
   EXPECT_LE(worst, 1e-4 * max_abs(ref));
+}
+
+// The bytes a decode step reads (the bandwidth figures of bench serve): counted here from the weights' own
+// storage, the routed experts apart.
+TEST(InferenceModel, ActiveWeightBytesCountsTheExpertsABatchReaches) {
+  const ModelConfig c = tiny().config;
+  const auto w = DecodeWeights::from_model(ModelWeights::random(c, 44));
+  const InferenceModel m(c, w);
+  double dense = 0, routed = 0;
+  for (const ParamSpec& spec : model_param_specs(c)) {
+    const double bytes = double(spec.shape.size() == 2 ? w->linear(spec.name).bytes() : w->tensor(spec.name).nbytes());
+    if (spec.component == Component::kEmbeddings) continue;  // one row per token, added below
+    (spec.name.find(".experts.") != std::string::npos ? routed : dense) += bytes;
+  }
+  ASSERT_GT(routed, 0.0);  // the tiny config has MoE layers
+  const double E = double(c.num_experts), k = double(c.num_experts_per_token), row = double(c.hidden_size) * 4;
+  EXPECT_NEAR(double(m.active_weight_bytes()), dense + row + routed * k / E, 2.0);
+  // 16 tokens reach E (1 - (1 - k/E)^16) experts per layer when routing is uniform, never more than all of them.
+  const double reach = 1.0 - std::pow(1.0 - k / E, 16.0);
+  EXPECT_NEAR(double(m.active_weight_bytes(16)), dense + 16 * row + routed * reach, 2.0);
+  EXPECT_LE(double(m.active_weight_bytes(100000)), dense + 100000 * row + routed + 2.0);
 }
 
 TEST(InferenceModel, SwigluVariantEqualsTheTrainingForward) {
