@@ -3,14 +3,11 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/functions.h"
 #include "core/threads.h"
 #include "model/decode_weights.h"
 #include "ops/kernels.h"
 
 namespace myriad {
-
-using ag::Var;
 
 size_t KdaState::bytes() const {
   return conv_q.nbytes() + conv_k.nbytes() + conv_v.nbytes() + S.nbytes();
@@ -70,7 +67,6 @@ Tensor KdaDecoder::forward(const Tensor& x, KdaState& st, int64_t chunk) const {
 Tensor KdaDecoder::forward(const Tensor& x_in, std::span<const KdaSegment> segs, int64_t chunk) const {
   MYRIAD_REQUIRE(x_in.ndim() == 2 && x_in.size(1) == D_ && x_in.dtype() == DType::kF32, kShape, "KdaDecoder: input ",
                  shape_str(x_in.shape()), " should be f32 [N, ", D_, "]");
-  ag::NoGradGuard no_grad;
   const Tensor x = x_in.contiguous();
   const int64_t N = x.size(0), H = H_, K = K_, V = K_, HK = H * K;
   int64_t total = 0;
@@ -79,7 +75,9 @@ Tensor KdaDecoder::forward(const Tensor& x_in, std::span<const KdaSegment> segs,
     total += s.rows;
   }
   MYRIAD_REQUIRE(total == N, kShape, "KdaDecoder: the segments cover ", total, " rows, the input has ", N);
-  // The same operations as Transformer::kda_mixer, with each short conv starting from its segment's carried tail.
+  // The same operations as Transformer::kda_mixer, with each short conv starting from its segment's carried tail,
+  // run straight on the kernels (decode runs this per layer and token; the autograd ops' bookkeeping was a
+  // noticeable part of a quantized token).
   auto short_conv = [&](const LinearWeight& proj, const Tensor& w, Tensor KdaState::*tail) {
     const Tensor lin = proj.apply(x);  // [N, HK]
     Tensor y = Tensor::empty({N, HK});
@@ -91,16 +89,34 @@ Tensor KdaDecoder::forward(const Tensor& x_in, std::span<const KdaSegment> segs,
       s.state->*tail = next;
       r0 += s.rows;
     }
-    return ag::silu(Var(y, false));
+    cpu::unary_forward(Unary::kSiLU, y.data<float>(), y.data<float>(), N * HK);
+    return y;
   };
-  const Var xv(x, false);
-  Var q = ag::scale(ag::l2norm(ag::reshape(short_conv(q_proj_, conv_q_, &KdaState::conv_q), {N, H, K}), 1e-6f),
-                    1.0f / std::sqrt(float(K)));
-  Var k = ag::l2norm(ag::reshape(short_conv(k_proj_, conv_k_, &KdaState::conv_k), {N, H, K}), 1e-6f);
-  Var v = short_conv(v_proj_, conv_v_, &KdaState::conv_v);
-  const Var f(f_b_.apply(f_a_.apply(x)).view({N, H, K}), false);
-  const Var g = ag::kda_gate(f, Var(a_log_, false), Var(dt_bias_, false), lower_bound_);
-  const Var beta = ag::sigmoid(Var(b_proj_.apply(x), false));  // [N, H]
+  thread_local std::vector<float> rnorm;  // l2norm's per-row statistics (unused here)
+  if (rnorm.size() < size_t(N * H)) rnorm.resize(size_t(N * H));
+  Tensor q = short_conv(q_proj_, conv_q_, &KdaState::conv_q);  // [N, H, K]
+  cpu::l2norm_forward(q.data<float>(), rnorm.data(), q.data<float>(), N * H, K, 1e-6f);
+  cpu::scale(q.data<float>(), q.data<float>(), 1.0f / std::sqrt(float(K)), N * HK);
+  Tensor k = short_conv(k_proj_, conv_k_, &KdaState::conv_k);
+  cpu::l2norm_forward(k.data<float>(), rnorm.data(), k.data<float>(), N * H, K, 1e-6f);
+  const Tensor v = short_conv(v_proj_, conv_v_, &KdaState::conv_v);
+  // g = lb * sigmoid(exp(A_log_h) * (f + dt_bias)), in place over f = W_fb W_fa x  [N, H, K]
+  Tensor g = f_b_.apply(f_a_.apply(x));
+  {
+    float* gv = g.data<float>();
+    const float* al = a_log_.data<float>();
+    const float* dt = dt_bias_.data<float>();
+    for (int64_t t = 0; t < N; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        const float a = std::exp(al[h]);
+        for (int64_t c = 0; c < K; ++c) {
+          float& gi = gv[(t * H + h) * K + c];
+          gi = lower_bound_ / (1.0f + std::exp(-a * (gi + dt[h * K + c])));
+        }
+      }
+  }
+  Tensor beta = b_proj_.apply(x);  // [N, H]
+  cpu::unary_forward(Unary::kSigmoid, beta.data<float>(), beta.data<float>(), N * H);
   Tensor o = Tensor::empty({N, H, V});
   std::vector<int64_t> row0(segs.size() + 1, 0);
   bool all_single = segs.size() > 1;
@@ -116,9 +132,9 @@ Tensor KdaDecoder::forward(const Tensor& x_in, std::span<const KdaSegment> segs,
       const KdaShape shape{1, s.rows, H, K, V, chunk};
       // One token: the recurrent form (decode). More: the chunkwise form (prefill). Same state either way.
       (s.rows == 1 ? cpu::kda_recurrent_forward : cpu::kda_chunk_forward)(
-          o.data<float>() + r0 * H * V, S_next.data<float>(), q.value().data<float>() + r0 * HK,
-          k.value().data<float>() + r0 * HK, v.value().data<float>() + r0 * H * V, g.value().data<float>() + r0 * HK,
-          beta.value().data<float>() + r0 * H, s.state->S.data<float>(), shape);
+          o.data<float>() + r0 * H * V, S_next.data<float>(), q.data<float>() + r0 * HK, k.data<float>() + r0 * HK,
+          v.data<float>() + r0 * H * V, g.data<float>() + r0 * HK, beta.data<float>() + r0 * H,
+          s.state->S.data<float>(), shape);
       s.state->S = S_next;
     }
     s.state->tokens += s.rows;
@@ -129,9 +145,14 @@ Tensor KdaDecoder::forward(const Tensor& x_in, std::span<const KdaSegment> segs,
   } else {
     for (size_t i = 0; i < segs.size(); ++i) run(i);
   }
-  const Var gate(g_proj_.apply(x).view({N, H, V}), false);
-  Var normed = ag::rmsnorm_gated(Var(o, false), Var(o_norm_, false), gate, rms_eps_);
-  return o_proj_.apply(normed.value().contiguous().view({N, H * V}));
+  // RMSNorm per head with the output gate: normed = o / rms(o) * o_norm * sigmoid(gate), as ag::rmsnorm_gated
+  const Tensor gate = g_proj_.apply(x);  // [N, H V]
+  Tensor normed = Tensor::empty({N, H * V});
+  thread_local std::vector<float> rstd;
+  if (rstd.size() < size_t(N * H)) rstd.resize(size_t(N * H));
+  cpu::rmsnorm_forward(normed.data<float>(), rstd.data(), o.data<float>(), o_norm_.data<float>(), gate.data<float>(),
+                       N * H, V, rms_eps_);
+  return o_proj_.apply(normed);
 }
 
 }  // namespace myriad
