@@ -17,16 +17,11 @@
 namespace myriad {
 
 namespace fs = std::filesystem;
-using ag::Var;
 
 namespace {
 
 std::string layer_prefix(int64_t l) {
   return "model.layers." + std::to_string(l) + ".";
-}
-
-Var constant(const Tensor& t) {
-  return Var(t, false);
 }
 
 }  // namespace
@@ -197,9 +192,13 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
   const ModelConfig& c = config_;
   const int64_t N = x.size(0), E = c.num_experts, k = c.num_experts_per_token;
   const LayerRefs& lw = layers_[size_t(l)];
-  const Var logits = constant(lw.router->apply(x));
-  const Var s = c.moe_router_activation_func == "softmax" ? ag::softmax(logits) : ag::sigmoid(logits);
-  Tensor biased = s.value().clone();
+  // Router scores s [N, E] in f32 (sigmoid or softmax), selection on s + bias, mixture weights from s alone.
+  Tensor s = lw.router->apply(x);
+  if (c.moe_router_activation_func == "softmax")
+    cpu::softmax_forward(s.data<float>(), s.data<float>(), N, E);
+  else
+    cpu::unary_forward(Unary::kSigmoid, s.data<float>(), s.data<float>(), N * E);
+  Tensor biased = s.clone();
   if (c.topk_method == "noaux_tc") {
     const float* b = lw.router_bias;
     float* bs = biased.data<float>();
@@ -208,8 +207,20 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
   }
   Tensor idx = Tensor::empty({N, k}, DType::kI32), top = Tensor::empty({N, k});
   cpu::topk(idx.data<int32_t>(), top.data<float>(), biased.data<float>(), N, E, k);
-  const Tensor weights =
-      ag::route_weights(s, idx, float(c.routed_scaling_factor), c.moe_renormalize).value().contiguous();  // [N, k]
+  // p_i = s_i / sum of the chosen s (moe_renormalize) * routed_scaling_factor, as ag::route_weights
+  Tensor weights = Tensor::empty({N, k});
+  {
+    const float* sv = s.data<float>();
+    const int32_t* ids = idx.data<int32_t>();
+    float* p = weights.data<float>();
+    const float scaling = float(c.routed_scaling_factor);
+    for (int64_t t = 0; t < N; ++t) {
+      float sum = 0.0f;
+      for (int64_t j = 0; j < k; ++j) sum += sv[t * E + ids[t * k + j]];
+      const float denom = c.moe_renormalize && sum > 0.0f ? sum : 1.0f;
+      for (int64_t j = 0; j < k; ++j) p[t * k + j] = scaling * sv[t * E + ids[t * k + j]] / denom;
+    }
+  }
   const bool latent = c.routed_expert_hidden_size.has_value();
   const Tensor z = latent ? lw.latent_down->apply(x) : x.contiguous();  // [N, L]
   const int64_t L = z.size(1);
