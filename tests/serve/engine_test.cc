@@ -146,6 +146,38 @@ TEST(InferenceModel, ActiveWeightBytesCountsTheExpertsABatchReaches) {
   EXPECT_LE(double(m.active_weight_bytes(100000)), dense + 100000 * row + routed + 2.0);
 }
 
+// Model variants the serving path implements on its own (SwiGLU; a softmax router, with and without the
+// renormalised top-k weights and a scaling factor): logits against the training forward, prefill then decode.
+void expect_variant_equals_training_forward(const ModelConfig& c, uint64_t seed) {
+  Transformer ref_model(c, ModelWeights::random(c, seed));
+  const InferenceModel m(c, DecodeWeights::from_model(ref_model.weights()));
+  const std::vector<int32_t> tokens = random_tokens(80, 13, c.vocab_size);
+  Tensor ref;
+  {
+    ag::NoGradGuard ng;
+    std::vector<int64_t> ids(tokens.begin(), tokens.end());
+    ref = ref_model.logits(ref_model.forward(Tensor::from_vector(ids, {80}), Tensor()).hidden);
+  }
+  SequenceState st = m.new_sequence(16);
+  const BatchEntry head{&st, std::span<const int32_t>(tokens.data(), 60)};
+  // f32 both ways, reassociated sums (absorbed MLA, recurrent KDA): 1e-4 of the logits' scale.
+  EXPECT_LE(max_diff(m.forward(std::span<const BatchEntry>(&head, 1), true), ref.slice(0, 0, 60)), 1e-4 * max_abs(ref));
+  for (int64_t t = 60; t < 80; ++t) {
+    const BatchEntry e{&st, std::span<const int32_t>(tokens.data() + t, 1)};
+    EXPECT_LE(max_diff(m.forward(std::span<const BatchEntry>(&e, 1)), ref.slice(0, t, t + 1)), 1e-4 * max_abs(ref))
+        << "decode token " << t;
+  }
+}
+
+TEST(InferenceModel, SoftmaxRouterVariantsEqualTheTrainingForward) {
+  ModelConfig c = tiny().config;
+  c.moe_router_activation_func = "softmax";
+  expect_variant_equals_training_forward(c, 45);
+  c.moe_renormalize = false;
+  c.routed_scaling_factor = 2.5;
+  expect_variant_equals_training_forward(c, 46);
+}
+
 TEST(InferenceModel, SwigluVariantEqualsTheTrainingForward) {
   ModelConfig c = tiny().config;
   c.hidden_act = "silu";  // SwiGLU in the dense FFN, the shared expert and the routed experts
