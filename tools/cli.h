@@ -25,6 +25,9 @@ class Args {
   std::optional<std::string> get(const std::string& name) const;
   std::string get_or(const std::string& name, const std::string& fallback) const;
   long get_int(const std::string& name, long fallback, long min, long max) const;
+  // One of `choices` (kValue naming them otherwise); fallback when the flag is absent.
+  std::string get_choice(const std::string& name, const std::string& fallback,
+                         const std::vector<std::string>& choices) const;
   const std::vector<std::string>& positional() const { return positional_; }
   bool help() const { return help_; }
 

@@ -144,6 +144,8 @@ int run_serve(const myriad::cli::Args& args) {
           {"b1_bandwidth_gbs", r.bandwidth_gbs},         {"triad_gbs", r.triad_gbs}};
     j["decode_1k_ms"] = res.decode_1k_ms;
     j["decode_long_ms"] = res.decode_long_ms;
+    j["decode_1k_bf16_cache_ms"] = res.decode_1k_bf16_ms;
+    j["decode_long_bf16_cache_ms"] = res.decode_long_bf16_ms;
     j["ttft_cold_ms"] = res.ttft_cold_ms;
     j["ttft_warm_ms"] = res.ttft_warm_ms;
     j["targets_met"] = res.targets_met;

@@ -73,6 +73,8 @@ int run_chat(const myriad::cli::Args& args) {
   const int64_t max_tokens = args.get_int("max-tokens", 512, 1, 1 << 30);
   myriad::EngineOptions eo;
   eo.cache_mb = args.get_int("cache-mb", eo.cache_mb, 1, 1 << 24);
+  eo.cache_dtype =
+      args.get_choice("cache-dtype", "f32", {"f32", "bf16"}) == "bf16" ? myriad::DType::kBF16 : myriad::DType::kF32;
   eo.max_batch = 1;
 
   const bool tty = ::isatty(0) && ::isatty(1);
@@ -184,5 +186,6 @@ MYRIAD_COMMAND("chat", "talk with a model in the terminal (chat template, histor
                 {"min-p", "P", "drop tokens below P times the most likely one's probability (default 0)"},
                 {"repetition-penalty", "R", "penalty for tokens already seen (default 1 = off)"},
                 {"seed", "S", "random seed (default: a random one); each turn uses the next seed"},
-                {"cache-mb", "N", "memory for sequence state (default 1024)"}},
+                {"cache-mb", "N", "memory for sequence state (default 1024)"},
+                {"cache-dtype", "f32|bf16", "how MLA latent rows are cached: f32 (default) or bf16 (half the memory)"}},
                run_chat);

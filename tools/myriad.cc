@@ -99,6 +99,18 @@ long Args::get_int(const std::string& name, long fallback, long min, long max) c
   return x;
 }
 
+std::string Args::get_choice(const std::string& name, const std::string& fallback,
+                             const std::vector<std::string>& choices) const {
+  const std::string v = get_or(name, fallback);
+  std::string list;
+  for (const std::string& c : choices) {
+    if (c == v) return v;
+    list += (list.empty() ? "" : ", ") + c;
+  }
+  MYRIAD_REQUIRE(false, kValue, "--", name, " ", v, ": must be one of ", list);
+  return fallback;
+}
+
 }  // namespace myriad::cli
 
 namespace {

@@ -51,7 +51,8 @@ struct ServeBenchRow {
 struct ServeBenchResult {
   std::vector<ServeBenchRow> rows;
   double sgemm_gflops = 0;
-  double decode_1k_ms = 0, decode_long_ms = 0;
+  double decode_1k_ms = 0, decode_long_ms = 0;            // f32 latent cache
+  double decode_1k_bf16_ms = 0, decode_long_bf16_ms = 0;  // bf16 latent cache
   double ttft_cold_ms = 0, ttft_warm_ms = 0;
   int targets_met = 0, targets = 0;
 };

@@ -51,25 +51,36 @@ void linear(float* y, int64_t ldy, const float* x, int64_t T, const LinearWeight
 // ---------------------------------------------------------------------------------------------------------------
 // MlaCache
 
-MlaCache::MlaCache(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens)
-    : C_(kv_lora_rank), Dr_(rope_dim), page_tokens_(page_tokens) {
+MlaCache::MlaCache(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens, DType dtype)
+    : C_(kv_lora_rank), Dr_(rope_dim), page_tokens_(page_tokens), dtype_(dtype) {
   MYRIAD_REQUIRE(kv_lora_rank > 0 && rope_dim >= 0, kValue, "mla cache: kv_lora_rank ", kv_lora_rank,
                  " must be > 0 and qk_rope_head_dim ", rope_dim, " >= 0");
   MYRIAD_REQUIRE(page_tokens > 0, kValue, "mla cache: page_tokens ", page_tokens, " must be > 0");
+  MYRIAD_REQUIRE(dtype == DType::kF32 || dtype == DType::kBF16, kValue,
+                 "mla cache: rows are stored as F32 or BF16, not ", dtype_name(dtype));
 }
 
-float* MlaCache::next_row() {
+void* MlaCache::next_row() {
   const int64_t r = size_ % page_tokens_;
-  if (r == 0 && size_ / page_tokens_ == num_pages()) pages_.push_back(Tensor::empty({page_tokens_, row_width()}));
-  float* p = pages_[size_t(size_ / page_tokens_)].data<float>() + r * row_width();
+  if (r == 0 && size_ / page_tokens_ == num_pages())
+    pages_.push_back(Tensor::empty({page_tokens_, row_width()}, dtype_));
+  Tensor& pg = pages_[size_t(size_ / page_tokens_)];
   ++size_;
-  return p;
+  if (dtype_ == DType::kBF16) return pg.data<uint16_t>() + r * row_width();
+  return pg.data<float>() + r * row_width();
 }
 
 void MlaCache::append(const float* c_kv, const float* k_pe) {
-  float* r = next_row();
-  std::memcpy(r, c_kv, size_t(C_) * sizeof(float));
-  if (Dr_ > 0) std::memcpy(r + C_, k_pe, size_t(Dr_) * sizeof(float));
+  void* r = next_row();
+  if (dtype_ == DType::kBF16) {
+    uint16_t* b = static_cast<uint16_t*>(r);
+    for (int64_t i = 0; i < C_; ++i) b[i] = f32_to_bf16(c_kv[i]);
+    for (int64_t i = 0; i < Dr_; ++i) b[C_ + i] = f32_to_bf16(k_pe[i]);
+    return;
+  }
+  float* f = static_cast<float*>(r);
+  std::memcpy(f, c_kv, size_t(C_) * sizeof(float));
+  if (Dr_ > 0) std::memcpy(f + C_, k_pe, size_t(Dr_) * sizeof(float));
 }
 
 void MlaCache::append(const Tensor& c_kv, const Tensor& k_pe) {
@@ -84,7 +95,7 @@ void MlaCache::append(const Tensor& c_kv, const Tensor& k_pe) {
 }
 
 MlaCache MlaCache::clone() const {
-  MlaCache c(C_, Dr_, page_tokens_);
+  MlaCache c(C_, Dr_, page_tokens_, dtype_);
   c.size_ = size_;
   c.pages_.reserve(pages_.size());
   for (const Tensor& p : pages_) c.pages_.push_back(p.clone());
@@ -94,7 +105,7 @@ MlaCache MlaCache::clone() const {
 MlaCache MlaCache::share_prefix(int64_t n) const {
   MYRIAD_REQUIRE(n >= 0 && n <= size_ && n % page_tokens_ == 0, kValue, "mla cache: a shared prefix of ", n,
                  " tokens must be a multiple of the page size ", page_tokens_, " and at most ", size_);
-  MlaCache c(C_, Dr_, page_tokens_);
+  MlaCache c(C_, Dr_, page_tokens_, dtype_);
   c.size_ = n;
   c.pages_.assign(pages_.begin(), pages_.begin() + n / page_tokens_);
   return c;
@@ -105,8 +116,22 @@ void MlaCache::clear() {
   size_ = 0;
 }
 
+size_t MlaCache::page_bytes(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens, DType dtype) {
+  return size_t(page_tokens) * size_t(kv_lora_rank + rope_dim) * (dtype == DType::kBF16 ? 2 : 4);
+}
+
 size_t MlaCache::bytes() const {
-  return pages_.size() * size_t(page_tokens_) * size_t(row_width()) * sizeof(float);
+  return pages_.size() * page_bytes(C_, Dr_, page_tokens_, dtype_);
+}
+
+const float* MlaCache::page(int64_t p) const {
+  MYRIAD_CHECK(dtype_ == DType::kF32, "mla cache: page() of a ", dtype_name(dtype_), " cache");
+  return pages_[size_t(p)].data<float>();
+}
+
+const uint16_t* MlaCache::page_bf16(int64_t p) const {
+  MYRIAD_CHECK(dtype_ == DType::kBF16, "mla cache: page_bf16() of a ", dtype_name(dtype_), " cache");
+  return pages_[size_t(p)].data<uint16_t>();
 }
 
 int64_t MlaCache::page_rows(int64_t p) const {
@@ -116,6 +141,16 @@ int64_t MlaCache::page_rows(int64_t p) const {
 const float* MlaCache::row(int64_t t) const {
   MYRIAD_CHECK(t >= 0 && t < size_, "mla cache: token ", t, " of ", size_);
   return page(t / page_tokens_) + (t % page_tokens_) * row_width();
+}
+
+void MlaCache::row_f32(int64_t t, float* out) const {
+  MYRIAD_CHECK(t >= 0 && t < size_, "mla cache: token ", t, " of ", size_);
+  if (dtype_ == DType::kF32) {
+    std::memcpy(out, row(t), size_t(row_width()) * sizeof(float));
+    return;
+  }
+  const uint16_t* b = page_bf16(t / page_tokens_) + (t % page_tokens_) * row_width();
+  for (int64_t i = 0; i < row_width(); ++i) out[i] = bf16_to_f32(b[i]);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -174,8 +209,8 @@ MlaDecoder::MlaDecoder(const ModelConfig& c, std::shared_ptr<const DecodeWeights
   }
 }
 
-MlaCache MlaDecoder::make_cache(int64_t page_tokens) const {
-  return MlaCache(C_, Dr_, page_tokens);
+MlaCache MlaDecoder::make_cache(int64_t page_tokens, DType dtype) const {
+  return MlaCache(C_, Dr_, page_tokens, dtype);
 }
 
 void MlaDecoder::check_cache(const MlaCache& cache) const {
@@ -233,6 +268,15 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
                         false);
   for (int64_t h = 0; h < H_; ++h) std::copy(q + h * Dq_ + Dn_, q + (h + 1) * Dq_, qcat.data() + h * W + C_);
   cpu::scale(qcat.data(), qcat.data(), scale_, H_ * W);  // the softmax scale, once rather than per page
+  // A bf16 cache: with native bf16 dot products the queries are rounded to bf16 too and the page scores run
+  // through vdpbf16ps (32 products an instruction, half the bytes read); otherwise each page is widened to f32 and
+  // scored by the f32 kernel. Either way the values pass reads the page widened to f32.
+  const bool bf16 = cache.dtype() == DType::kBF16, bf16_dot = bf16 && cpu::bf16_dot_native();
+  std::vector<uint16_t> qb;
+  if (bf16_dot) {
+    qb.resize(static_cast<size_t>(H_ * W));
+    cpu::f32_to_bf16_rows(qb.data(), W, qcat.data(), W, H_, W);
+  }
 
   // Pages are split into contiguous ranges, one per part; each part runs an online softmax over its pages (running
   // max m, sum l and unnormalised o_lat per head), and the parts are merged at the end (flash-decoding).
@@ -250,12 +294,21 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
     std::fill(lp, lp + H_, 0.0f);
     std::fill(op, op + H_ * C_, 0.0f);
     std::vector<float> S(static_cast<size_t>(H_ * P));
+    thread_local std::vector<float> widened;  // a bf16 page as f32 [n, W]
+    if (bf16 && widened.size() < size_t(P * W)) widened.resize(size_t(P * W));
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t n = cache.page_rows(p);
-      const float* pg = cache.page(p);
+      const float* pg = nullptr;
+      if (bf16) {
+        if (bf16_dot) cpu::gemm_skinny_bf16(H_, n, W, qb.data(), W, cache.page_bf16(p), W, S.data(), P);
+        cpu::bf16_to_f32_rows(widened.data(), W, cache.page_bf16(p), W, n, W);
+        pg = widened.data();
+      } else {
+        pg = cache.page(p);
+      }
       // The per-page products are [H, W] x [W, n] and [H, n] x [n, C] for a handful of heads: the few-row kernels
       // read the page once per four heads straight from the cache, where sgemm would first copy (pack) it.
-      cpu::gemm_skinny(H_, n, W, qcat.data(), pg, S.data(), P);  // [H, n] scores
+      if (!bf16_dot) cpu::gemm_skinny(H_, n, W, qcat.data(), pg, S.data(), P);  // [H, n] scores
       for (int64_t h = 0; h < H_; ++h) {
         float* sr = S.data() + h * P;
         float mx = mp[h];
@@ -306,6 +359,14 @@ void MlaDecoder::attend_chunk(const float* q, int64_t T, const MlaCache& cache, 
   const int64_t W = C_ + Dr_, HV = H_ * Dv_, HQ = H_ * Dq_;
   const int64_t N = cache.size(), base = N - T, P = cache.page_tokens();
   const int64_t tiles = (T + kQueryTile - 1) / kQueryTile, tasks = H_ * tiles;
+  // A bf16 cache is widened to f32 once per call ([N, W], the pages back to back), for the sgemm products below.
+  std::vector<float> widened;
+  if (cache.dtype() == DType::kBF16) {
+    widened.resize(static_cast<size_t>(N * W));
+    for (int64_t p = 0; p < cache.num_pages(); ++p)
+      cpu::bf16_to_f32_rows(widened.data() + p * P * W, W, cache.page_bf16(p), W, cache.page_rows(p), W);
+  }
+  auto page_f32 = [&](int64_t p) { return widened.empty() ? cache.page(p) : widened.data() + p * P * W; };
   const float* uk = w_uk_.data<float>();
   const float* uv = w_uv_.data<float>();
   const float scale = scale_;
@@ -333,7 +394,7 @@ void MlaDecoder::attend_chunk(const float* q, int64_t T, const MlaCache& cache, 
     // scores against every key the tile may see, one sgemm per page
     for (int64_t k0 = 0; k0 < kend; k0 += P) {
       const int64_t n = std::min(P, kend - k0);
-      cpu::gemm(false, true, m, n, W, scale, qc, W, cache.page(k0 / P), W, 0.0f, S + k0, ldS);
+      cpu::gemm(false, true, m, n, W, scale, qc, W, page_f32(k0 / P), W, 0.0f, S + k0, ldS);
     }
     // causal softmax: row r sees keys [0, base + i0 + r]
     for (int64_t r = 0; r < m; ++r) {
@@ -356,7 +417,7 @@ void MlaDecoder::attend_chunk(const float* q, int64_t T, const MlaCache& cache, 
     // o_lat = P c_kv  ([m, kend] x [kend, C]: the first C columns of the cached rows), page by page
     for (int64_t k0 = 0; k0 < kend; k0 += P) {
       const int64_t n = std::min(P, kend - k0);
-      cpu::gemm(false, false, m, C_, n, 1.0f, S + k0, ldS, cache.page(k0 / P), W, k0 == 0 ? 0.0f : 1.0f, ol, C_);
+      cpu::gemm(false, false, m, C_, n, 1.0f, S + k0, ldS, page_f32(k0 / P), W, k0 == 0 ? 0.0f : 1.0f, ol, C_);
     }
     // out[h] = o_lat W_uv[h]^T  ([m, C] x [C, Dv])
     cpu::gemm(false, true, m, Dv_, C_, 1.0f, ol, C_, uv + h * Dv_ * C_, C_, 0.0f, attn_p + i0 * HV + h * Dv_, HV);

@@ -54,7 +54,10 @@ class MlaCache {
  public:
   static constexpr int64_t kDefaultPageTokens = 64;
 
-  MlaCache(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens = kDefaultPageTokens);
+  // dtype: how the rows are stored, kF32 (exact) or kBF16 (half the bytes: decode at long context reads the whole
+  // cache every token; values rounded to nearest even, relative error <= 2^-9; see MlaDecoder for how each is
+  // read). Other dtypes are refused (kValue).
+  MlaCache(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens = kDefaultPageTokens, DType dtype = DType::kF32);
   // Move-only: the pages are shared-storage tensors, so a plain copy would alias them. clone() copies deeply
   // (e.g. to fork a sequence after a shared prompt).
   MlaCache(MlaCache&&) = default;
@@ -65,8 +68,9 @@ class MlaCache {
   // The first n tokens, n a multiple of page_tokens, SHARING their pages (no copy): safe because a full page is
   // never written again (appends always go to a new page). For prefix reuse across sequences.
   MlaCache share_prefix(int64_t n) const;
-  static MlaCache for_config(const ModelConfig& config, int64_t page_tokens = kDefaultPageTokens) {
-    return MlaCache(config.kv_lora_rank, config.qk_rope_head_dim, page_tokens);
+  static MlaCache for_config(const ModelConfig& config, int64_t page_tokens = kDefaultPageTokens,
+                             DType dtype = DType::kF32) {
+    return MlaCache(config.kv_lora_rank, config.qk_rope_head_dim, page_tokens, dtype);
   }
 
   // One token: c_kv [C] (normed), k_pe [Dr] (rotated when RoPE is on). Allocates a page when the last is full.
@@ -82,21 +86,27 @@ class MlaCache {
   int64_t row_width() const { return C_ + Dr_; }  // W: one cached row is [c_kv | k_pe]
   int64_t page_tokens() const { return page_tokens_; }
   int64_t num_pages() const { return int64_t(pages_.size()); }
-  // Bytes held by the allocated pages: ceil(size / page_tokens) * page_tokens * W * 4.
+  DType dtype() const { return dtype_; }
+  // Bytes one page holds: page_tokens * W * (4 for f32, 2 for bf16).
+  static size_t page_bytes(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens, DType dtype);
+  // Bytes held by the allocated pages: ceil(size / page_tokens) pages.
   size_t bytes() const;
 
   // Page p: rows [page_tokens, W] (only the first page_rows(p) hold tokens). Token t lives in page
-  // t / page_tokens, row t % page_tokens.
-  const float* page(int64_t p) const { return pages_[size_t(p)].data<float>(); }
+  // t / page_tokens, row t % page_tokens. page() for f32 caches, page_bf16() for bf16 ones (MYRIAD_CHECK).
+  const float* page(int64_t p) const;
+  const uint16_t* page_bf16(int64_t p) const;
   int64_t page_rows(int64_t p) const;
-  const float* row(int64_t t) const;  // [W]
+  const float* row(int64_t t) const;  // [W], f32 caches
   const float* c_kv(int64_t t) const { return row(t); }
   const float* k_pe(int64_t t) const { return row(t) + C_; }
+  void row_f32(int64_t t, float* out) const;  // [W] as f32, either dtype
 
  private:
-  float* next_row();
+  void* next_row();  // the next row's storage (f32 or bf16)
 
   int64_t C_, Dr_, page_tokens_;
+  DType dtype_ = DType::kF32;
   int64_t size_ = 0;
   std::vector<Tensor> pages_;
 };
@@ -121,7 +131,7 @@ class MlaDecoder {
   MlaDecoder(const ModelConfig& config, std::shared_ptr<const DecodeWeights> weights, int64_t layer);
 
   // A cache shaped for this layer.
-  MlaCache make_cache(int64_t page_tokens = MlaCache::kDefaultPageTokens) const;
+  MlaCache make_cache(int64_t page_tokens = MlaCache::kDefaultPageTokens, DType dtype = DType::kF32) const;
 
   // One token: x [D] is the normed input (input_layernorm applied). Appends its c_kv / k_pe to the cache, attends
   // over the whole cache, returns the mixer output [D] (o_proj applied). When attn is given it receives the

@@ -70,6 +70,18 @@ namespace cpu {
 // Threads (OpenMP) split the rows of W when N * K is large enough; single-threaded otherwise.
 void gemm_skinny(int64_t n, int64_t N, int64_t K, const float* X, const float* W, float* Y, int64_t ldy);
 
+// Few-row products over bf16 operands (a bf16 MLA latent cache), single-threaded:
+//   gemm_skinny_bf16: Y [n, N] (row stride ldy) = X [n, K] W [N, K]^T, X and W bf16 (row strides ldx, ldw), sums
+//                     in f32. With AVX512-BF16 (bf16_dot_native()) through vdpbf16ps, 32 products per instruction;
+//                     elsewhere a portable loop (exact products of the bf16 values, f32 sums).
+//   bf16_to_f32_rows: dst [n, K] (stride ldd) = src [n, K] (stride lds) widened to f32 (exact).
+//   f32_to_bf16_rows: dst [n, K] (stride ldd) = src rounded to nearest even, zero-filled from K to ldd.
+void gemm_skinny_bf16(int64_t n, int64_t N, int64_t K, const uint16_t* X, int64_t ldx, const uint16_t* W, int64_t ldw,
+                      float* Y, int64_t ldy);
+bool bf16_dot_native();
+void bf16_to_f32_rows(float* dst, int64_t ldd, const uint16_t* src, int64_t lds, int64_t n, int64_t K);
+void f32_to_bf16_rows(uint16_t* dst, int64_t ldd, const float* src, int64_t lds, int64_t n, int64_t K);
+
 // The two other products of a few rows, single-threaded (callers run many of them in parallel, one per MoE
 // expert), where sgemm would spend its time packing the big operand:
 //   gemm_skinny_nn: Y [n, N] = (accumulate ? Y : 0) + X [n, K] W [K, N]   (W not transposed; read once)

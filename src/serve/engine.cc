@@ -88,13 +88,14 @@ Engine::Engine(std::shared_ptr<const InferenceModel> model, EngineOptions option
                  kValue, "engine: page_tokens, max_batch, prefill_chunk and cache_mb must be > 0");
   MYRIAD_REQUIRE(opt_.prefix_every % opt_.page_tokens == 0, kValue, "engine: prefix_every (", opt_.prefix_every,
                  ") must be a multiple of page_tokens (", opt_.page_tokens, ")");
-  const SequenceState probe = model_->new_sequence(opt_.page_tokens);
+  const SequenceState probe = model_->new_sequence(opt_.page_tokens, opt_.cache_dtype);
   kda_state_bytes_ = probe.kda_bytes();
   int64_t mla_layers = 0;
   for (int64_t l = 0; l < model_->config().num_hidden_layers; ++l)
     mla_layers += model_->config().mixer(l) == Mixer::kMla ? 1 : 0;
-  page_bytes_ = size_t(mla_layers) * size_t(opt_.page_tokens) *
-                size_t(model_->config().kv_lora_rank + model_->config().qk_rope_head_dim) * sizeof(float);
+  page_bytes_ =
+      size_t(mla_layers) * MlaCache::page_bytes(model_->config().kv_lora_rank, model_->config().qk_rope_head_dim,
+                                                opt_.page_tokens, opt_.cache_dtype);
   metrics_.cache_bytes_budget = size_t(opt_.cache_mb) << 20;
   text_vocab_ = model_->tokenizer().loaded() ? std::min(model_->vocab_size(), model_->tokenizer().vocab_size())
                                              : model_->vocab_size();
@@ -240,7 +241,8 @@ void Engine::store_prefix(const Sequence& s) {
   for (size_t l = 0; l < s.state.kda.size(); ++l) {
     if (s.state.kda[l].S.defined()) {
       pe->kda.push_back(s.state.kda[l].clone());
-      pe->mla.push_back(MlaCache(s.state.mla[l].kv_lora_rank(), s.state.mla[l].rope_dim(), opt_.page_tokens));
+      pe->mla.push_back(
+          MlaCache(s.state.mla[l].kv_lora_rank(), s.state.mla[l].rope_dim(), opt_.page_tokens, s.state.mla[l].dtype()));
       pe->bytes += pe->kda.back().bytes();
     } else {
       pe->kda.push_back(KdaState{});
@@ -292,7 +294,7 @@ bool Engine::step() {
     Sequence& s = *sp;
     if (s.done) continue;
     if (!s.started) {
-      s.state = model_->new_sequence(opt_.page_tokens);
+      s.state = model_->new_sequence(opt_.page_tokens, opt_.cache_dtype);
       lookup_prefix(s);
       s.started = true;
     }

@@ -44,13 +44,14 @@
 namespace myriad {
 
 struct EngineOptions {
-  int64_t cache_mb = 1024;        // sequence state budget (KDA states + MLA pages)
-  int64_t page_tokens = 64;       // MLA cache page size in tokens
-  int64_t max_batch = 16;         // sequences running at once
-  int64_t prefill_chunk = 256;    // prompt tokens per step, over all prefilling sequences
-  int64_t max_waiting = 64;       // queued requests beyond this are refused (kBusy)
-  int64_t prefix_every = 256;     // prefix snapshot interval in tokens (multiple of page_tokens); 0 = off
-  int64_t prefix_cache_mb = 256;  // budget of the prefix snapshots
+  int64_t cache_mb = 1024;          // sequence state budget (KDA states + MLA pages)
+  int64_t page_tokens = 64;         // MLA cache page size in tokens
+  DType cache_dtype = DType::kF32;  // MLA cache rows: kF32, or kBF16 (half the memory per token; MlaCache)
+  int64_t max_batch = 16;           // sequences running at once
+  int64_t prefill_chunk = 256;      // prompt tokens per step, over all prefilling sequences
+  int64_t max_waiting = 64;         // queued requests beyond this are refused (kBusy)
+  int64_t prefix_every = 256;       // prefix snapshot interval in tokens (multiple of page_tokens); 0 = off
+  int64_t prefix_cache_mb = 256;    // budget of the prefix snapshots
 };
 
 struct GenerationRequest {

@@ -53,7 +53,8 @@ class InferenceModel {
   int64_t vocab_size() const { return config_.vocab_size; }
   int64_t kda_chunk = 64;
 
-  SequenceState new_sequence(int64_t page_tokens = MlaCache::kDefaultPageTokens) const;
+  // cache_dtype: how the MLA latent caches store their rows, kF32 (exact) or kBF16 (half the bytes; MlaCache).
+  SequenceState new_sequence(int64_t page_tokens = MlaCache::kDefaultPageTokens, DType cache_dtype = DType::kF32) const;
   // Runs every entry's tokens, advancing its state. Returns f32 logits: [entries, vocab] for the last token of
   // each entry, or with all_logits [total tokens, vocab] in entry order. Token ids and the context length are
   // checked (kValue).

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "core/dtype.h"
 #include "ops/kernels.h"
 
 namespace myriad {
@@ -103,6 +104,67 @@ TEST(RankUpdate, MatchesADoubleLoop) {
       }
       for (int64_t j = c.N; j < ldd; ++j) EXPECT_EQ(D[size_t(r * ldd + j)], D0[size_t(r * ldd + j)]);
     }
+  }
+}
+
+}  // namespace
+}  // namespace myriad
+
+namespace myriad {
+namespace {
+
+// Y = X W^T over bf16 operands (a bf16 MLA cache's page scores) against a double loop over the same bf16 values:
+// every product of two bf16 numbers is exact in f32, so only the f32 summation order differs. Shapes cover 8-row
+// blocks and their remainders, odd W rows, K below, at and past a 32-element step, and strides wider than K.
+TEST(GemmSkinnyBf16, MatchesADoubleLoop) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  struct Case {
+    int64_t n, N, K;
+  };
+  for (const Case c :
+       {Case{1, 1, 1}, Case{8, 64, 160}, Case{3, 7, 31}, Case{11, 9, 33}, Case{16, 2, 64}, Case{5, 3, 0}}) {
+    const int64_t ldx = c.K + 3, ldw = c.K + 5, ldy = c.N + 2;
+    std::vector<uint16_t> X(static_cast<size_t>(c.n * ldx)), W(static_cast<size_t>(c.N * ldw));
+    for (auto& v : X) v = f32_to_bf16(n01(rng));
+    for (auto& v : W) v = f32_to_bf16(n01(rng));
+    std::vector<float> Y(static_cast<size_t>(c.n * ldy), -7.0f);
+    cpu::gemm_skinny_bf16(c.n, c.N, c.K, X.data(), ldx, W.data(), ldw, Y.data(), ldy);
+    for (int64_t i = 0; i < c.n; ++i) {
+      for (int64_t r = 0; r < c.N; ++r) {
+        double ref = 0, mag = 0;
+        for (int64_t k = 0; k < c.K; ++k) {
+          const double t = double(bf16_to_f32(X[size_t(i * ldx + k)])) * double(bf16_to_f32(W[size_t(r * ldw + k)]));
+          ref += t;
+          mag += std::abs(t);
+        }
+        EXPECT_NEAR(Y[size_t(i * ldy + r)], ref, 1e-6 * mag + 1e-7) << c.n << "x" << c.N << "x" << c.K;
+      }
+      for (int64_t r = c.N; r < ldy; ++r) EXPECT_EQ(Y[size_t(i * ldy + r)], -7.0f);
+    }
+  }
+}
+
+TEST(Bf16Rows, RoundAndWidenAsTheScalarConversions) {
+  std::mt19937 rng(8);
+  std::normal_distribution<float> n01(0.0f, 3.0f);
+  const int64_t n = 3, K = 37, lds = 40, ldb = 48;
+  std::vector<float> src(static_cast<size_t>(n * lds));
+  for (float& v : src) v = n01(rng);
+  std::vector<uint16_t> b(static_cast<size_t>(n * ldb), 0xFFFF);
+  cpu::f32_to_bf16_rows(b.data(), ldb, src.data(), lds, n, K);
+  std::vector<float> back(static_cast<size_t>(n * lds), -1.0f);
+  cpu::bf16_to_f32_rows(back.data(), lds, b.data(), ldb, n, K);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < K; ++k) {
+      EXPECT_EQ(b[size_t(i * ldb + k)], f32_to_bf16(src[size_t(i * lds + k)]));
+      EXPECT_EQ(back[size_t(i * lds + k)], bf16_to_f32(b[size_t(i * ldb + k)]));
+      // round to nearest: within half a unit of the 8-bit significand
+      EXPECT_LE(std::abs(back[size_t(i * lds + k)] - src[size_t(i * lds + k)]),
+                std::abs(src[size_t(i * lds + k)]) * 0.00391f);
+    }
+    for (int64_t k = K; k < ldb; ++k) EXPECT_EQ(b[size_t(i * ldb + k)], 0) << "padding is zeroed";
+    for (int64_t k = K; k < lds; ++k) EXPECT_EQ(back[size_t(i * lds + k)], -1.0f) << "past K untouched";
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <random>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "model/param_spec.h"
 #include "model/prune.h"
@@ -249,7 +250,12 @@ GenerationRequest greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
   return r;
 }
 
-TEST(Engine, BatchedRequestsEqualOneByOne) {
+// With either latent cache (f32, or bf16: half the bytes per page, so the engine's accounting halves too).
+class EngineCache : public ::testing::TestWithParam<DType> {};
+INSTANTIATE_TEST_SUITE_P(Dtypes, EngineCache, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const auto& p) { return std::string(dtype_name(p.param)); });
+
+TEST_P(EngineCache, BatchedRequestsEqualOneByOne) {
   const auto& m = tiny().model;
   std::vector<GenerationRequest> reqs;
   for (int i = 0; i < 5; ++i) reqs.push_back(greedy(random_tokens(10 + 40 * i, 10 + i, m->vocab_size()), 12 + i));
@@ -257,6 +263,7 @@ TEST(Engine, BatchedRequestsEqualOneByOne) {
   opt.page_tokens = 16;
   opt.prefix_every = 0;
   opt.prefill_chunk = 64;  // prompts longer than this are prefilled over several steps, beside decoding ones
+  opt.cache_dtype = GetParam();
   Engine together(m, opt);
   const auto batched = run(together, reqs);
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -307,7 +314,7 @@ TEST(Engine, GreedyEqualsTheTrainingModelsArgmax) {
   }
 }
 
-TEST(Engine, PrefixReuseGivesTheSameTokensWithLessWork) {
+TEST_P(EngineCache, PrefixReuseGivesTheSameTokensWithLessWork) {
   const auto& m = tiny().model;
   const std::vector<int32_t> system = random_tokens(140, 8, m->vocab_size());
   auto with_suffix = [&](uint64_t seed) {
@@ -318,6 +325,7 @@ TEST(Engine, PrefixReuseGivesTheSameTokensWithLessWork) {
   EngineOptions opt;
   opt.page_tokens = 16;
   opt.prefix_every = 64;
+  opt.cache_dtype = GetParam();
   Engine cached(m, opt);
   run(cached, {with_suffix(100)});
   const auto second = run(cached, {with_suffix(101)})[0];

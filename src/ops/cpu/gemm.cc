@@ -2,6 +2,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstring>
 
 #if defined(__AVX2__) && defined(__FMA__)
 // NOTE: GCC 12's AVX-512 headers build "undefined" vectors by self-initialisation (_mm512_undefined_ps, inside the
@@ -13,6 +14,7 @@
 #include <immintrin.h>
 #endif
 
+#include "core/dtype.h"
 #include "core/threads.h"
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/simd_vec.h"
@@ -447,6 +449,130 @@ void rank_update(int64_t M, int64_t N, int64_t n, const float* A, int64_t lda, c
       for (int64_t i = 0; i < n; ++i) a += A[i * lda + r] * B[i * ldb + c];
       D[r * ldd + c] = a;
     }
+}
+
+// ---- bf16 operands ----
+
+namespace {
+
+inline float widen(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+// Y rows i0 .. i0+RX-1 x W rows r0, r0+1 (r0 only when !two): 2 W loads and RX X loads per 2 RX vdpbf16ps, each
+// 32 products; the K % 32 tail through masked (zeroed) loads.
+template <int RX>
+inline void bf16_block(const uint16_t* X, int64_t ldx, const uint16_t* W, int64_t ldw, int64_t K, float* Y, int64_t ldy,
+                       int64_t r0, bool two, int64_t i0) {
+  const uint16_t* w0 = W + r0 * ldw;
+  const uint16_t* w1 = two ? w0 + ldw : w0;
+  __m512 a[RX][2];
+  for (int x = 0; x < RX; ++x) a[x][0] = a[x][1] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    const __m512bh v0 = (__m512bh)_mm512_loadu_si512(w0 + k), v1 = (__m512bh)_mm512_loadu_si512(w1 + k);
+    for (int x = 0; x < RX; ++x) {
+      __m512i u = _mm512_loadu_si512(X + (i0 + x) * ldx + k);
+      __asm__("" : "+v"(u));  // one load for both products
+      a[x][0] = _mm512_dpbf16_ps(a[x][0], (__m512bh)u, v0);
+      a[x][1] = _mm512_dpbf16_ps(a[x][1], (__m512bh)u, v1);
+    }
+  }
+  if (k < K) {
+    const __mmask32 m = __mmask32((1u << (K - k)) - 1);
+    const __m512bh v0 = (__m512bh)_mm512_maskz_loadu_epi16(m, w0 + k);
+    const __m512bh v1 = (__m512bh)_mm512_maskz_loadu_epi16(m, w1 + k);
+    for (int x = 0; x < RX; ++x) {
+      const __m512i u = _mm512_maskz_loadu_epi16(m, X + (i0 + x) * ldx + k);
+      a[x][0] = _mm512_dpbf16_ps(a[x][0], (__m512bh)u, v0);
+      a[x][1] = _mm512_dpbf16_ps(a[x][1], (__m512bh)u, v1);
+    }
+  }
+  for (int x = 0; x < RX; ++x) {
+    Y[(i0 + x) * ldy + r0] = _mm512_reduce_add_ps(a[x][0]);
+    if (two) Y[(i0 + x) * ldy + r0 + 1] = _mm512_reduce_add_ps(a[x][1]);
+  }
+}
+#endif
+
+}  // namespace
+
+bool bf16_dot_native() {
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+void gemm_skinny_bf16(int64_t n, int64_t N, int64_t K, const uint16_t* X, int64_t ldx, const uint16_t* W, int64_t ldw,
+                      float* Y, int64_t ldy) {
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+  for (int64_t r0 = 0; r0 < N; r0 += 2) {
+    const bool two = r0 + 1 < N;
+    for (int64_t i0 = 0; i0 < n; i0 += 8) {
+      switch (std::min<int64_t>(8, n - i0)) {
+        case 1:
+          bf16_block<1>(X, ldx, W, ldw, K, Y, ldy, r0, two, i0);
+          break;
+        case 2:
+          bf16_block<2>(X, ldx, W, ldw, K, Y, ldy, r0, two, i0);
+          break;
+        case 3:
+          bf16_block<3>(X, ldx, W, ldw, K, Y, ldy, r0, two, i0);
+          break;
+        case 4:
+          bf16_block<4>(X, ldx, W, ldw, K, Y, ldy, r0, two, i0);
+          break;
+        case 5:
+          bf16_block<5>(X, ldx, W, ldw, K, Y, ldy, r0, two, i0);
+          break;
+        case 6:
+          bf16_block<6>(X, ldx, W, ldw, K, Y, ldy, r0, two, i0);
+          break;
+        case 7:
+          bf16_block<7>(X, ldx, W, ldw, K, Y, ldy, r0, two, i0);
+          break;
+        default:
+          bf16_block<8>(X, ldx, W, ldw, K, Y, ldy, r0, two, i0);
+          break;
+      }
+    }
+  }
+#else
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t r = 0; r < N; ++r) {
+      float a = 0.0f;
+      for (int64_t k = 0; k < K; ++k) a += widen(X[i * ldx + k]) * widen(W[r * ldw + k]);
+      Y[i * ldy + r] = a;
+    }
+#endif
+}
+
+void bf16_to_f32_rows(float* dst, int64_t ldd, const uint16_t* src, int64_t lds, int64_t n, int64_t K) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t* s = src + i * lds;
+    float* d = dst + i * ldd;
+    int64_t k = 0;
+#if defined(__AVX512F__)
+    for (; k + 16 <= K; k += 16)
+      _mm512_storeu_ps(d + k,
+                       _mm512_castsi512_ps(_mm512_slli_epi32(
+                           _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + k))), 16)));
+#endif
+    for (; k < K; ++k) d[k] = widen(s[k]);
+  }
+}
+
+void f32_to_bf16_rows(uint16_t* dst, int64_t ldd, const float* src, int64_t lds, int64_t n, int64_t K) {
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < K; ++k) dst[i * ldd + k] = f32_to_bf16(src[i * lds + k]);
+    for (int64_t k = K; k < ldd; ++k) dst[i * ldd + k] = 0;
+  }
 }
 
 }  // namespace myriad::cpu
