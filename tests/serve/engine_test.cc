@@ -182,18 +182,7 @@ TEST(InferenceModel, SoftmaxRouterVariantsEqualTheTrainingForward) {
 TEST(InferenceModel, SwigluVariantEqualsTheTrainingForward) {
   ModelConfig c = tiny().config;
   c.hidden_act = "silu";  // SwiGLU in the dense FFN, the shared expert and the routed experts
-  Transformer ref_model(c, ModelWeights::random(c, 43));
-  const InferenceModel m(c, DecodeWeights::from_model(ref_model.weights()));
-  const std::vector<int32_t> tokens = random_tokens(80, 13, c.vocab_size);
-  Tensor ref;
-  {
-    ag::NoGradGuard ng;
-    std::vector<int64_t> ids(tokens.begin(), tokens.end());
-    ref = ref_model.logits(ref_model.forward(Tensor::from_vector(ids, {80}), Tensor()).hidden);
-  }
-  SequenceState st = m.new_sequence(16);
-  const BatchEntry e{&st, std::span<const int32_t>(tokens)};
-  EXPECT_LE(max_diff(m.forward(std::span<const BatchEntry>(&e, 1), true), ref), 1e-4 * max_abs(ref));
+  expect_variant_equals_training_forward(c, 43);
 }
 
 TEST(InferenceModel, ABatchEqualsItsSequencesAlone) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__AVX2__) && defined(__FMA__)
 // NOTE: GCC 12's AVX-512 headers build "undefined" vectors by self-initialisation (_mm512_undefined_ps, inside the
@@ -21,6 +22,33 @@
 #include "ops/kernels.h"
 
 namespace myriad::cpu {
+
+namespace {
+
+// f(std::integral_constant<int, r>) for r in 1 .. 8: a block template instantiated per row count.
+template <class F>
+inline void with_rows(int64_t r, F&& f) {
+  switch (r) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    case 5:
+      return f(std::integral_constant<int, 5>{});
+    case 6:
+      return f(std::integral_constant<int, 6>{});
+    case 7:
+      return f(std::integral_constant<int, 7>{});
+    default:
+      return f(std::integral_constant<int, 8>{});
+  }
+}
+
+}  // namespace
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
           int64_t ldb, float beta, float* C, int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b,
@@ -260,32 +288,8 @@ void skinny512(int64_t n, int64_t N, int64_t K, const float* X, const float* W, 
       if (r0 + 6 <= N)
         for (const float *q = W + (r0 + 4) * K, *e = q + 2 * K; q < e; q += 16) __builtin_prefetch(q, 0, 0);
       for (int64_t i0 = 0; i0 < n; i0 += 8) {
-        switch (std::min<int64_t>(8, n - i0)) {
-          case 1:
-            skinny512_block<1>(W, X, K, Y, ldy, r0, two, i0);
-            break;
-          case 2:
-            skinny512_block<2>(W, X, K, Y, ldy, r0, two, i0);
-            break;
-          case 3:
-            skinny512_block<3>(W, X, K, Y, ldy, r0, two, i0);
-            break;
-          case 4:
-            skinny512_block<4>(W, X, K, Y, ldy, r0, two, i0);
-            break;
-          case 5:
-            skinny512_block<5>(W, X, K, Y, ldy, r0, two, i0);
-            break;
-          case 6:
-            skinny512_block<6>(W, X, K, Y, ldy, r0, two, i0);
-            break;
-          case 7:
-            skinny512_block<7>(W, X, K, Y, ldy, r0, two, i0);
-            break;
-          default:
-            skinny512_block<8>(W, X, K, Y, ldy, r0, two, i0);
-            break;
-        }
+        with_rows(std::min<int64_t>(8, n - i0),
+                  [&](auto R) { skinny512_block<R.value>(W, X, K, Y, ldy, r0, two, i0); });
       }
     }
   });
@@ -515,32 +519,8 @@ void gemm_skinny_bf16(int64_t n, int64_t N, int64_t K, const uint16_t* X, int64_
   for (int64_t r0 = 0; r0 < N; r0 += 2) {
     const bool two = r0 + 1 < N;
     for (int64_t i0 = 0; i0 < n; i0 += 8) {
-      switch (std::min<int64_t>(8, n - i0)) {
-        case 1:
-          bf16_block<1>(X, ldx, W, ldw, K, Y, ldy, r0, two, i0);
-          break;
-        case 2:
-          bf16_block<2>(X, ldx, W, ldw, K, Y, ldy, r0, two, i0);
-          break;
-        case 3:
-          bf16_block<3>(X, ldx, W, ldw, K, Y, ldy, r0, two, i0);
-          break;
-        case 4:
-          bf16_block<4>(X, ldx, W, ldw, K, Y, ldy, r0, two, i0);
-          break;
-        case 5:
-          bf16_block<5>(X, ldx, W, ldw, K, Y, ldy, r0, two, i0);
-          break;
-        case 6:
-          bf16_block<6>(X, ldx, W, ldw, K, Y, ldy, r0, two, i0);
-          break;
-        case 7:
-          bf16_block<7>(X, ldx, W, ldw, K, Y, ldy, r0, two, i0);
-          break;
-        default:
-          bf16_block<8>(X, ldx, W, ldw, K, Y, ldy, r0, two, i0);
-          break;
-      }
+      with_rows(std::min<int64_t>(8, n - i0),
+                [&](auto R) { bf16_block<R.value>(X, ldx, W, ldw, K, Y, ldy, r0, two, i0); });
     }
   }
 #else
