@@ -262,11 +262,22 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
     glu_rows(g.data(), up.data(), n, F);                                     // in place into g
     ew[size_t(3 * e + 2)]->apply(g.data(), n, outs.data<float>() + b0 * L);  // w2 (down)
   };
+  // The shared expert reads x, not the routed outputs: in a decode-sized step it is one more task beside the routed
+  // experts (first, being the largest), instead of three products of its own after them.
+  Tensor ys;
+  const bool shared = c.num_shared_experts > 0;
   if (N * k <= 64 && active.size() > 1) {
+    const size_t tasks = active.size() + (shared ? 1 : 0);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
-    for (size_t a = 0; a < active.size(); ++a) run_expert(a);
+    for (size_t a = 0; a < tasks; ++a) {
+      if (shared && a == 0)
+        ys = glu_ffn(lw.shared, x);
+      else
+        run_expert(a - (shared ? 1 : 0));
+    }
   } else {
     for (size_t a = 0; a < active.size(); ++a) run_expert(a);
+    if (shared) ys = glu_ffn(lw.shared, x);
   }
   for (size_t a = 0; a < active.size(); ++a) {
     const int64_t e = active[a], b0 = start[size_t(e)], n = start[size_t(e + 1)] - b0;
@@ -279,10 +290,7 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
     if (lw.latent_norm) u = rmsnorm(u, lw.latent_norm);
     y = lw.latent_up->apply(u);
   }
-  if (c.num_shared_experts > 0) {
-    const Tensor ys = glu_ffn(lw.shared, x);
-    cpu::axpy(y.data<float>(), ys.data<float>(), 1.0f, y.numel());
-  }
+  if (shared) cpu::axpy(y.data<float>(), ys.data<float>(), 1.0f, y.numel());
   return y;
 }
 
