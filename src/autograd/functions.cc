@@ -644,15 +644,7 @@ Var kda_gate(const Var& f, const Var& A_log, const Var& dt_bias, float lower_bou
   const float* fv = cf(f.value());
   const float* al = cf(A_log.value());
   const float* dt = cf(dt_bias.value());
-  float* gv = mf(g);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < H; ++h) {
-      const float a = std::exp(al[h]);
-      for (int64_t c = 0; c < K; ++c) {
-        const int64_t i = (t * H + h) * K + c;
-        gv[i] = lower_bound / (1.0f + std::exp(-a * (fv[i] + dt[h * K + c])));
-      }
-    }
+  cpu::kda_gate_forward(mf(g), fv, al, dt, T, H, K, lower_bound);
   const bool needs = needs_grad({&f, &A_log, &dt_bias});
   Var out = make_output(g, needs);
   if (needs) {
@@ -696,15 +688,7 @@ Var route_weights(const Var& s, const Tensor& idx, float scale_factor, bool reno
     MYRIAD_REQUIRE(id[i] >= -1 && id[i] < E, kValue, "route_weights: expert ", id[i], " outside [0, ", E,
                    ") (or -1 for a dropped copy)");
   Tensor p = Tensor::empty({T, k}), denom = Tensor::empty({T});
-  const float* sv = cf(s.value());
-  for (int64_t t = 0; t < T; ++t) {
-    float S = 0.0f;
-    for (int64_t j = 0; j < k; ++j)
-      if (id[t * k + j] >= 0) S += sv[t * E + id[t * k + j]];
-    mf(denom)[t] = renormalize && S > 0.0f ? S : 1.0f;
-    for (int64_t j = 0; j < k; ++j)
-      mf(p)[t * k + j] = id[t * k + j] >= 0 ? scale_factor * sv[t * E + id[t * k + j]] / mf(denom)[t] : 0.0f;
-  }
+  cpu::route_weights_forward(mf(p), mf(denom), cf(s.value()), id, T, E, k, scale_factor, renormalize);
   const bool needs = needs_grad({&s});
   Var out = make_output(p, needs);
   if (needs) {

@@ -102,19 +102,8 @@ Tensor KdaDecoder::forward(const Tensor& x_in, std::span<const KdaSegment> segs,
   const Tensor v = short_conv(v_proj_, conv_v_, &KdaState::conv_v);
   // g = lb * sigmoid(exp(A_log_h) * (f + dt_bias)), in place over f = W_fb W_fa x  [N, H, K]
   Tensor g = f_b_.apply(f_a_.apply(x));
-  {
-    float* gv = g.data<float>();
-    const float* al = a_log_.data<float>();
-    const float* dt = dt_bias_.data<float>();
-    for (int64_t t = 0; t < N; ++t)
-      for (int64_t h = 0; h < H; ++h) {
-        const float a = std::exp(al[h]);
-        for (int64_t c = 0; c < K; ++c) {
-          float& gi = gv[(t * H + h) * K + c];
-          gi = lower_bound_ / (1.0f + std::exp(-a * (gi + dt[h * K + c])));
-        }
-      }
-  }
+  cpu::kda_gate_forward(g.data<float>(), g.data<float>(), a_log_.data<float>(), dt_bias_.data<float>(), N, H, K,
+                        lower_bound_);
   Tensor beta = b_proj_.apply(x);  // [N, H]
   cpu::unary_forward(Unary::kSigmoid, beta.data<float>(), beta.data<float>(), N * H);
   Tensor o = Tensor::empty({N, H, V});

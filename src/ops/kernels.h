@@ -157,6 +157,11 @@ void cross_entropy_backward(float* dh, float* dW, float dloss, const float* h, c
 
 // Top-k per row of N, descending; ties go to the lower index. idx [rows, k] (int32), val [rows, k].
 void topk(int32_t* idx, float* val, const float* x, int64_t rows, int64_t N, int64_t k);
+// MoE mixture weights from router scores s [T, E] and chosen experts idx [T, k] (-1: a dropped copy, weight 0):
+// p [T, k] = scale * s[t, idx] / denom[t], denom = the sum of the chosen scores when renormalize (and > 0), else 1.
+// denom [T] may be null.
+void route_weights_forward(float* p, float* denom, const float* s, const int32_t* idx, int64_t T, int64_t E, int64_t k,
+                           float scale, bool renormalize);
 
 // Row gather / scatter-add (embedding lookup, MoE token permutation):
 //   gather:      out[i, :] = src[idx[i], :]                    (i < n)
@@ -175,6 +180,11 @@ void embedding_backward(float* dtable, const float* dout, const int64_t* ids, in
 
 // AdamW (decoupled weight decay, bias-corrected), in place on p, m, v.
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, AdamWParams hp);
+
+// KDA's per-channel log-decay: g = lower_bound * sigmoid(exp(A_log[h]) * (f + dt_bias[h K + c])) for f [T, H, K],
+// A_log [H], dt_bias [H K]. g may be f (in place).
+void kda_gate_forward(float* g, const float* f, const float* A_log, const float* dt_bias, int64_t T, int64_t H,
+                      int64_t K, float lower_bound);
 
 // KDA: the recurrent form (decode: one token at a time, fixed-size state) and the chunkwise-parallel form
 // (prefill and training). Both read S0 and write S_out (may be null; for the recurrent form it may equal S0, the

@@ -207,20 +207,10 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
   }
   Tensor idx = Tensor::empty({N, k}, DType::kI32), top = Tensor::empty({N, k});
   cpu::topk(idx.data<int32_t>(), top.data<float>(), biased.data<float>(), N, E, k);
-  // p_i = s_i / sum of the chosen s (moe_renormalize) * routed_scaling_factor, as ag::route_weights
+  // p_i = s_i / sum of the chosen s (moe_renormalize) * routed_scaling_factor
   Tensor weights = Tensor::empty({N, k});
-  {
-    const float* sv = s.data<float>();
-    const int32_t* ids = idx.data<int32_t>();
-    float* p = weights.data<float>();
-    const float scaling = float(c.routed_scaling_factor);
-    for (int64_t t = 0; t < N; ++t) {
-      float sum = 0.0f;
-      for (int64_t j = 0; j < k; ++j) sum += sv[t * E + ids[t * k + j]];
-      const float denom = c.moe_renormalize && sum > 0.0f ? sum : 1.0f;
-      for (int64_t j = 0; j < k; ++j) p[t * k + j] = scaling * sv[t * E + ids[t * k + j]] / denom;
-    }
-  }
+  cpu::route_weights_forward(weights.data<float>(), nullptr, s.data<float>(), idx.data<int32_t>(), N, E, k,
+                             float(c.routed_scaling_factor), c.moe_renormalize);
   const bool latent = c.routed_expert_hidden_size.has_value();
   const Tensor z = latent ? lw.latent_down->apply(x) : x.contiguous();  // [N, L]
   const int64_t L = z.size(1);
@@ -394,7 +384,7 @@ Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logit
 
 size_t InferenceModel::active_weight_bytes(int64_t tokens) const {
   const double E = double(config_.num_experts), k = double(config_.num_experts_per_token);
-  const double routed_fraction = tokens <= 1 ? k / E : 1.0 - std::pow(1.0 - k / E, double(tokens));
+  const double routed_fraction = 1.0 - std::pow(1.0 - k / E, double(std::max<int64_t>(tokens, 1)));
   double b = 0;
   for (const ParamSpec& spec : model_param_specs(config_)) {
     if (spec.component == Component::kEmbeddings) {

@@ -165,4 +165,17 @@ void embedding_backward(float* dtable, const float* dout, const int64_t* ids, in
   });
 }
 
+void route_weights_forward(float* p, float* denom, const float* s, const int32_t* idx, int64_t T, int64_t E, int64_t k,
+                           float scale, bool renormalize) {
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t* id = idx + t * k;
+    float sum = 0.0f;
+    for (int64_t j = 0; j < k; ++j)
+      if (id[j] >= 0) sum += s[t * E + id[j]];
+    const float d = renormalize && sum > 0.0f ? sum : 1.0f;
+    if (denom) denom[t] = d;
+    for (int64_t j = 0; j < k; ++j) p[t * k + j] = id[j] >= 0 ? scale * s[t * E + id[j]] / d : 0.0f;
+  }
+}
+
 }  // namespace myriad::cpu

@@ -617,6 +617,18 @@ void check_shape(const KdaShape& s) {
 
 }  // namespace
 
+void kda_gate_forward(float* g, const float* f, const float* A_log, const float* dt_bias, int64_t T, int64_t H,
+                      int64_t K, float lower_bound) {
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      const float a = std::exp(A_log[h]);
+      for (int64_t c = 0; c < K; ++c) {
+        const int64_t i = (t * H + h) * K + c;
+        g[i] = lower_bound / (1.0f + std::exp(-a * (f[i] + dt_bias[h * K + c])));
+      }
+    }
+}
+
 void kda_recurrent_forward(float* o, float* S_out, const float* q, const float* k, const float* v, const float* g,
                            const float* beta, const float* S0, KdaShape s) {
   check_shape(s);
