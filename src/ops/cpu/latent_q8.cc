@@ -1,0 +1,342 @@
+#include "ops/cpu/latent_q8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "core/error.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_undefined_* (see quant_matmul.cc)
+#endif
+#include <immintrin.h>
+#define MYRIAD_LATENT_Q8_VNNI 1
+#endif
+
+namespace myriad::cpu {
+
+namespace {
+
+constexpr int64_t kGroup = 32;
+constexpr int64_t kBlock = 16;             // tokens per key block (one 512-bit load)
+constexpr int64_t kValueChunkPairs = 128;  // token pairs summed in int32 before a flush: 256 x 32767 x 127 < 2^31
+constexpr float kP16 = 32767.0f;           // the largest 16-bit factor
+
+size_t align64(size_t n) {
+  return (n + 63) / 64 * 64;
+}
+
+// The scalar parts of the scale: s = max|x| / 127 (NaN when x has a non-finite value), codes round(x / s).
+float quantize_group(const float* x, int64_t n, int8_t* codes) {
+  if (n <= 0) return 0;
+  float amax = 0;
+  bool finite = true;
+  for (int64_t i = 0; i < n; ++i) {
+    amax = std::max(amax, std::fabs(x[i]));
+    finite = finite && std::isfinite(x[i]);
+  }
+  std::fill(codes, codes + n, int8_t(0));
+  if (!finite) return std::numeric_limits<float>::quiet_NaN();
+  if (amax == 0) return 0;
+  const float inv = 127.0f / amax;
+  for (int64_t i = 0; i < n; ++i) codes[i] = int8_t(std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f));
+  return amax / 127.0f;
+}
+
+const uint8_t* keys(const LatentQ8Layout& l, const uint8_t* page) {
+  return page + l.key_offset;
+}
+const int8_t* values(const LatentQ8Layout& l, const uint8_t* page) {
+  return reinterpret_cast<const int8_t*>(page + l.value_offset);
+}
+const float* scales(const LatentQ8Layout& l, const uint8_t* page) {
+  return reinterpret_cast<const float*>(page + l.scale_offset);
+}
+
+// Per head h and value group g, the 16-bit factors of the tokens, two per int32 (token 2k low, 2k + 1 high), and
+// the f32 step each unit stands for: f = p s ~ q16 * step. step NaN when a factor is NaN (or p < 0).
+struct ValueFactors {
+  std::vector<int32_t> pairs;  // [H, Gv, ceil(n / 2)]
+  std::vector<float> step;     // [H, Gv]
+  std::vector<float> f;        // scratch [n]
+};
+
+void value_factors(const LatentQ8Layout& l, const float* s, int64_t n, const float* p, int64_t ldp, int64_t H,
+                   ValueFactors& v) {
+  const int64_t Gv = l.value_groups(), np = (n + 1) / 2, ss = l.blocks * kBlock;
+  v.pairs.assign(size_t(H * Gv * np), 0);
+  v.step.assign(size_t(H * Gv), 0.0f);
+  v.f.resize(size_t(n + 1));
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t g = 0; g < Gv; ++g) {
+      float* f = v.f.data();
+      float pm = 0;
+      bool bad = false;
+      for (int64_t j = 0; j < n; ++j) {
+        f[j] = p[h * ldp + j] * s[g * ss + j];
+        bad = bad || !(f[j] >= 0.0f);
+        pm = std::max(pm, f[j]);
+      }
+      float& step = v.step[size_t(h * Gv + g)];
+      if (bad) {
+        step = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      if (pm == 0) continue;
+      step = pm / kP16;
+      const float inv = kP16 / pm;
+      f[n] = 0;
+      int32_t* out = v.pairs.data() + (h * Gv + g) * np;
+      for (int64_t k = 0; k < np; ++k) {
+        const int32_t lo = int32_t(std::nearbyint(f[2 * k] * inv));
+        const int32_t hi = 2 * k + 1 < n ? int32_t(std::nearbyint(f[2 * k + 1] * inv)) : 0;
+        out[k] = int32_t(uint32_t(lo) | (uint32_t(hi) << 16));
+      }
+    }
+}
+
+// ---- portable kernels (the same integer sums as the SIMD ones) ----
+
+void scores_portable(const LatentQ8Layout& l, const uint8_t* page, int64_t n, const LatentQ8Query& q, float* S,
+                     int64_t lds) {
+  const uint8_t* kb = keys(l, page);
+  const float* s = scales(l, page);
+  const int64_t Q4 = l.quads * 4, ss = l.blocks * kBlock;
+  for (int64_t h = 0; h < q.H; ++h)
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t b = j / kBlock, i = j % kBlock;
+      float acc = 0;
+      for (int64_t g = 0; g < l.groups; ++g) {
+        int32_t sum = q.bias[size_t(h * l.groups + g)];
+        for (int64_t qd = 8 * g; qd < std::min(8 * g + 8, l.quads); ++qd)
+          for (int64_t m = 0; m < 4; ++m)
+            sum += int32_t(q.codes[size_t(h * Q4 + 4 * qd + m)]) * int32_t(kb[(b * l.quads + qd) * 64 + i * 4 + m]);
+        acc += float(sum) * (q.scale[size_t(h * l.groups + g)] * s[g * ss + j]);
+      }
+      S[h * lds + j] = acc;
+    }
+}
+
+void values_portable(const LatentQ8Layout& l, const uint8_t* page, int64_t n, const ValueFactors& v, int64_t H,
+                     float* o, int64_t ldo) {
+  const int8_t* vb = values(l, page);
+  const int64_t Gv = l.value_groups(), np = (n + 1) / 2, VC = l.value_cols;
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t g = 0; g < Gv; ++g) {
+      const float step = v.step[size_t(h * Gv + g)];
+      const int64_t c0 = g * kGroup, c1 = std::min(c0 + kGroup, l.C);
+      if (std::isnan(step)) {
+        for (int64_t c = c0; c < c1; ++c) o[h * ldo + c] += step;
+        continue;
+      }
+      if (step == 0) continue;
+      const int32_t* pk = v.pairs.data() + (h * Gv + g) * np;
+      for (int64_t k0 = 0; k0 < np; k0 += kValueChunkPairs)
+        for (int64_t c = c0; c < c1; ++c) {
+          int32_t sum = 0;
+          for (int64_t k = k0; k < std::min(np, k0 + kValueChunkPairs); ++k) {
+            const int32_t lo = int32_t(uint32_t(pk[k]) & 0xffff), hi = int32_t(uint32_t(pk[k]) >> 16);
+            sum += lo * vb[k * VC * 2 + c * 2] + hi * vb[k * VC * 2 + c * 2 + 1];
+          }
+          o[h * ldo + c] += float(sum) * step;
+        }
+    }
+}
+
+#if MYRIAD_LATENT_Q8_VNNI
+// HT heads from h0 over all of the page's n tokens, 16 at a time.
+template <int HT>
+void scores_vnni(const LatentQ8Layout& l, const uint8_t* page, int64_t n, const LatentQ8Query& q, int64_t h0, float* S,
+                 int64_t lds) {
+  const uint8_t* kb = keys(l, page);
+  const float* s = scales(l, page);
+  const int64_t Q4 = l.quads * 4, ss = l.blocks * kBlock;
+  const int8_t* qc = q.codes.data() + h0 * Q4;
+  for (int64_t b = 0; b * kBlock < n; ++b) {
+    __m512 sf[HT];
+    for (int h = 0; h < HT; ++h) sf[h] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < l.groups; ++g) {
+      __m512i acc[HT];
+      for (int h = 0; h < HT; ++h) acc[h] = _mm512_set1_epi32(q.bias[size_t((h0 + h) * l.groups + g)]);
+      const uint8_t* kq = kb + (b * l.quads + 8 * g) * 64;
+      const int64_t nq = std::min<int64_t>(8, l.quads - 8 * g);
+      for (int64_t j = 0; j < nq; ++j) {
+        const __m512i x = _mm512_loadu_si512(kq + j * 64);
+        for (int h = 0; h < HT; ++h) {
+          int32_t w;
+          std::memcpy(&w, qc + h * Q4 + (8 * g + j) * 4, 4);
+          acc[h] = _mm512_dpbusd_epi32(acc[h], x, _mm512_set1_epi32(w));
+        }
+      }
+      const __m512 sv = _mm512_loadu_ps(s + g * ss + b * kBlock);
+      for (int h = 0; h < HT; ++h)
+        sf[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h]),
+                                _mm512_mul_ps(sv, _mm512_set1_ps(q.scale[size_t((h0 + h) * l.groups + g)])), sf[h]);
+    }
+    const int64_t m = std::min<int64_t>(kBlock, n - b * kBlock);
+    const __mmask16 mask = __mmask16((1u << m) - 1u);
+    for (int h = 0; h < HT; ++h) _mm512_mask_storeu_ps(S + (h0 + h) * lds + b * kBlock, mask, sf[h]);
+  }
+}
+
+// HT heads from h0, value group g, all n tokens.
+template <int HT>
+void values_vnni(const LatentQ8Layout& l, const uint8_t* page, int64_t n, const ValueFactors& v, int64_t H, int64_t h0,
+                 int64_t g, float* o, int64_t ldo) {
+  const int8_t* vb = values(l, page);
+  const int64_t Gv = l.value_groups(), np = (n + 1) / 2, VC = l.value_cols;
+  const int64_t c0 = g * kGroup;
+  const int64_t w0 = std::clamp<int64_t>(l.C - c0, 0, 16), w1 = std::clamp<int64_t>(l.C - c0 - 16, 0, 16);
+  const __mmask16 m0 = __mmask16((1u << w0) - 1u), m1 = __mmask16((1u << w1) - 1u);
+  (void)H;
+  for (int64_t k0 = 0; k0 < np; k0 += kValueChunkPairs) {
+    const int64_t k1 = std::min(np, k0 + kValueChunkPairs);
+    __m512i acc[HT][2];
+    for (int h = 0; h < HT; ++h) acc[h][0] = acc[h][1] = _mm512_setzero_si512();
+    for (int64_t k = k0; k < k1; ++k) {
+      const int8_t* src = vb + k * VC * 2 + c0 * 2;
+      const __m512i x0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+      const __m512i x1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32)));
+      for (int h = 0; h < HT; ++h) {
+        const __m512i f = _mm512_set1_epi32(v.pairs[size_t(((h0 + h) * Gv + g) * np + k)]);
+        acc[h][0] = _mm512_dpwssd_epi32(acc[h][0], x0, f);
+        acc[h][1] = _mm512_dpwssd_epi32(acc[h][1], x1, f);
+      }
+    }
+    for (int h = 0; h < HT; ++h) {
+      const __m512 st = _mm512_set1_ps(v.step[size_t((h0 + h) * Gv + g)]);
+      float* oh = o + (h0 + h) * ldo + c0;
+      _mm512_mask_storeu_ps(oh, m0, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h][0]), st, _mm512_maskz_loadu_ps(m0, oh)));
+      if (w1 > 0)
+        _mm512_mask_storeu_ps(oh + 16, m1,
+                              _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h][1]), st, _mm512_maskz_loadu_ps(m1, oh + 16)));
+    }
+  }
+}
+
+template <class Fn>
+void head_tiles(int64_t H, Fn&& fn) {
+  int64_t h = 0;
+  for (; h + 8 <= H; h += 8) fn(std::integral_constant<int, 8>{}, h);
+  for (; h + 4 <= H; h += 4) fn(std::integral_constant<int, 4>{}, h);
+  for (; h < H; ++h) fn(std::integral_constant<int, 1>{}, h);
+}
+#endif
+
+}  // namespace
+
+LatentQ8Layout::LatentQ8Layout(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens)
+    : C(kv_lora_rank), W(kv_lora_rank + rope_dim), P(page_tokens) {
+  MYRIAD_REQUIRE(kv_lora_rank > 0 && rope_dim >= 0 && page_tokens > 0, kValue, "latent q8 page: kv_lora_rank ",
+                 kv_lora_rank, ", rope dim ", rope_dim, ", page tokens ", page_tokens, " (need > 0, >= 0, > 0)");
+  quads = (W + 3) / 4;
+  groups = (W + kGroup - 1) / kGroup;
+  blocks = (P + kBlock - 1) / kBlock;
+  pairs = (P + 1) / 2;
+  value_cols = (C + kGroup - 1) / kGroup * kGroup;
+  value_offset = align64(size_t(blocks * quads * 64));
+  scale_offset = value_offset + align64(size_t(pairs * value_cols * 2));
+  bytes = scale_offset + align64(size_t(groups * blocks * kBlock) * sizeof(float));
+}
+
+void latent_q8_init_page(const LatentQ8Layout& l, uint8_t* page) {
+  std::memset(page, 0x80, l.value_offset);  // keys: code 0 stored as 128
+  std::memset(page + l.value_offset, 0, l.bytes - l.value_offset);
+}
+
+void latent_q8_store_row(const LatentQ8Layout& l, uint8_t* page, int64_t r, const float* x) {
+  MYRIAD_CHECK(r >= 0 && r < l.P, "latent q8 page: row ", r, " of ", l.P);
+  const int64_t b = r / kBlock, i = r % kBlock, ss = l.blocks * kBlock;
+  float* s = reinterpret_cast<float*>(page + l.scale_offset);
+  uint8_t* kb = page + l.key_offset;
+  int8_t* vb = reinterpret_cast<int8_t*>(page + l.value_offset);
+  int8_t codes[kGroup];
+  for (int64_t g = 0; g < l.groups; ++g) {
+    const int64_t c0 = g * kGroup, n = std::min(kGroup, l.W - c0);
+    s[g * ss + r] = quantize_group(x + c0, n, codes);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t d = c0 + k;
+      kb[(b * l.quads + d / 4) * 64 + i * 4 + d % 4] = uint8_t(int32_t(codes[k]) + 128);
+      if (d < l.C) vb[(r / 2) * l.value_cols * 2 + d * 2 + r % 2] = codes[k];
+    }
+  }
+}
+
+void latent_q8_load_rows(const LatentQ8Layout& l, const uint8_t* page, int64_t n, float* out, int64_t ldo) {
+  const uint8_t* kb = keys(l, page);
+  const float* s = scales(l, page);
+  const int64_t ss = l.blocks * kBlock;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t b = r / kBlock, i = r % kBlock;
+    for (int64_t d = 0; d < l.W; ++d)
+      out[r * ldo + d] =
+          s[(d / kGroup) * ss + r] * float(int32_t(kb[(b * l.quads + d / 4) * 64 + i * 4 + d % 4]) - 128);
+  }
+}
+
+void latent_q8_quantize_query(const LatentQ8Layout& l, const float* q, int64_t H, int64_t ldq, LatentQ8Query& out) {
+  const int64_t Q4 = l.quads * 4;
+  out.H = H;
+  out.codes.assign(size_t(H * Q4), 0);
+  out.scale.assign(size_t(H * l.groups), 0.0f);
+  out.bias.assign(size_t(H * l.groups), 0);
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t g = 0; g < l.groups; ++g) {
+      const int64_t c0 = g * kGroup, n = std::min(kGroup, l.W - c0);
+      int8_t* codes = out.codes.data() + h * Q4 + c0;
+      out.scale[size_t(h * l.groups + g)] = quantize_group(q + h * ldq + c0, n, codes);
+      int32_t sum = 0;
+      for (int64_t k = 0; k < n; ++k) sum += codes[k];
+      out.bias[size_t(h * l.groups + g)] = -128 * sum;
+    }
+}
+
+void latent_q8_scores(const LatentQ8Layout& l, const uint8_t* page, int64_t n, const LatentQ8Query& q, float* S,
+                      int64_t lds) {
+  MYRIAD_CHECK(n >= 0 && n <= l.P, "latent q8 scores: ", n, " tokens of a ", l.P, "-token page");
+#if MYRIAD_LATENT_Q8_VNNI
+  head_tiles(q.H, [&](auto ht, int64_t h0) { scores_vnni<decltype(ht)::value>(l, page, n, q, h0, S, lds); });
+#else
+  scores_portable(l, page, n, q, S, lds);
+#endif
+}
+
+void latent_q8_values(const LatentQ8Layout& l, const uint8_t* page, int64_t n, const float* p, int64_t ldp, int64_t H,
+                      float* o, int64_t ldo) {
+  MYRIAD_CHECK(n >= 0 && n <= l.P, "latent q8 values: ", n, " tokens of a ", l.P, "-token page");
+  if (n == 0) return;
+  thread_local ValueFactors v;
+  value_factors(l, scales(l, page), n, p, ldp, H, v);
+#if MYRIAD_LATENT_Q8_VNNI
+  for (int64_t g = 0; g < l.value_groups(); ++g)
+    head_tiles(H, [&](auto ht, int64_t h0) { values_vnni<decltype(ht)::value>(l, page, n, v, H, h0, g, o, ldo); });
+#else
+  values_portable(l, page, n, v, H, o, ldo);
+#endif
+}
+
+bool latent_q8_native() {
+#if MYRIAD_LATENT_Q8_VNNI
+  return true;
+#else
+  return false;
+#endif
+}
+
+// The portable kernels, for tests of the SIMD ones (same integer sums).
+void latent_q8_scores_portable(const LatentQ8Layout& l, const uint8_t* page, int64_t n, const LatentQ8Query& q,
+                               float* S, int64_t lds) {
+  scores_portable(l, page, n, q, S, lds);
+}
+void latent_q8_values_portable(const LatentQ8Layout& l, const uint8_t* page, int64_t n, const float* p, int64_t ldp,
+                               int64_t H, float* o, int64_t ldo) {
+  if (n == 0) return;
+  ValueFactors v;
+  value_factors(l, scales(l, page), n, p, ldp, H, v);
+  values_portable(l, page, n, v, H, o, ldo);
+}
+
+}  // namespace myriad::cpu
