@@ -38,7 +38,7 @@ check "unknown command" 2 "$bin" frobnicate
 check "unknown option" 1 "$bin" inspect --frobnicate x
 one_error_line "unknown option --frobnicate"
 check "bad --cache-dtype" 1 "$bin" serve --model "$work" --cache-dtype f16
-one_error_line "cache-dtype f16: must be one of f32, bf16"
+one_error_line "cache-dtype f16: must be one of f32, bf16, q8"
 check "bad --threads" 1 "$bin" version --threads many
 one_error_line "threads"
 check "bad MYRIAD_THREADS" 1 env MYRIAD_THREADS=abc "$bin" version

@@ -142,10 +142,13 @@ int run_serve(const myriad::cli::Args& args) {
           {"decode_tokens_s_b1", r.decode_tokens_s[0]},  {"decode_tokens_s_b4", r.decode_tokens_s[1]},
           {"decode_tokens_s_b16", r.decode_tokens_s[2]}, {"b1_bytes_per_token", r.bytes_per_token},
           {"b1_bandwidth_gbs", r.bandwidth_gbs},         {"triad_gbs", r.triad_gbs}};
-    j["decode_1k_ms"] = res.decode_1k_ms;
-    j["decode_long_ms"] = res.decode_long_ms;
-    j["decode_1k_bf16_cache_ms"] = res.decode_1k_bf16_ms;
-    j["decode_long_bf16_cache_ms"] = res.decode_long_bf16_ms;
+    for (const auto& r : res.context) {
+      const std::string cache = r.cache == myriad::DType::kF32    ? "f32"
+                                : r.cache == myriad::DType::kBF16 ? "bf16"
+                                                                  : "q8";
+      j["decode_1k_" + cache + "_cache_ms"] = r.ms_1k;
+      j["decode_long_" + cache + "_cache_ms"] = r.ms_long;
+    }
     j["ttft_cold_ms"] = res.ttft_cold_ms;
     j["ttft_warm_ms"] = res.ttft_warm_ms;
     j["targets_met"] = res.targets_met;

@@ -8,7 +8,8 @@
 //      the achieved memory bandwidth: bytes one token reads (activated weights as stored:
 //      InferenceModel::active_weight_bytes, plus the MLA cache rows and the KDA states read and written) over
 //      the time per token, against a STREAM triad timed interleaved with it.
-//   3. context: f32 decode time per token with 1K and with 32K tokens of context. The long cache is filled with
+//   3. context: f32 decode time per token with 1K and with 32K tokens of context, for each latent cache dtype
+//      (f32, bf16, q8). The long cache is filled with
 //      random rows instead of a 32K prefill (a decode step's cost does not depend on the cached values), the
 //      KDA states with random values; max_position_embeddings is raised for the run when the config's is lower.
 //   4. prefix reuse: time to first token (the serving engine, one prefill and one token) of a 1024 + 64-token
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "bench/machine_limits.h"
+#include "core/dtype.h"
 
 namespace myriad::bench {
 
@@ -51,8 +53,11 @@ struct ServeBenchRow {
 struct ServeBenchResult {
   std::vector<ServeBenchRow> rows;
   double sgemm_gflops = 0;
-  double decode_1k_ms = 0, decode_long_ms = 0;            // f32 latent cache
-  double decode_1k_bf16_ms = 0, decode_long_bf16_ms = 0;  // bf16 latent cache
+  struct ContextRow {
+    DType cache;  // of the MLA latent cache: kF32, kBF16, kQ8_0
+    double ms_1k = 0, ms_long = 0;
+  };
+  std::vector<ContextRow> context;  // f32 weights, per latent cache dtype
   double ttft_cold_ms = 0, ttft_warm_ms = 0;
   int targets_met = 0, targets = 0;
 };

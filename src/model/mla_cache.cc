@@ -21,6 +21,7 @@ constexpr float kLatentNormEps = 1e-6f;  // q_a_layernorm / kv_a_layernorm (DESI
 constexpr int64_t kQueryTile = 64;       // prefill: query rows per task
 // step: multiply-adds per thread below which the cache is not split (a fork/join costs a few microseconds).
 constexpr int64_t kStepWorkPerThread = int64_t(1) << 18;
+constexpr int64_t kSpanTokens = 256;  // step: cached tokens per online-softmax update
 
 Tensor weight(const DecodeWeights& w, const std::string& name, const Shape& shape) {
   const Tensor& t = w.tensor(name);
@@ -56,22 +57,38 @@ MlaCache::MlaCache(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens, 
   MYRIAD_REQUIRE(kv_lora_rank > 0 && rope_dim >= 0, kValue, "mla cache: kv_lora_rank ", kv_lora_rank,
                  " must be > 0 and qk_rope_head_dim ", rope_dim, " >= 0");
   MYRIAD_REQUIRE(page_tokens > 0, kValue, "mla cache: page_tokens ", page_tokens, " must be > 0");
-  MYRIAD_REQUIRE(dtype == DType::kF32 || dtype == DType::kBF16, kValue,
-                 "mla cache: rows are stored as F32 or BF16, not ", dtype_name(dtype));
+  MYRIAD_REQUIRE(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kQ8_0, kValue,
+                 "mla cache: rows are stored as F32, BF16 or Q8_0, not ", dtype_name(dtype));
+  if (dtype == DType::kQ8_0) q8_.emplace(kv_lora_rank, rope_dim, page_tokens);
 }
 
 void* MlaCache::next_row() {
   const int64_t r = size_ % page_tokens_;
-  if (r == 0 && size_ / page_tokens_ == num_pages())
-    pages_.push_back(Tensor::empty({page_tokens_, row_width()}, dtype_));
+  if (r == 0 && size_ / page_tokens_ == num_pages()) {
+    if (q8_) {
+      pages_.push_back(Tensor::empty({int64_t(q8_->bytes)}, DType::kU8));
+      cpu::latent_q8_init_page(*q8_, pages_.back().data<uint8_t>());
+    } else {
+      pages_.push_back(Tensor::empty({page_tokens_, row_width()}, dtype_));
+    }
+  }
   Tensor& pg = pages_[size_t(size_ / page_tokens_)];
   ++size_;
+  if (q8_) return pg.data<uint8_t>();
   if (dtype_ == DType::kBF16) return pg.data<uint16_t>() + r * row_width();
   return pg.data<float>() + r * row_width();
 }
 
 void MlaCache::append(const float* c_kv, const float* k_pe) {
   void* r = next_row();
+  if (q8_) {
+    thread_local std::vector<float> row;  // [c_kv | k_pe] as the page stores it
+    row.resize(size_t(row_width()));
+    std::copy(c_kv, c_kv + C_, row.begin());
+    std::copy(k_pe, k_pe + Dr_, row.begin() + C_);
+    cpu::latent_q8_store_row(*q8_, static_cast<uint8_t*>(r), (size_ - 1) % page_tokens_, row.data());
+    return;
+  }
   if (dtype_ == DType::kBF16) {
     uint16_t* b = static_cast<uint16_t*>(r);
     for (int64_t i = 0; i < C_; ++i) b[i] = f32_to_bf16(c_kv[i]);
@@ -117,6 +134,7 @@ void MlaCache::clear() {
 }
 
 size_t MlaCache::page_bytes(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens, DType dtype) {
+  if (dtype == DType::kQ8_0) return cpu::LatentQ8Layout(kv_lora_rank, rope_dim, page_tokens).bytes;
   return size_t(page_tokens) * size_t(kv_lora_rank + rope_dim) * (dtype == DType::kBF16 ? 2 : 4);
 }
 
@@ -134,6 +152,16 @@ const uint16_t* MlaCache::page_bf16(int64_t p) const {
   return pages_[size_t(p)].data<uint16_t>();
 }
 
+const uint8_t* MlaCache::page_q8(int64_t p) const {
+  MYRIAD_CHECK(q8_.has_value(), "mla cache: page_q8() of a ", dtype_name(dtype_), " cache");
+  return pages_[size_t(p)].data<uint8_t>();
+}
+
+const cpu::LatentQ8Layout& MlaCache::q8_layout() const {
+  MYRIAD_CHECK(q8_.has_value(), "mla cache: q8_layout() of a ", dtype_name(dtype_), " cache");
+  return *q8_;
+}
+
 int64_t MlaCache::page_rows(int64_t p) const {
   return std::clamp<int64_t>(size_ - p * page_tokens_, 0, page_tokens_);
 }
@@ -147,6 +175,10 @@ void MlaCache::row_f32(int64_t t, float* out) const {
   MYRIAD_CHECK(t >= 0 && t < size_, "mla cache: token ", t, " of ", size_);
   if (dtype_ == DType::kF32) {
     std::memcpy(out, row(t), size_t(row_width()) * sizeof(float));
+    return;
+  }
+  if (q8_) {
+    cpu::latent_q8_load_rows(*q8_, page_q8(t / page_tokens_), t % page_tokens_, 1, out, row_width());
     return;
   }
   const uint16_t* b = page_bf16(t / page_tokens_) + (t % page_tokens_) * row_width();
@@ -277,6 +309,11 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
     qb.resize(static_cast<size_t>(H_ * W));
     cpu::f32_to_bf16_rows(qb.data(), W, qcat.data(), W, H_, W);
   }
+  // An int8 cache: the queries are quantized like a cached row (per head and group of 32), and both page products
+  // run on the integer kernels (cpu::latent_q8_scores / latent_q8_values) straight from the page.
+  const bool q8 = cache.dtype() == DType::kQ8_0;
+  cpu::LatentQ8Query qq;
+  if (q8) cpu::latent_q8_quantize_query(cache.q8_layout(), qcat.data(), H_, W, qq);
 
   // Pages are split into contiguous ranges, one per part; each part runs an online softmax over its pages (running
   // max m, sum l and unnormalised o_lat per head), and the parts are merged at the end (flash-decoding).
@@ -293,39 +330,48 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
     std::fill(mp, mp + H_, -std::numeric_limits<float>::infinity());
     std::fill(lp, lp + H_, 0.0f);
     std::fill(op, op + H_ * C_, 0.0f);
-    std::vector<float> S(static_cast<size_t>(H_ * P));
-    thread_local std::vector<float> widened;  // a bf16 page as f32 [n, W]
-    if (bf16 && widened.size() < size_t(P * W)) widened.resize(size_t(P * W));
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t n = cache.page_rows(p);
-      const float* pg = nullptr;
-      if (bf16) {
-        if (bf16_dot) cpu::gemm_skinny_bf16(H_, n, W, qb.data(), W, cache.page_bf16(p), W, S.data(), P);
-        cpu::bf16_to_f32_rows(widened.data(), W, cache.page_bf16(p), W, n, W);
-        pg = widened.data();
-      } else {
-        pg = cache.page(p);
-      }
+    // Spans of pages scored together, so that the online-softmax bookkeeping (max, rescaling, horizontal sums) runs
+    // once per span per head rather than once per page: S [H, span tokens].
+    const int64_t span = std::max<int64_t>(1, kSpanTokens / P), LS = span * P;
+    thread_local std::vector<float> S, widened;  // widened: a span of bf16 pages as f32 [span * P, W]
+    if (S.size() < size_t(H_ * LS)) S.resize(size_t(H_ * LS));
+    if (bf16 && widened.size() < size_t(LS * W)) widened.resize(size_t(LS * W));
+    for (int64_t s0 = p0; s0 < p1; s0 += span) {
+      const int64_t s1 = std::min(p1, s0 + span);
+      int64_t total = 0;
       // The per-page products are [H, W] x [W, n] and [H, n] x [n, C] for a handful of heads: the few-row kernels
       // read the page once per four heads straight from the cache, where sgemm would first copy (pack) it.
-      if (!bf16_dot) cpu::gemm_skinny(H_, n, W, qcat.data(), pg, S.data(), P);  // [H, n] scores
-      for (int64_t h = 0; h < H_; ++h) {
-        float* sr = S.data() + h * P;
-        float mx = mp[h];
-#pragma omp simd reduction(max : mx)
-        for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]);
-        const float corr = cpu::fast_exp(mp[h] - mx);  // ~0 on the first page (m = -inf), where l = o = 0
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < n; ++j) {
-          sr[j] = cpu::fast_exp(sr[j] - mx);
-          sum += sr[j];
+      auto page_f32 = [&](int64_t p) { return bf16 ? widened.data() + (p - s0) * P * W : cache.page(p); };
+      for (int64_t p = s0; p < s1; ++p) {
+        const int64_t n = cache.page_rows(p), off = (p - s0) * P;
+        if (q8) {
+          cpu::latent_q8_scores(cache.q8_layout(), cache.page_q8(p), n, qq, S.data() + off, LS,
+                                p + 1 < p1 ? cache.page_q8(p + 1) : nullptr);
+        } else {
+          if (bf16) cpu::bf16_to_f32_rows(widened.data() + off * W, W, cache.page_bf16(p), W, n, W);
+          if (bf16_dot)
+            cpu::gemm_skinny_bf16(H_, n, W, qb.data(), W, cache.page_bf16(p), W, S.data() + off, LS);
+          else
+            cpu::gemm_skinny(H_, n, W, qcat.data(), page_f32(p), S.data() + off, LS);  // [H, n] scores
         }
-        lp[h] = lp[h] * corr + sum;
+        // Only the last page of the cache can be short, so the span's tokens are contiguous in S.
+        total = off + n;
+      }
+      for (int64_t h = 0; h < H_; ++h) {
+        float* sr = S.data() + h * LS;
+        const float mx = std::max(mp[h], cpu::max_of(sr, total));
+        const float corr = cpu::fast_exp(mp[h] - mx);  // ~0 on the first span (m = -inf), where l = o = 0
+        lp[h] = lp[h] * corr + cpu::exp_shifted_sum(sr, total, mx);
         mp[h] = mx;
         if (corr != 1.0f) cpu::scale(op + h * C_, op + h * C_, corr, C_);
       }
-      cpu::gemm_skinny_nn(H_, C_, n, S.data(), P, pg, W, op, C_, true);  // o_lat += p c_kv
+      for (int64_t p = s0; p < s1; ++p) {
+        const int64_t n = cache.page_rows(p), off = (p - s0) * P;
+        if (q8)
+          cpu::latent_q8_values(cache.q8_layout(), cache.page_q8(p), n, S.data() + off, LS, H_, op, C_);
+        else
+          cpu::gemm_skinny_nn(H_, C_, n, S.data() + off, LS, page_f32(p), W, op, C_, true);  // o_lat += p c_kv
+      }
     }
   };
   if (parts == 1) {
@@ -359,12 +405,18 @@ void MlaDecoder::attend_chunk(const float* q, int64_t T, const MlaCache& cache, 
   const int64_t W = C_ + Dr_, HV = H_ * Dv_, HQ = H_ * Dq_;
   const int64_t N = cache.size(), base = N - T, P = cache.page_tokens();
   const int64_t tiles = (T + kQueryTile - 1) / kQueryTile, tasks = H_ * tiles;
-  // A bf16 cache is widened to f32 once per call ([N, W], the pages back to back), for the sgemm products below.
+  // A bf16 or q8 cache is widened to f32 once per call ([N, W], the pages back to back), for the sgemm products
+  // below (prefill is compute-bound: sgemm over f32 beats integer kernels that would re-read the codes per tile).
   std::vector<float> widened;
-  if (cache.dtype() == DType::kBF16) {
+  if (cache.dtype() != DType::kF32) {
     widened.resize(static_cast<size_t>(N * W));
-    for (int64_t p = 0; p < cache.num_pages(); ++p)
-      cpu::bf16_to_f32_rows(widened.data() + p * P * W, W, cache.page_bf16(p), W, cache.page_rows(p), W);
+    for (int64_t p = 0; p < cache.num_pages(); ++p) {
+      float* dst = widened.data() + p * P * W;
+      if (cache.dtype() == DType::kBF16)
+        cpu::bf16_to_f32_rows(dst, W, cache.page_bf16(p), W, cache.page_rows(p), W);
+      else
+        cpu::latent_q8_load_rows(cache.q8_layout(), cache.page_q8(p), 0, cache.page_rows(p), dst, W);
+    }
   }
   auto page_f32 = [&](int64_t p) { return widened.empty() ? cache.page(p) : widened.data() + p * P * W; };
   const float* uk = w_uk_.data<float>();

@@ -32,7 +32,11 @@
 //     reads the same cached rows (MQA-like), so the cache is read once per step instead of once per head (at
 //     flagship scale, H = 96 and a 576-float row per token, reading it per head would make decode 96x more
 //     memory-bound). Threads split the PAGES (flash-decoding: each part keeps a running max, sum and unnormalised
-//     o_lat per head, merged at the end); small contexts run on one thread. Working memory: [H, page] per part.
+//     o_lat per head, merged at the end); small contexts run on one thread. Within a part, spans of 256 tokens are
+//     scored before their softmax update (the max / rescale / sums run once per span per head, not per page).
+//     Working memory: [H, span] per part. A q8 cache scores and sums on the int8 kernels of ops/cpu/latent_q8.h
+//     (the queries quantized per head and group of 32 like the rows); bf16 and q8 caches are widened to f32 for
+//     prefill.
 // Inputs are f32 cpu tensors; weights of other dtypes are converted to f32 once, at construction.
 #pragma once
 
@@ -45,6 +49,7 @@
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "ops/cpu/latent_q8.h"
 #include "ops/rope_table.h"
 #include "quant/linear_weight.h"
 
@@ -54,9 +59,11 @@ class MlaCache {
  public:
   static constexpr int64_t kDefaultPageTokens = 64;
 
-  // dtype: how the rows are stored, kF32 (exact) or kBF16 (half the bytes: decode at long context reads the whole
-  // cache every token; values rounded to nearest even, relative error <= 2^-9; see MlaDecoder for how each is
-  // read). Other dtypes are refused (kValue).
+  // dtype: how the rows are stored: kF32 (exact); kBF16 (half the bytes: decode at long context reads the whole
+  // cache every token; values rounded to nearest even, relative error <= 2^-9); kQ8_0 (int8 codes per group of 32
+  // columns with an f32 scale, error <= half a step of the group, in the page layout of ops/cpu/latent_q8.h, whose
+  // int8 products decode uses: ~48% of the f32 bytes at kv_lora_rank 128 + rope 32). See MlaDecoder for how each is
+  // read. Other dtypes are refused (kValue).
   MlaCache(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens = kDefaultPageTokens, DType dtype = DType::kF32);
   // Move-only: the pages are shared-storage tensors, so a plain copy would alias them. clone() copies deeply
   // (e.g. to fork a sequence after a shared prompt).
@@ -87,7 +94,7 @@ class MlaCache {
   int64_t page_tokens() const { return page_tokens_; }
   int64_t num_pages() const { return int64_t(pages_.size()); }
   DType dtype() const { return dtype_; }
-  // Bytes one page holds: page_tokens * W * (4 for f32, 2 for bf16).
+  // Bytes one page holds: page_tokens * W * (4 for f32, 2 for bf16); q8: LatentQ8Layout::bytes.
   static size_t page_bytes(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens, DType dtype);
   // Bytes held by the allocated pages: ceil(size / page_tokens) pages.
   size_t bytes() const;
@@ -96,6 +103,8 @@ class MlaCache {
   // t / page_tokens, row t % page_tokens. page() for f32 caches, page_bf16() for bf16 ones (MYRIAD_CHECK).
   const float* page(int64_t p) const;
   const uint16_t* page_bf16(int64_t p) const;
+  const uint8_t* page_q8(int64_t p) const;       // kQ8_0 caches: the page in q8_layout()
+  const cpu::LatentQ8Layout& q8_layout() const;  // kQ8_0 caches
   int64_t page_rows(int64_t p) const;
   const float* row(int64_t t) const;  // [W], f32 caches
   const float* c_kv(int64_t t) const { return row(t); }
@@ -103,10 +112,11 @@ class MlaCache {
   void row_f32(int64_t t, float* out) const;  // [W] as f32, either dtype
 
  private:
-  void* next_row();  // the next row's storage (f32 or bf16)
+  void* next_row();  // the next row's storage (f32 or bf16; the page for q8, the row index being size_ - 1)
 
   int64_t C_, Dr_, page_tokens_;
   DType dtype_ = DType::kF32;
+  std::optional<cpu::LatentQ8Layout> q8_;  // kQ8_0 only
   int64_t size_ = 0;
   std::vector<Tensor> pages_;
 };

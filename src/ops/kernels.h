@@ -122,6 +122,12 @@ void situ_glu_forward(float* y, int64_t ldy, const float* g, int64_t ldg, const 
 void situ_glu_backward(float* dg, int64_t lddg, float* du, int64_t lddu, const float* dy, int64_t lddy, const float* g,
                        int64_t ldg, const float* u, int64_t ldu, int64_t rows, int64_t F, SituParams p);
 
+// Pieces of an online softmax (MLA decode), vectorised with tree reductions (a plain loop keeps the max serial):
+//   max_of:          the largest of x [n] (-inf for n = 0; NaNs are skipped, as std::max skips them)
+//   exp_shifted_sum: x[j] = exp(x[j] - shift) in place (cpu::fast_exp), returns their sum
+float max_of(const float* x, int64_t n);
+float exp_shifted_sum(float* x, int64_t n, float shift);
+
 // Softmax / log-softmax over rows of N.
 void softmax_forward(float* y, const float* x, int64_t rows, int64_t N);
 void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t N);

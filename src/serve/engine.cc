@@ -81,6 +81,13 @@ struct Engine::PrefixEntry {
   size_t bytes = 0;
 };
 
+DType cache_dtype_from_name(const std::string& name) {
+  if (name == "f32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  MYRIAD_REQUIRE(name == "q8", kValue, "cache dtype ", name, ": must be one of f32, bf16, q8");
+  return DType::kQ8_0;
+}
+
 Engine::Engine(std::shared_ptr<const InferenceModel> model, EngineOptions options)
     : model_(std::move(model)), opt_(options) {
   MYRIAD_REQUIRE(opt_.page_tokens > 0 && opt_.max_batch > 0 && opt_.prefill_chunk > 0 && opt_.max_waiting >= 0 &&

@@ -46,13 +46,16 @@ namespace myriad {
 struct EngineOptions {
   int64_t cache_mb = 1024;          // sequence state budget (KDA states + MLA pages)
   int64_t page_tokens = 64;         // MLA cache page size in tokens
-  DType cache_dtype = DType::kF32;  // MLA cache rows: kF32, or kBF16 (half the memory per token; MlaCache)
+  DType cache_dtype = DType::kF32;  // MLA cache rows: kF32, kBF16 (half the memory) or kQ8_0 (int8; MlaCache)
   int64_t max_batch = 16;           // sequences running at once
   int64_t prefill_chunk = 256;      // prompt tokens per step, over all prefilling sequences
   int64_t max_waiting = 64;         // queued requests beyond this are refused (kBusy)
   int64_t prefix_every = 256;       // prefix snapshot interval in tokens (multiple of page_tokens); 0 = off
   int64_t prefix_cache_mb = 256;    // budget of the prefix snapshots
 };
+
+// The --cache-dtype names: "f32", "bf16", "q8" (kQ8_0); anything else is a kValue error naming the choices.
+DType cache_dtype_from_name(const std::string& name);
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // token ids, non-empty

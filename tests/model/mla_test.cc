@@ -446,5 +446,80 @@ TEST(MlaDecoder, Bf16CacheFollowsTheF32Cache) {
               prefill_err, err, cpu::bf16_dot_native() ? "native" : "widened to f32");
 }
 
+TEST(MlaCache, Q8RowsAreWithinHalfAStepAndShareTheirPages) {
+  MlaCache f(40, 8, 16), q(40, 8, 16, DType::kQ8_0);
+  std::mt19937 rng(6);
+  std::normal_distribution<float> n01(0.0f, 2.0f);
+  std::vector<std::vector<float>> rows;
+  for (int t = 0; t < 20; ++t) {
+    std::vector<float> r(48);
+    for (float& v : r) v = n01(rng);
+    f.append(r.data(), r.data() + 40);
+    q.append(r.data(), r.data() + 40);
+    rows.push_back(r);
+  }
+  EXPECT_EQ(q.dtype(), DType::kQ8_0);
+  EXPECT_EQ(q.num_pages(), 2);
+  EXPECT_EQ(q.bytes(), MlaCache::page_bytes(40, 8, 16, DType::kQ8_0) * 2);
+  // Per token 4 ceil(W / 4) key bytes + C rounded up to 32 value bytes + 4 per group of 32 (latent_q8.h): 120 here
+  // (f32: 192), 308 at the small config's 128 + 32 (f32: 640), 1160 at K3's 512 + 64 (f32: 2304).
+  EXPECT_EQ(MlaCache::page_bytes(40, 8, 16, DType::kQ8_0), size_t(16 * (48 + 64 + 8)));
+  EXPECT_EQ(MlaCache::page_bytes(128, 32, 64, DType::kQ8_0), size_t(64 * (160 + 128 + 20)));
+  EXPECT_EQ(MlaCache::page_bytes(512, 64, 64, DType::kQ8_0), size_t(64 * (576 + 512 + 72)));
+  std::vector<float> got(48);
+  for (int t = 0; t < 20; ++t) {
+    q.row_f32(t, got.data());
+    for (int g = 0; g < 2; ++g) {  // groups [0, 32) and [32, 48)
+      float amax = 0;
+      for (int i = 32 * g; i < std::min(48, 32 * g + 32); ++i)
+        amax = std::max(amax, std::fabs(rows[size_t(t)][size_t(i)]));
+      for (int i = 32 * g; i < std::min(48, 32 * g + 32); ++i)
+        EXPECT_LE(std::fabs(got[size_t(i)] - rows[size_t(t)][size_t(i)]), amax / 254.0f * 1.0001f) << t << " " << i;
+    }
+  }
+  const MlaCache c = q.clone(), s = q.share_prefix(16);
+  EXPECT_EQ(c.dtype(), DType::kQ8_0);
+  EXPECT_EQ(s.page_q8(0), q.page_q8(0));  // shared, not copied
+  EXPECT_NE(c.page_q8(0), q.page_q8(0));
+  c.row_f32(19, got.data());
+  std::vector<float> again(48);
+  q.row_f32(19, again.data());
+  EXPECT_EQ(got, again);
+}
+
+// An int8 latent cache against the f32 one, as the bf16 test above: chunked prefill (the cache dequantized for
+// sgemm) and decode (queries quantized like the rows, integer page products). A cached value or a query element
+// moves by at most 1/254 of its group's largest (bf16: 2^-9 of itself), so a score by up to ~2/254 of
+// sum |q_i k_i| in the worst case: ~4x the bf16 bound; on random data the errors are independent and the output
+// changes by a few 1e-2 relative through the peaked softmax (measured below), bounded by 1e-1. A wrong page, row,
+// group scale or head is off by O(1).
+TEST(MlaDecoder, Q8CacheFollowsTheF32Cache) {
+  const ModelConfig c = variant("eight_heads");
+  const ModelWeights w = sharp_weights(c, kSeed);
+  const MlaDecoder dec(c, w, kLayer);
+  const int64_t ctx = 300;
+  const Tensor x = random_input(ctx + 20, c.hidden_size, 11);
+  MlaCache f = dec.make_cache(64), q = dec.make_cache(64, DType::kQ8_0);
+  double err = 0.0;
+  for (int64_t t0 = 0; t0 < ctx; t0 += 100) {
+    const Tensor of = dec.prefill(x.slice(0, t0, t0 + 100), t0, f);
+    const Tensor oq = dec.prefill(x.slice(0, t0, t0 + 100), t0, q);
+    err = std::max(err, rel_err(oq, of, of));
+  }
+  const double prefill_err = err;
+  double decode_err = 0.0;
+  for (int64_t t = ctx; t < ctx + 20; ++t) {
+    const Tensor of = dec.step(x.select(0, t), t, f);
+    const Tensor oq = dec.step(x.select(0, t), t, q);
+    decode_err = std::max(decode_err, rel_err(oq, of, of));
+  }
+  EXPECT_EQ(q.size(), f.size());
+  EXPECT_LE(prefill_err, 1e-1);
+  EXPECT_LE(decode_err, 1e-1);
+  EXPECT_GT(decode_err, 0.0);
+  std::printf("[ q8 ] cache vs f32 cache: rel. error prefill %.2e, decode %.2e (int8 products: %s)\n", prefill_err,
+              decode_err, cpu::latent_q8_native() ? "VNNI" : "portable");
+}
+
 }  // namespace
 }  // namespace myriad

@@ -44,7 +44,7 @@ TEST(LatentQ8, StoredRowsAreWithinHalfAStepOfTheirGroup) {
     const std::vector<float> rows = random_rows(s, rng);
     const std::vector<uint8_t> page = make_page(l, rows, s.n);
     std::vector<float> back(static_cast<size_t>(s.n * l.W));
-    cpu::latent_q8_load_rows(l, page.data(), s.n, back.data(), l.W);
+    cpu::latent_q8_load_rows(l, page.data(), 0, s.n, back.data(), l.W);
     for (int64_t t = 0; t < s.n; ++t)
       for (int64_t g = 0; g * 32 < l.W; ++g) {
         float amax = 0;
@@ -66,7 +66,7 @@ TEST(LatentQ8, ScoresMatchADoubleLoopOverTheDequantizedCodes) {
     const std::vector<float> rows = random_rows(s, rng);
     const std::vector<uint8_t> page = make_page(l, rows, s.n);
     std::vector<float> keys(static_cast<size_t>(s.n * l.W));
-    cpu::latent_q8_load_rows(l, page.data(), s.n, keys.data(), l.W);
+    cpu::latent_q8_load_rows(l, page.data(), 0, s.n, keys.data(), l.W);
     std::vector<float> q(static_cast<size_t>(s.H * l.W));
     for (float& v : q) v = n01(rng);
     cpu::LatentQ8Query qq;
@@ -107,7 +107,7 @@ TEST(LatentQ8, ValuesMatchADoubleLoopOverTheDequantizedCodes) {
     const std::vector<float> rows = random_rows(s, rng);
     const std::vector<uint8_t> page = make_page(l, rows, s.n);
     std::vector<float> vals(static_cast<size_t>(s.n * l.W));
-    cpu::latent_q8_load_rows(l, page.data(), s.n, vals.data(), l.W);
+    cpu::latent_q8_load_rows(l, page.data(), 0, s.n, vals.data(), l.W);
     // Softmax-like weights: a few large, most tiny (what a peaked attention gives).
     const int64_t ldp = s.n + 2, ldo = s.C + 3;
     std::vector<float> p(static_cast<size_t>(s.H * ldp));

@@ -11,6 +11,9 @@
 
 #include <algorithm>
 #include <numeric>
+#include <random>
+#include <limits>
+#include <cmath>
 #include <set>
 
 #include "core/error.h"
@@ -67,6 +70,35 @@ TEST(OpGemm, MatchesReferenceAllTransposesBatchedAndDegenerate) {
 }
 
 // ---------------------------------------------------------------------------------------------- unary
+// The online-softmax pieces of MLA decode against plain loops: lengths around the two-register step, NaNs
+// skipped by the max (as std::max skips them) wherever they sit, and the shifted exponentials with their sum.
+TEST(OpOnlineSoftmax, MaxOfAndExpShiftedSumMatchPlainLoops) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> n01(0.0f, 3.0f);
+  for (int64_t n : {0, 1, 15, 16, 31, 32, 33, 64, 100, 257}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = n01(rng);
+    for (int nan_at : {-1, 0, int(n) / 2}) {
+      std::vector<float> y = x;
+      if (nan_at >= 0 && nan_at < n) y[size_t(nan_at)] = std::numeric_limits<float>::quiet_NaN();
+      float ref = -std::numeric_limits<float>::infinity();
+      for (float v : y) ref = std::max(ref, v);
+      EXPECT_EQ(cpu::max_of(y.data(), n), ref) << "n " << n << " NaN at " << nan_at;
+    }
+    if (n == 0) continue;
+    const float shift = *std::max_element(x.begin(), x.end());
+    std::vector<float> e = x;
+    const float sum = cpu::exp_shifted_sum(e.data(), n, shift);
+    double ref_sum = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const double r = std::exp(double(x[size_t(j)]) - shift);
+      EXPECT_NEAR(e[size_t(j)], r, 1e-6 * r + 1e-30);
+      ref_sum += r;
+    }
+    EXPECT_NEAR(sum, ref_sum, 1e-6 * ref_sum);
+  }
+}
+
 TEST(OpUnary, ForwardBackwardAllActivations) {
   std::mt19937 rng(12);
   for (Unary op : {Unary::kSiLU, Unary::kSigmoid, Unary::kTanh, Unary::kSoftplus}) {

@@ -239,9 +239,9 @@ GenerationRequest greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
   return r;
 }
 
-// With either latent cache (f32, or bf16: half the bytes per page, so the engine's accounting halves too).
+// With each latent cache (f32; bf16 or q8: fewer bytes per page, which the engine's accounting follows).
 class EngineCache : public ::testing::TestWithParam<DType> {};
-INSTANTIATE_TEST_SUITE_P(Dtypes, EngineCache, ::testing::Values(DType::kF32, DType::kBF16),
+INSTANTIATE_TEST_SUITE_P(Dtypes, EngineCache, ::testing::Values(DType::kF32, DType::kBF16, DType::kQ8_0),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });
 
 TEST_P(EngineCache, BatchedRequestsEqualOneByOne) {
@@ -266,6 +266,13 @@ TEST_P(EngineCache, BatchedRequestsEqualOneByOne) {
   EXPECT_EQ(mt.running, 0);
   EXPECT_EQ(mt.cache_bytes_used, 0u);
   EXPECT_EQ(mt.cache_bytes_reserved, 0u);
+}
+
+TEST(Engine, CacheDtypeNames) {
+  EXPECT_EQ(cache_dtype_from_name("f32"), DType::kF32);
+  EXPECT_EQ(cache_dtype_from_name("bf16"), DType::kBF16);
+  EXPECT_EQ(cache_dtype_from_name("q8"), DType::kQ8_0);
+  EXPECT_THROW(cache_dtype_from_name("f16"), Error);
 }
 
 TEST(Engine, SeededSamplingInABatchEqualsOneByOne) {

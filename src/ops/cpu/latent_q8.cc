@@ -56,45 +56,70 @@ const float* scales(const LatentQ8Layout& l, const uint8_t* page) {
   return reinterpret_cast<const float*>(page + l.scale_offset);
 }
 
-// Per head h and value group g, the 16-bit factors of the tokens, two per int32 (token 2k low, 2k + 1 high), and
-// the f32 step each unit stands for: f = p s ~ q16 * step. step NaN when a factor is NaN (or p < 0).
+// Per head h and value group g, the 16-bit factors q16 ~ p s / step of the tokens (step = the largest p s /
+// 32767), stored so that the int32 at pair k holds tokens 2k (low half) and 2k + 1 (high half): what vpdpwssd
+// multiplies with a pair of value rows. step NaN when a factor is NaN (or p < 0).
 struct ValueFactors {
-  std::vector<int32_t> pairs;  // [H, Gv, ceil(n / 2)]
-  std::vector<float> step;     // [H, Gv]
-  std::vector<float> f;        // scratch [n]
+  int64_t np = 0;             // pairs per (head, group)
+  std::vector<uint16_t> q16;  // [H, Gv, 2 np]
+  std::vector<float> step;    // [H, Gv]
+  int32_t pair(int64_t hg, int64_t k) const {
+    int32_t v;
+    std::memcpy(&v, q16.data() + hg * 2 * np + 2 * k, 4);
+    return v;
+  }
 };
 
 void value_factors(const LatentQ8Layout& l, const float* s, int64_t n, const float* p, int64_t ldp, int64_t H,
                    ValueFactors& v) {
-  const int64_t Gv = l.value_groups(), np = (n + 1) / 2, ss = l.blocks * kBlock;
-  v.pairs.assign(size_t(H * Gv * np), 0);
+  const int64_t Gv = l.value_groups(), ss = l.blocks * kBlock;
+  v.np = (n + 1) / 2;
+  const int64_t len = 2 * v.np;
+  v.q16.resize(size_t(H * Gv * len));
   v.step.assign(size_t(H * Gv), 0.0f);
-  v.f.resize(size_t(n + 1));
   for (int64_t h = 0; h < H; ++h)
     for (int64_t g = 0; g < Gv; ++g) {
-      float* f = v.f.data();
+      const float* ph = p + h * ldp;
+      const float* sg = s + g * ss;
+      uint16_t* out = v.q16.data() + (h * Gv + g) * len;
       float pm = 0;
       bool bad = false;
-      for (int64_t j = 0; j < n; ++j) {
-        f[j] = p[h * ldp + j] * s[g * ss + j];
-        bad = bad || !(f[j] >= 0.0f);
-        pm = std::max(pm, f[j]);
+      int64_t j = 0;
+#if MYRIAD_LATENT_Q8_VNNI
+      __m512 vmax = _mm512_setzero_ps();
+      __mmask16 nonneg = 0xffff;
+      for (; j + 16 <= n; j += 16) {
+        const __m512 f = _mm512_mul_ps(_mm512_loadu_ps(ph + j), _mm512_loadu_ps(sg + j));
+        nonneg &= _mm512_cmp_ps_mask(f, _mm512_setzero_ps(), _CMP_GE_OQ);  // false for NaN and < 0
+        vmax = _mm512_max_ps(vmax, f);
+      }
+      bad = nonneg != 0xffff;
+      pm = _mm512_reduce_max_ps(vmax);
+#endif
+      for (int64_t t = j; t < n; ++t) {
+        const float f = ph[t] * sg[t];
+        bad = bad || !(f >= 0.0f);
+        pm = std::max(pm, f);
       }
       float& step = v.step[size_t(h * Gv + g)];
-      if (bad) {
-        step = std::numeric_limits<float>::quiet_NaN();
+      if (bad || pm == 0) {
+        step = bad ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+        std::fill(out, out + len, uint16_t(0));
         continue;
       }
-      if (pm == 0) continue;
       step = pm / kP16;
-      const float inv = kP16 / pm;
-      f[n] = 0;
-      int32_t* out = v.pairs.data() + (h * Gv + g) * np;
-      for (int64_t k = 0; k < np; ++k) {
-        const int32_t lo = int32_t(std::nearbyint(f[2 * k] * inv));
-        const int32_t hi = 2 * k + 1 < n ? int32_t(std::nearbyint(f[2 * k + 1] * inv)) : 0;
-        out[k] = int32_t(uint32_t(lo) | (uint32_t(hi) << 16));
+      const float inv = kP16 / pm;  // f * inv in [0, 32767]: rounded to nearest even (the SIMD conversion's mode)
+      j = 0;
+#if MYRIAD_LATENT_Q8_VNNI
+      const __m512 vinv = _mm512_set1_ps(inv);
+      for (; j + 16 <= n; j += 16) {
+        const __m512 f = _mm512_mul_ps(_mm512_loadu_ps(ph + j), _mm512_loadu_ps(sg + j));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j),
+                            _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(f, vinv))));
       }
+#endif
+      for (; j < n; ++j) out[j] = uint16_t(std::nearbyint((ph[j] * sg[j]) * inv));
+      for (; j < len; ++j) out[j] = 0;
     }
 }
 
@@ -133,14 +158,12 @@ void values_portable(const LatentQ8Layout& l, const uint8_t* page, int64_t n, co
         continue;
       }
       if (step == 0) continue;
-      const int32_t* pk = v.pairs.data() + (h * Gv + g) * np;
+      const uint16_t* q16 = v.q16.data() + (h * Gv + g) * 2 * np;
       for (int64_t k0 = 0; k0 < np; k0 += kValueChunkPairs)
         for (int64_t c = c0; c < c1; ++c) {
           int32_t sum = 0;
-          for (int64_t k = k0; k < std::min(np, k0 + kValueChunkPairs); ++k) {
-            const int32_t lo = int32_t(uint32_t(pk[k]) & 0xffff), hi = int32_t(uint32_t(pk[k]) >> 16);
-            sum += lo * vb[k * VC * 2 + c * 2] + hi * vb[k * VC * 2 + c * 2 + 1];
-          }
+          for (int64_t k = k0; k < std::min(np, k0 + kValueChunkPairs); ++k)
+            sum += int32_t(q16[2 * k]) * vb[k * VC * 2 + c * 2] + int32_t(q16[2 * k + 1]) * vb[k * VC * 2 + c * 2 + 1];
           o[h * ldo + c] += float(sum) * step;
         }
     }
@@ -150,12 +173,17 @@ void values_portable(const LatentQ8Layout& l, const uint8_t* page, int64_t n, co
 // HT heads from h0 over all of the page's n tokens, 16 at a time.
 template <int HT>
 void scores_vnni(const LatentQ8Layout& l, const uint8_t* page, int64_t n, const LatentQ8Query& q, int64_t h0, float* S,
-                 int64_t lds) {
+                 int64_t lds, const uint8_t* next) {
   const uint8_t* kb = keys(l, page);
   const float* s = scales(l, page);
   const int64_t Q4 = l.quads * 4, ss = l.blocks * kBlock;
   const int8_t* qc = q.codes.data() + h0 * Q4;
-  for (int64_t b = 0; b * kBlock < n; ++b) {
+  const int64_t nb = (n + kBlock - 1) / kBlock;
+  const int64_t lines = int64_t(l.bytes / 64), per_block = nb > 0 ? (lines + nb - 1) / nb : 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    if (next)  // this block's share of the next page
+      for (int64_t i = b * per_block; i < std::min(lines, (b + 1) * per_block); ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(next + i * 64), _MM_HINT_T0);
     __m512 sf[HT];
     for (int h = 0; h < HT; ++h) sf[h] = _mm512_setzero_ps();
     for (int64_t g = 0; g < l.groups; ++g) {
@@ -201,7 +229,7 @@ void values_vnni(const LatentQ8Layout& l, const uint8_t* page, int64_t n, const 
       const __m512i x0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
       const __m512i x1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32)));
       for (int h = 0; h < HT; ++h) {
-        const __m512i f = _mm512_set1_epi32(v.pairs[size_t(((h0 + h) * Gv + g) * np + k)]);
+        const __m512i f = _mm512_set1_epi32(v.pair((h0 + h) * Gv + g, k));
         acc[h][0] = _mm512_dpwssd_epi32(acc[h][0], x0, f);
         acc[h][1] = _mm512_dpwssd_epi32(acc[h][1], x1, f);
       }
@@ -265,14 +293,15 @@ void latent_q8_store_row(const LatentQ8Layout& l, uint8_t* page, int64_t r, cons
   }
 }
 
-void latent_q8_load_rows(const LatentQ8Layout& l, const uint8_t* page, int64_t n, float* out, int64_t ldo) {
+void latent_q8_load_rows(const LatentQ8Layout& l, const uint8_t* page, int64_t r0, int64_t n, float* out, int64_t ldo) {
+  MYRIAD_CHECK(r0 >= 0 && n >= 0 && r0 + n <= l.P, "latent q8 page: rows ", r0, " + ", n, " of ", l.P);
   const uint8_t* kb = keys(l, page);
   const float* s = scales(l, page);
   const int64_t ss = l.blocks * kBlock;
-  for (int64_t r = 0; r < n; ++r) {
+  for (int64_t r = r0; r < r0 + n; ++r) {
     const int64_t b = r / kBlock, i = r % kBlock;
     for (int64_t d = 0; d < l.W; ++d)
-      out[r * ldo + d] =
+      out[(r - r0) * ldo + d] =
           s[(d / kGroup) * ss + r] * float(int32_t(kb[(b * l.quads + d / 4) * 64 + i * 4 + d % 4]) - 128);
   }
 }
@@ -295,11 +324,14 @@ void latent_q8_quantize_query(const LatentQ8Layout& l, const float* q, int64_t H
 }
 
 void latent_q8_scores(const LatentQ8Layout& l, const uint8_t* page, int64_t n, const LatentQ8Query& q, float* S,
-                      int64_t lds) {
+                      int64_t lds, const uint8_t* next) {
   MYRIAD_CHECK(n >= 0 && n <= l.P, "latent q8 scores: ", n, " tokens of a ", l.P, "-token page");
 #if MYRIAD_LATENT_Q8_VNNI
-  head_tiles(q.H, [&](auto ht, int64_t h0) { scores_vnni<decltype(ht)::value>(l, page, n, q, h0, S, lds); });
+  head_tiles(q.H, [&](auto ht, int64_t h0) {
+    scores_vnni<decltype(ht)::value>(l, page, n, q, h0, S, lds, h0 == 0 ? next : nullptr);
+  });
 #else
+  (void)next;
   scores_portable(l, page, n, q, S, lds);
 #endif
 }

@@ -49,8 +49,8 @@ struct LatentQ8Layout {
 void latent_q8_init_page(const LatentQ8Layout& l, uint8_t* page);
 // Row r of a page: x [W] f32 quantized into all three sections (a non-finite value makes its group's scale NaN).
 void latent_q8_store_row(const LatentQ8Layout& l, uint8_t* page, int64_t r, const float* x);
-// Rows [0, n) dequantized: out [n, W] at row stride ldo (s c for every column).
-void latent_q8_load_rows(const LatentQ8Layout& l, const uint8_t* page, int64_t n, float* out, int64_t ldo);
+// Rows [r0, r0 + n) dequantized: out [n, W] at row stride ldo (s c for every column).
+void latent_q8_load_rows(const LatentQ8Layout& l, const uint8_t* page, int64_t r0, int64_t n, float* out, int64_t ldo);
 
 // H query rows [H, W] quantized per head and group like a cached row.
 struct LatentQ8Query {
@@ -61,9 +61,13 @@ struct LatentQ8Query {
 };
 void latent_q8_quantize_query(const LatentQ8Layout& l, const float* q, int64_t H, int64_t ldq, LatentQ8Query& out);
 
-// S [H, n] (row stride lds) = the scores of the page's first n tokens.
+// S [H, n] (row stride lds) = the scores of the page's first n tokens. `next` (optional): the page the caller reads
+// after this one, prefetched whole (keys, values, scales) while this one is scored: a decode step streams every
+// page from DRAM (the weights read between two steps evict them), and pages are separate allocations, whose
+// boundaries the hardware prefetcher does not cross (one 32K-token MLA layer step with cold caches, small config:
+// 0.98 -> 0.55 ms; with hot caches 0.37 -> 0.41).
 void latent_q8_scores(const LatentQ8Layout& l, const uint8_t* page, int64_t n, const LatentQ8Query& q, float* S,
-                      int64_t lds);
+                      int64_t lds, const uint8_t* next = nullptr);
 // o [H, C] (row stride ldo) += p [H, n] (row stride ldp, entries >= 0) times the page's first n value rows.
 void latent_q8_values(const LatentQ8Layout& l, const uint8_t* page, int64_t n, const float* p, int64_t ldp, int64_t H,
                       float* o, int64_t ldo);

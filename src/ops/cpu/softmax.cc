@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "ops/cpu/parallel.h"
+#include "ops/cpu/simd_vec.h"
 #include "ops/cpu/vmath.h"
 #include "ops/kernels.h"
 
@@ -15,8 +16,7 @@ int64_t row_grain(int64_t N) {
 
 // y = x - max, returns log(sum exp(x - max)).
 float shifted_log_sum_exp(float* y, const float* x, int64_t N) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < N; ++j) mx = std::max(mx, x[j]);
+  const float mx = max_of(x, N);
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
   for (int64_t j = 0; j < N; ++j) {
@@ -26,6 +26,40 @@ float shifted_log_sum_exp(float* y, const float* x, int64_t N) {
   return std::log(s);
 }
 }  // namespace
+
+float max_of(const float* x, int64_t n) {
+  constexpr int64_t L = kLanes<FVec>;
+  float mx = -std::numeric_limits<float>::infinity();
+  int64_t j = 0;
+  if (n >= 2 * L) {
+    // Two accumulators (the max has a latency of a few cycles), combined lane by lane, then across lanes.
+    // Both start at -inf, so a NaN input never enters a lane (u > a is false for it).
+    FVec a = {}, b = {};
+    a -= std::numeric_limits<float>::infinity();
+    b -= std::numeric_limits<float>::infinity();
+    for (; j + 2 * L <= n; j += 2 * L) {
+      const FVec u = load_v<FVec>(x + j), v = load_v<FVec>(x + j + L);
+      a = u > a ? u : a;
+      b = v > b ? v : b;
+    }
+    a = b > a ? b : a;
+    float lanes[L];
+    store_v(lanes, a);
+    for (int64_t i = 0; i < L; ++i) mx = std::max(mx, lanes[i]);
+  }
+  for (; j < n; ++j) mx = std::max(mx, x[j]);
+  return mx;
+}
+
+float exp_shifted_sum(float* x, int64_t n, float shift) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j) {
+    x[j] = fast_exp(x[j] - shift);
+    sum += x[j];
+  }
+  return sum;
+}
 
 void softmax_forward(float* y, const float* x, int64_t rows, int64_t N) {
   parallel_for(rows, row_grain(N), [&](int64_t r0, int64_t r1) {
