@@ -78,8 +78,17 @@ Tensor KdaDecoder::forward(const Tensor& x_in, std::span<const KdaSegment> segs,
   // The same operations as Transformer::kda_mixer, with each short conv starting from its segment's carried tail,
   // run straight on the kernels (decode runs this per layer and token; the autograd ops' bookkeeping was a
   // noticeable part of a quantized token).
-  auto short_conv = [&](const LinearWeight& proj, const Tensor& w, Tensor KdaState::*tail) {
-    const Tensor lin = proj.apply(x);  // [N, HK]
+  // Every product of x at once (one quantization of x and one parallel region when the weights are quantized):
+  // q, k, v [N, HK], the gate's first factor, beta [N, H] and the output gate [N, H V].
+  Tensor lin_q = Tensor::empty({N, HK}), lin_k = Tensor::empty({N, HK}), lin_v = Tensor::empty({N, HK});
+  Tensor fa = Tensor::empty({N, f_a_.rows()}), beta = Tensor::empty({N, H}), gate = Tensor::empty({N, H * V});
+  {
+    const LinearWeight* w[] = {&q_proj_, &k_proj_, &v_proj_, &f_a_, &b_proj_, &g_proj_};
+    float* y[] = {lin_q.data<float>(), lin_k.data<float>(), lin_v.data<float>(),
+                  fa.data<float>(),    beta.data<float>(),  gate.data<float>()};
+    LinearWeight::apply_many(w, x.data<float>(), N, y);
+  }
+  auto short_conv = [&](const Tensor& lin, const Tensor& w, Tensor KdaState::*tail) {
     Tensor y = Tensor::empty({N, HK});
     int64_t r0 = 0;
     for (const KdaSegment& s : segs) {
@@ -94,17 +103,16 @@ Tensor KdaDecoder::forward(const Tensor& x_in, std::span<const KdaSegment> segs,
   };
   thread_local std::vector<float> rnorm;  // l2norm's per-row statistics (unused here)
   if (rnorm.size() < size_t(N * H)) rnorm.resize(size_t(N * H));
-  Tensor q = short_conv(q_proj_, conv_q_, &KdaState::conv_q);  // [N, H, K]
+  Tensor q = short_conv(lin_q, conv_q_, &KdaState::conv_q);  // [N, H, K]
   cpu::l2norm_forward(q.data<float>(), rnorm.data(), q.data<float>(), N * H, K, 1e-6f);
   cpu::scale(q.data<float>(), q.data<float>(), 1.0f / std::sqrt(float(K)), N * HK);
-  Tensor k = short_conv(k_proj_, conv_k_, &KdaState::conv_k);
+  Tensor k = short_conv(lin_k, conv_k_, &KdaState::conv_k);
   cpu::l2norm_forward(k.data<float>(), rnorm.data(), k.data<float>(), N * H, K, 1e-6f);
-  const Tensor v = short_conv(v_proj_, conv_v_, &KdaState::conv_v);
+  const Tensor v = short_conv(lin_v, conv_v_, &KdaState::conv_v);
   // g = lb * sigmoid(exp(A_log_h) * (f + dt_bias)), in place over f = W_fb W_fa x  [N, H, K]
-  Tensor g = f_b_.apply(f_a_.apply(x));
+  Tensor g = f_b_.apply(fa);
   cpu::kda_gate_forward(g.data<float>(), g.data<float>(), a_log_.data<float>(), dt_bias_.data<float>(), N, H, K,
                         lower_bound_);
-  Tensor beta = b_proj_.apply(x);  // [N, H]
   cpu::unary_forward(Unary::kSigmoid, beta.data<float>(), beta.data<float>(), N * H);
   Tensor o = Tensor::empty({N, H, V});
   std::vector<int64_t> row0(segs.size() + 1, 0);
@@ -135,7 +143,6 @@ Tensor KdaDecoder::forward(const Tensor& x_in, std::span<const KdaSegment> segs,
     for (size_t i = 0; i < segs.size(); ++i) run(i);
   }
   // RMSNorm per head with the output gate: normed = o / rms(o) * o_norm * sigmoid(gate), as ag::rmsnorm_gated
-  const Tensor gate = g_proj_.apply(x);  // [N, H V]
   Tensor normed = Tensor::empty({N, H * V});
   thread_local std::vector<float> rstd;
   if (rstd.size() < size_t(N * H)) rstd.resize(size_t(N * H));

@@ -60,6 +60,27 @@ void LinearWeight::apply(const float* x, int64_t n, float* y, int64_t ldy) const
   for (int64_t i = 0; i < n; ++i) std::memcpy(y + i * ldy, tmp.data() + i * rows_, size_t(rows_) * sizeof(float));
 }
 
+void LinearWeight::apply_many(std::span<const LinearWeight* const> ws, const float* x, int64_t n,
+                              std::span<float* const> ys) {
+  MYRIAD_REQUIRE(ws.size() == ys.size(), kValue, "linear weight: apply_many with ", ws.size(), " weights and ",
+                 ys.size(), " outputs");
+  bool one_type = !ws.empty();
+  for (const LinearWeight* w : ws) {
+    MYRIAD_CHECK(w != nullptr && w->defined(), "linear weight: apply_many on an undefined weight");
+    MYRIAD_REQUIRE(w->cols() == ws[0]->cols(), kShape, "linear weight: apply_many over widths ", ws[0]->cols(), " and ",
+                   w->cols());
+    one_type = one_type && w->quant_ && ws[0]->quant_ && w->q_.type == ws[0]->q_.type;
+  }
+  if (!one_type) {
+    for (size_t m = 0; m < ws.size(); ++m) ws[m]->apply(x, n, ys[m]);
+    return;
+  }
+  thread_local std::vector<const QuantMatrix*> qs;
+  qs.clear();
+  for (const LinearWeight* w : ws) qs.push_back(&w->q_);
+  quant_matmul_many(qs, x, n, ys);
+}
+
 Tensor LinearWeight::apply(const Tensor& x_in) const {
   MYRIAD_REQUIRE(x_in.ndim() == 2 && x_in.shape()[1] == cols_ && x_in.dtype() == DType::kF32, kShape,
                  "linear weight: input ", shape_str(x_in.shape()), " should be f32 [n, ", cols_, "]");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/tensor.h"
 #include "quant/quant.h"
@@ -27,6 +28,11 @@ class LinearWeight {
   // y[n, rows] (row stride ldy >= rows; ldy 0 means rows) = x[n, cols] . W^T; x contiguous rows.
   void apply(const float* x, int64_t n, float* y, int64_t ldy = 0) const;
   Tensor apply(const Tensor& x) const;  // x [n, cols] f32 -> [n, rows]
+  // ys[m] [n, ws[m]->rows()] (contiguous) = x . ws[m]^T for several weights of one width read by the same x. When
+  // all are quantized with one type, one quant_matmul_many (x quantized once, one parallel region); else each
+  // apply() in turn. Same results as the separate applies.
+  static void apply_many(std::span<const LinearWeight* const> ws, const float* x, int64_t n,
+                         std::span<float* const> ys);
 
  private:
   bool quant_ = false;

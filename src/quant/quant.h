@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -79,6 +80,10 @@ Tensor dequantize(const QuantMatrix& q);
 //   quant_gemm_rows() rows on, panels of W rows are dequantized to f32 in a buffer and multiplied with sgemm:
 //   x stays exact.
 void quant_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y);
+// ys[m][n, ws[m]->rows] = x . ws[m]^T for several matrices of one width and type (kShape otherwise) and the same x:
+// equal to quant_matmul of each, with x quantized once and one parallel region over all their rows (decode runs
+// several small products of one x per layer).
+void quant_matmul_many(std::span<const QuantMatrix* const> ws, const float* x, int64_t n, std::span<float* const> ys);
 
 // Which implementation quant_matmul uses; kAuto picks the best compiled-in integer kernel below quant_gemm_rows()
 // rows of x and kDequantGemm from there. The others force one path (tests, benchmarks).

@@ -35,6 +35,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "core/dtype.h"
@@ -410,17 +411,29 @@ void run_tile(int64_t c, const TileArgs& a) {
   }
 }
 
-// The integer path for one kernel family and type.
+// The integer path for one kernel family and type, over one or more matrices of the same width that multiply the
+// same x: x is quantized once, and one parallel region splits the strips of all of them (a decode step runs several
+// products of one x, e.g. the KDA projections; each region costs a fork/join, each product a quantization of x).
 template <Family F, template <QuantType, int, int, bool> class Tile, QuantType T>
-void integer_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y) {
-  const int64_t rows = w.rows, cols = w.cols, G = cols / kQuantGroup;
+void integer_matmul(std::span<const QuantMatrix* const> mats, const float* x, int64_t n, std::span<float* const> ys) {
+  const int64_t cols = mats[0]->cols, G = cols / kQuantGroup;
   const XQuant& xq = quantize_x(x, n, cols, F, T, kBias<F, T>);
   const int64_t ws = xq.Gp + 16;  // scale buffer row stride (zero padding for 64-byte loads)
   const int64_t code_stride = T == QuantType::kQ8 ? cols : cols / 2;
-  const uint8_t* codes = w.codes.data<uint8_t>();
-  const int64_t strips = (rows + kStripRows - 1) / kStripRows;
+  // Strips numbered across the matrices: matrix m holds strips [first[m], first[m + 1]).
+  // (On the stack for the usual handful of matrices: the worker threads read it.)
+  int64_t first_small[17];
+  std::vector<int64_t> first_big(mats.size() >= 17 ? mats.size() + 1 : 0);
+  int64_t* first = mats.size() >= 17 ? first_big.data() : first_small;
+  first[0] = 0;
+  int64_t work = 0;
+  for (size_t m = 0; m < mats.size(); ++m) {
+    first[m + 1] = first[m] + (mats[m]->rows + kStripRows - 1) / kStripRows;
+    work += n * mats[m]->rows * cols;
+  }
+  const int64_t strips = first[mats.size()];
   const int nt = num_threads();
-  const bool par = nt > 1 && strips > 1 && n * rows * cols >= kParallelWork && !omp_in_parallel();
+  const bool par = nt > 1 && strips > 1 && work >= kParallelWork && !omp_in_parallel();
   cpu::parallel_region(par ? nt : 1, [&](int part, int parts) {
     // Per-thread scale buffers, kept between calls; only their zero padding past G is rewritten here (the strips
     // overwrite the first G of each row).
@@ -430,7 +443,14 @@ void integer_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y) {
       std::fill(dw.begin() + i * ws + G, dw.begin() + (i + 1) * ws, 0.0f);
       std::fill(dwx.begin() + i * ws + G, dwx.begin() + (i + 1) * ws, 0.0f);
     }
-    for (int64_t s = cpu::part_begin(strips, part, parts), se = cpu::part_begin(strips, part + 1, parts); s < se; ++s) {
+    const int64_t sb = cpu::part_begin(strips, part, parts), se = cpu::part_begin(strips, part + 1, parts);
+    size_t m = size_t(std::upper_bound(first, first + mats.size() + 1, sb) - first) - 1;
+    for (int64_t gs = sb; gs < se; ++gs) {
+      while (gs >= first[m + 1]) ++m;
+      const QuantMatrix& w = *mats[m];
+      const int64_t rows = w.rows, s = gs - first[m];
+      const uint8_t* codes = w.codes.data<uint8_t>();
+      float* y = ys[m];
       const int64_t r0 = s * kStripRows, nr = std::min(kStripRows, rows - r0);
       // Decode (n = 1): dw * dx folded into one scale per group in the same pass.
       const bool fold_all = n == 1 && F != Family::kScalar;
@@ -485,16 +505,16 @@ void integer_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y) {
 }
 
 template <Family F, template <QuantType, int, int, bool> class Tile>
-void integer_matmul_any(const QuantMatrix& w, const float* x, int64_t n, float* y) {
-  switch (w.type) {
+void integer_matmul_any(std::span<const QuantMatrix* const> ws, const float* x, int64_t n, std::span<float* const> ys) {
+  switch (ws[0]->type) {
     case QuantType::kQ8:
-      integer_matmul<F, Tile, QuantType::kQ8>(w, x, n, y);
+      integer_matmul<F, Tile, QuantType::kQ8>(ws, x, n, ys);
       break;
     case QuantType::kQ4:
-      integer_matmul<F, Tile, QuantType::kQ4>(w, x, n, y);
+      integer_matmul<F, Tile, QuantType::kQ4>(ws, x, n, ys);
       break;
     case QuantType::kMxfp4:
-      integer_matmul<F, Tile, QuantType::kMxfp4>(w, x, n, y);
+      integer_matmul<F, Tile, QuantType::kMxfp4>(ws, x, n, ys);
       break;
   }
 }
@@ -612,6 +632,37 @@ bool quant_kernel_available(QuantKernel k) {
   }
 }
 
+namespace {
+// The integer kernels (kAuto: the best compiled in) over matrices of one width and type.
+void integer_path(QuantKernel kernel, std::span<const QuantMatrix* const> ws, const float* x, int64_t n,
+                  std::span<float* const> ys) {
+  if (kernel == QuantKernel::kAuto) {
+#if MYRIAD_QUANT_AVX512VNNI
+    kernel = QuantKernel::kAvx512Vnni;
+#elif MYRIAD_QUANT_AVX2
+    kernel = QuantKernel::kAvx2;
+#else
+    kernel = QuantKernel::kScalar;
+#endif
+  }
+  switch (kernel) {
+#if MYRIAD_QUANT_AVX512VNNI
+    case QuantKernel::kAvx512Vnni:
+      integer_matmul_any<Family::kVnni, VnniTile>(ws, x, n, ys);
+      break;
+#endif
+#if MYRIAD_QUANT_AVX2
+    case QuantKernel::kAvx2:
+      integer_matmul_any<Family::kAvx2, Avx2Tile>(ws, x, n, ys);
+      break;
+#endif
+    default:
+      integer_matmul_any<Family::kScalar, ScalarTile>(ws, x, n, ys);
+      break;
+  }
+}
+}  // namespace
+
 void quant_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y, QuantKernel kernel) {
   check_quant_matrix(w, "quant_matmul");
   MYRIAD_REQUIRE(n >= 0, kShape, "quant_matmul: n = ", n, " rows of x must be >= 0");
@@ -632,24 +683,33 @@ void quant_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y, Qua
 #endif
     }
   }
-  switch (kernel) {
-    case QuantKernel::kDequantGemm:
-      gemm_matmul(w, x, n, y);
-      break;
-#if MYRIAD_QUANT_AVX512VNNI
-    case QuantKernel::kAvx512Vnni:
-      integer_matmul_any<Family::kVnni, VnniTile>(w, x, n, y);
-      break;
-#endif
-#if MYRIAD_QUANT_AVX2
-    case QuantKernel::kAvx2:
-      integer_matmul_any<Family::kAvx2, Avx2Tile>(w, x, n, y);
-      break;
-#endif
-    default:
-      integer_matmul_any<Family::kScalar, ScalarTile>(w, x, n, y);
-      break;
+  if (kernel == QuantKernel::kDequantGemm) {
+    gemm_matmul(w, x, n, y);
+    return;
   }
+  const QuantMatrix* wp = &w;
+  integer_path(kernel, std::span<const QuantMatrix* const>(&wp, 1), x, n, std::span<float* const>(&y, 1));
+}
+
+void quant_matmul_many(std::span<const QuantMatrix* const> ws, const float* x, int64_t n, std::span<float* const> ys) {
+  MYRIAD_REQUIRE(!ws.empty() && ws.size() == ys.size(), kValue, "quant_matmul_many: ", ws.size(), " weights for ",
+                 ys.size(), " outputs (need the same number, at least one)");
+  for (const QuantMatrix* w : ws) {
+    MYRIAD_REQUIRE(w != nullptr, kValue, "quant_matmul_many: a null weight");
+    check_quant_matrix(*w, "quant_matmul_many");
+    MYRIAD_REQUIRE(w->cols == ws[0]->cols && w->type == ws[0]->type, kShape,
+                   "quant_matmul_many: every weight must have the first one's width and type (", ws[0]->cols, ", ",
+                   quant_type_name(ws[0]->type), "), got ", w->cols, ", ", quant_type_name(w->type));
+  }
+  MYRIAD_REQUIRE(n >= 0, kShape, "quant_matmul_many: n = ", n, " rows of x must be >= 0");
+  if (n == 0) return;
+  MYRIAD_REQUIRE(x != nullptr, kValue, "quant_matmul_many: null x");
+  for (float* y : ys) MYRIAD_REQUIRE(y != nullptr, kValue, "quant_matmul_many: null y");
+  if (n >= quant_gemm_rows()) {  // compute-bound: each its own dequant + sgemm
+    for (size_t m = 0; m < ws.size(); ++m) gemm_matmul(*ws[m], x, n, ys[m]);
+    return;
+  }
+  integer_path(QuantKernel::kAuto, ws, x, n, ys);
 }
 
 void quant_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y) {

@@ -355,6 +355,38 @@ TEST(QuantMatmul, KernelsAgree) {
   }
 }
 
+// Several matrices of one width times one x (decode's fused projections) equal each product alone, exactly: the
+// same quantized x and the same tiles, only the split of the strips over threads differs. Rows that are not a
+// whole number of strips, an empty matrix, a batch of rows, and the refusals.
+TEST(QuantMatmul, ManyEqualsEachAlone) {
+  for (QuantType t : kTypes)
+    for (int64_t n : {1, 3}) {
+      const QuantMatrix a = quantize(random_matrix(70, 160, 60, 0.1f), t), b = quantize(random_matrix(8, 160, 61), t),
+                        c = quantize(random_matrix(300, 160, 62), t), e = quantize(random_matrix(0, 160, 63), t);
+      const Tensor x = random_matrix(n, 160, 64);
+      const QuantMatrix* ws[] = {&a, &b, &e, &c};
+      std::vector<float> ya(size_t(n * 70)), yb(size_t(n * 8)), yc(size_t(n * 300)), ye(1, -3.0f);
+      float* ys[] = {ya.data(), yb.data(), ye.data(), yc.data()};
+      quant_matmul_many(ws, x.data<float>(), n, ys);
+      for (const auto& [w, y] : {std::pair{&a, &ya}, std::pair{&b, &yb}, std::pair{&c, &yc}}) {
+        std::vector<float> alone(y->size());
+        quant_matmul(*w, x.data<float>(), n, alone.data());
+        EXPECT_EQ(*y, alone) << quant_type_name(t) << " n " << n << " rows " << w->rows;
+      }
+      EXPECT_EQ(ye[0], -3.0f);  // the empty matrix writes nothing
+    }
+  const QuantMatrix q8 = quantize(random_matrix(16, 64, 65), QuantType::kQ8),
+                    q4 = quantize(random_matrix(16, 64, 66), QuantType::kQ4),
+                    wide = quantize(random_matrix(16, 96, 67), QuantType::kQ8);
+  std::vector<float> x(96, 0.5f), y0(16), y1(16);
+  float* ys[] = {y0.data(), y1.data()};
+  const QuantMatrix* mixed[] = {&q8, &q4};
+  const QuantMatrix* widths[] = {&q8, &wide};
+  EXPECT_THROW(quant_matmul_many(mixed, x.data(), 1, ys), Error);
+  EXPECT_THROW(quant_matmul_many(widths, x.data(), 1, ys), Error);
+  EXPECT_THROW(quant_matmul_many(std::span<const QuantMatrix* const>(mixed, 1), x.data(), 1, ys), Error);
+}
+
 // NaN / inf in x make the outputs that read them NaN (never a silently finite number); n = 0 is a no-op.
 TEST(QuantMatmul, NonFiniteInputAndEmpty) {
   const QuantMatrix q = quantize(random_matrix(8, 64, 50), QuantType::kQ8);
