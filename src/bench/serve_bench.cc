@@ -60,7 +60,7 @@ double cache_bytes_per_token(const SequenceState& s) {
 ServeBenchResult run_serve_bench(const ServeBenchOptions& opt, const MachineLimits& limits, FILE* out) {
   ServeBenchResult res;
   res.sgemm_gflops = limits.sgemm.gflops;
-  size_t m_f32_bytes16 = 0;  // weights a batch-16 f32 decode step reads
+  size_t m_f32_bytes16 = 0, m_f32_routed16 = 0;  // weights a batch-16 f32 decode step reads; the routed experts
   ModelConfig c;
   std::shared_ptr<const DecodeWeights> base;
   if (!opt.model_dir.empty()) {
@@ -86,7 +86,7 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& opt, const MachineLimi
     std::shared_ptr<const DecodeWeights> w =
         fmt == "f32" ? base : DecodeWeights::quantized(*base, c, parse_quant_type(fmt), /*only_experts=*/false);
     const InferenceModel m(c, w);
-    if (fmt == "f32") m_f32_bytes16 = m.active_weight_bytes(16);
+    if (fmt == "f32") m_f32_bytes16 = m.active_weight_bytes(16), m_f32_routed16 = m.routed_expert_bytes(16);
     ServeBenchRow row;
     row.format = fmt;
     // 1. prefill
@@ -220,6 +220,19 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& opt, const MachineLimi
                    "  memory bound on it: a batch-16 step reads ~%.0f MB of weights (uniform routing) against %.0f MB "
                    "for one token; at batch 1's %.1f GB/s that allows at most %.2fx\n",
                    b16_bytes / 1e6, r.bytes_per_token / 1e6, r.bandwidth_gbs, 16.0 * r.bytes_per_token / b16_bytes);
+      // A tighter estimate, by phase: the dense products (every non-expert weight, 16 rows: compute-bound) at the
+      // sgemm ceiling, then the routed experts (a row or two each: memory-bound) at batch 1's bandwidth. Layers
+      // depend on each other, so the phases run in turn; only the shared expert (counted as dense here) runs beside
+      // the routed ones, which makes this estimate a little pessimistic.
+      const double routed = double(m_f32_routed16), dense_gflop = 16.0 * 2.0 * (b16_bytes - routed) / 4.0 * 1e-9;
+      const double t_dense = dense_gflop / res.sgemm_gflops, t_routed = routed * 1e-9 / r.bandwidth_gbs;
+      const double t1 = 1.0 / r.decode_tokens_s[0];
+      std::fprintf(
+          out,
+          "  by phase (estimate): dense products %.2f GFLOP at 16 rows >= %.2f ms at the sgemm ceiling, then routed "
+          "experts %.0f MB >= %.2f ms at %.1f GB/s: a step >= %.2f ms, at most %.2fx\n",
+          dense_gflop, 1e3 * t_dense, routed / 1e6, 1e3 * t_routed, r.bandwidth_gbs, 1e3 * (t_dense + t_routed),
+          16.0 / (t_dense + t_routed) / (1.0 / t1));
     }
     if (r.format == "q8")
       std::fprintf(out, "decode q8 batch 1: %.1f%% of the triad (target %.0f%%: %s)\n",

@@ -383,16 +383,26 @@ Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logit
 }
 
 size_t InferenceModel::active_weight_bytes(int64_t tokens) const {
+  return weight_bytes_read(tokens, /*routed_only=*/false);
+}
+
+size_t InferenceModel::routed_expert_bytes(int64_t tokens) const {
+  return weight_bytes_read(tokens, /*routed_only=*/true);
+}
+
+size_t InferenceModel::weight_bytes_read(int64_t tokens, bool routed_only) const {
   const double E = double(config_.num_experts), k = double(config_.num_experts_per_token);
   const double routed_fraction = 1.0 - std::pow(1.0 - k / E, double(std::max<int64_t>(tokens, 1)));
   double b = 0;
   for (const ParamSpec& spec : model_param_specs(config_)) {
+    const bool routed = spec.component == Component::kRoutedExperts;
+    if (routed_only && !routed) continue;
     if (spec.component == Component::kEmbeddings) {
       b += double(std::max<int64_t>(tokens, 1) * config_.hidden_size) * sizeof(float);  // a row per token
       continue;
     }
     const size_t bytes = spec.shape.size() == 2 ? w_->linear(spec.name).bytes() : w_->tensor(spec.name).nbytes();
-    b += spec.component == Component::kRoutedExperts ? double(bytes) * routed_fraction : double(bytes);
+    b += routed ? double(bytes) * routed_fraction : double(bytes);
   }
   return size_t(b);
 }

@@ -65,6 +65,8 @@ class InferenceModel {
   // one token (the model's activated weights, as stored); for more, the expected number of distinct experts when
   // routing is spread uniformly, E (1 - (1 - k/E)^tokens).
   size_t active_weight_bytes(int64_t tokens = 1) const;
+  // The routed experts' part of active_weight_bytes(tokens).
+  size_t routed_expert_bytes(int64_t tokens = 1) const;
 
  private:
   // Per layer, the weights forward() reads, resolved once at construction (decode would otherwise build and look
@@ -83,6 +85,7 @@ class InferenceModel {
     std::vector<const LinearWeight*> experts;
   };
 
+  size_t weight_bytes_read(int64_t tokens, bool routed_only) const;
   Tensor ffn(int64_t layer, const Tensor& x) const;
   Tensor moe(int64_t layer, const Tensor& x) const;
   Tensor glu_ffn(const GluRefs& w, const Tensor& x) const;                 // down(glu(gate x, up x))

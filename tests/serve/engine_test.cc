@@ -145,6 +145,8 @@ TEST(InferenceModel, ActiveWeightBytesCountsTheExpertsABatchReaches) {
   const double reach = 1.0 - std::pow(1.0 - k / E, 16.0);
   EXPECT_NEAR(double(m.active_weight_bytes(16)), dense + 16 * row + routed * reach, 2.0);
   EXPECT_LE(double(m.active_weight_bytes(100000)), dense + 100000 * row + routed + 2.0);
+  EXPECT_NEAR(double(m.routed_expert_bytes()), routed * k / E, 2.0);
+  EXPECT_NEAR(double(m.routed_expert_bytes(16)), routed * reach, 2.0);
 }
 
 // Model variants the serving path implements on its own (SwiGLU; a softmax router, with and without the
