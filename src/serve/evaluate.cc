@@ -8,7 +8,7 @@
 namespace myriad {
 
 ServedEval evaluate_served(const InferenceModel& model, const std::vector<int32_t>& tokens, int64_t window,
-                           const InferenceModel* reference) {
+                           const InferenceModel* reference, const ServedEvalOptions& options) {
   const ModelConfig& c = model.config();
   MYRIAD_REQUIRE(window >= 1 && window <= c.max_position_embeddings, kValue, "evaluation window ", window,
                  ": must lie in [1, max_position_embeddings = ", c.max_position_embeddings, "]");
@@ -19,10 +19,20 @@ ServedEval evaluate_served(const InferenceModel& model, const std::vector<int32_
   const int64_t n = int64_t(tokens.size()), V = model.vocab_size();
   double loss = 0, kl = 0;
   int64_t count = 0, agree = 0;
-  auto log_probs = [&](const InferenceModel& m, std::span<const int32_t> ids) {
-    SequenceState s = m.new_sequence();
-    const BatchEntry e{&s, ids};
-    const Tensor logits = m.forward(std::span<const BatchEntry>(&e, 1), /*all_logits=*/true);
+  auto log_probs = [&](const InferenceModel& m, std::span<const int32_t> ids, DType cache_dtype) {
+    SequenceState s = m.new_sequence(MlaCache::kDefaultPageTokens, cache_dtype);
+    Tensor logits;
+    if (options.decode) {
+      logits = Tensor::empty({int64_t(ids.size()), V});
+      for (size_t t = 0; t < ids.size(); ++t) {
+        const BatchEntry e{&s, ids.subspan(t, 1)};
+        const Tensor row = m.forward(std::span<const BatchEntry>(&e, 1));
+        std::copy(row.data<float>(), row.data<float>() + V, logits.data<float>() + int64_t(t) * V);
+      }
+    } else {
+      const BatchEntry e{&s, ids};
+      logits = m.forward(std::span<const BatchEntry>(&e, 1), /*all_logits=*/true);
+    }
     Tensor lp = Tensor::empty(logits.shape());
     cpu::log_softmax_forward(lp.data<float>(), logits.data<float>(), logits.size(0), V);
     return lp;
@@ -30,9 +40,9 @@ ServedEval evaluate_served(const InferenceModel& model, const std::vector<int32_
   for (int64_t begin = 0; begin + 1 < n; begin += window) {
     const int64_t len = std::min(window, n - 1 - begin);
     const std::span<const int32_t> ids(tokens.data() + begin, size_t(len));
-    const Tensor lp = log_probs(model, ids);
+    const Tensor lp = log_probs(model, ids, options.cache_dtype);
     Tensor lr;
-    if (reference) lr = log_probs(*reference, ids);
+    if (reference) lr = log_probs(*reference, ids, DType::kF32);
     for (int64_t t = 0; t < len; ++t) {
       const float* row = lp.data<float>() + t * V;
       loss -= double(row[tokens[size_t(begin + t + 1)]]);

@@ -22,9 +22,18 @@ struct ServedEval {
   double kl = 0, top1_agree = 0;  // with a reference only
 };
 
+// How the model under evaluation runs (the reference always runs the f32 cache the same way):
+//   cache_dtype  its MLA latent cache (kF32, kBF16, kQ8_0: MlaCache)
+//   decode       every window token by token (the recurrent KDA and absorbed MLA decode path: what serving runs
+//                after the prompt) instead of one prefill per window
+struct ServedEvalOptions {
+  DType cache_dtype = DType::kF32;
+  bool decode = false;
+};
+
 // Throws kValue for fewer than 2 tokens or a window outside [1, max_position_embeddings], and when the
 // reference's vocabulary differs.
 ServedEval evaluate_served(const InferenceModel& model, const std::vector<int32_t>& tokens, int64_t window,
-                           const InferenceModel* reference = nullptr);
+                           const InferenceModel* reference = nullptr, const ServedEvalOptions& options = {});
 
 }  // namespace myriad

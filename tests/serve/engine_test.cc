@@ -459,5 +459,24 @@ TEST(ServedEval, LossMatchesTheTrainingModelAndKlSeesQuantization) {
   EXPECT_GT(e.top1_agree, 0.5);
 }
 
+// Token by token (the decode path) the loss is the prefill's up to f32 rounding; on a q8 latent cache the
+// distributions stay close to the f32 cache's (with random weights the attention barely moves the logits, so this
+// checks the wiring: a broken cache would give NaN or a large KL; the trained model's figures are in the README).
+TEST(ServedEval, DecodeModeMatchesPrefillAndSeesTheCacheDtype) {
+  const TinyModel& t = tiny();
+  const std::vector<int32_t> tokens = random_tokens(200, 31, t.config.vocab_size);
+  const ServedEval prefill = evaluate_served(*t.model, tokens, 64);
+  ServedEvalOptions opt;
+  opt.decode = true;
+  const ServedEval decode = evaluate_served(*t.model, tokens, 64, t.model.get(), opt);
+  EXPECT_EQ(decode.tokens, prefill.tokens);
+  EXPECT_NEAR(decode.loss, prefill.loss, 1e-4 * prefill.loss);
+  EXPECT_LT(decode.kl, 1e-6);  // against the prefill-free f32 reference: the same computation
+  opt.cache_dtype = DType::kQ8_0;
+  const ServedEval q8 = evaluate_served(*t.model, tokens, 64, t.model.get(), opt);
+  EXPECT_LT(std::fabs(q8.kl), 1e-2);
+  EXPECT_NEAR(q8.loss, prefill.loss, 2e-2 * prefill.loss);
+}
+
 }  // namespace
 }  // namespace myriad
