@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/memory_release.h"
 #include "core/threads.h"
 #include "serve/text_stream.h"
 
@@ -447,6 +448,7 @@ void Engine::start() {
   if (thread_.joinable()) return;
   stop_ = false;
   thread_ = std::thread([this] {
+    bool worked = false;  // since the last time the engine went idle
     while (!stop_) {
       bool idle;
       {
@@ -455,7 +457,12 @@ void Engine::start() {
       }
       if (!idle) {
         step();
+        worked = true;
         continue;
+      }
+      if (worked) {  // back to idle after work: what the burst allocated and freed goes back to the system
+        release_free_memory();
+        worked = false;
       }
       std::unique_lock lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(100),

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/memory_release.h"
 #include "core/tensor.h"
 
 namespace myriad {
@@ -107,6 +108,24 @@ TEST(BlockCache, TensorsOnRecycledMemory) {
     const Tensor z = Tensor::zeros({33, 17});
     for (int64_t i = 0; i < z.numel(); ++i) ASSERT_EQ(z.data<float>()[i], 0.0f);
   }
+}
+
+// Giving memory back: the block cache empties (what it held is freed) and the allocator purges without harm to
+// live allocations.
+TEST(ReleaseFreeMemory, EmptiesTheBlockCacheAndKeepsLiveMemory) {
+  HostBlockCache& cache = HostBlockCache::global();
+  void* kept = cache.allocate(size_t(1) << 20);
+  std::memset(kept, 7, size_t(1) << 20);
+  cache.deallocate(cache.allocate(size_t(2) << 20), size_t(2) << 20);
+  std::vector<char> big(size_t(64) << 20, 1);
+  big.clear();
+  big.shrink_to_fit();
+  release_free_memory();
+  EXPECT_EQ(cache.cached_bytes(), 0u);
+  const unsigned char* k = static_cast<const unsigned char*>(kept);
+  EXPECT_EQ(k[0], 7);
+  EXPECT_EQ(k[(size_t(1) << 20) - 1], 7);
+  cache.deallocate(kept, size_t(1) << 20);
 }
 
 }  // namespace

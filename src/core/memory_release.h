@@ -1,0 +1,16 @@
+// Giving freed heap memory back to the operating system.
+//
+// The binaries link jemalloc (CMakeLists.txt) configured by `myriad` never to purge on its own
+// (tools/myriad.cc: purging by decay made a training step fault its large tensors' pages back in every step,
+// forward + backward 53% -> 39% of sgemm). A long-running process returns what it freed at moments it chooses
+// instead: the serving engine when it goes idle after work, so that a server's memory returns to its idle level
+// after a burst of requests.
+#pragma once
+
+namespace myriad {
+
+// Releases the host tensor-block cache (core/block_cache.h) and purges the allocator's free pages (jemalloc:
+// every arena; glibc: malloc_trim). Thread-safe; costs a few milliseconds after a large burst, nothing when idle.
+void release_free_memory();
+
+}  // namespace myriad
