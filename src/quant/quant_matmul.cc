@@ -670,20 +670,8 @@ void quant_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y, Qua
                  " is not compiled into this build");
   if (n == 0 || w.rows == 0) return;
   MYRIAD_REQUIRE(x != nullptr && y != nullptr, kValue, "quant_matmul: null x or y");
-  if (kernel == QuantKernel::kAuto) {
-    if (n >= quant_gemm_rows()) {
-      kernel = QuantKernel::kDequantGemm;
-    } else {
-#if MYRIAD_QUANT_AVX512VNNI
-      kernel = QuantKernel::kAvx512Vnni;
-#elif MYRIAD_QUANT_AVX2
-      kernel = QuantKernel::kAvx2;
-#else
-      kernel = QuantKernel::kScalar;
-#endif
-    }
-  }
-  if (kernel == QuantKernel::kDequantGemm) {
+  // kAuto: dequant + sgemm from quant_gemm_rows() rows, else the best integer kernel (integer_path).
+  if (kernel == QuantKernel::kDequantGemm || (kernel == QuantKernel::kAuto && n >= quant_gemm_rows())) {
     gemm_matmul(w, x, n, y);
     return;
   }

@@ -420,30 +420,40 @@ TEST(MlaCache, Bf16RowsAreRoundedAndHalfTheBytes) {
 // moves a score by up to ~2^-8 of sum |q_i k_i|, a few hundredths at these scores, which the peaked softmax turns
 // into output changes of ~1e-2 relative (measured: 7e-3 prefill, 1.4e-2 decode with native bf16 products):
 // bounded by 3e-2. A wrong page, row or head would be off by O(1).
-TEST(MlaDecoder, Bf16CacheFollowsTheF32Cache) {
+// Chunked prefill (300 tokens in chunks of 100) then 20 decode steps on a cache of `dtype` and on an f32 one, same
+// inputs: the largest relative output difference of the prefill chunks and of the decode steps.
+struct CacheErrors {
+  double prefill = 0, decode = 0;
+};
+CacheErrors cache_vs_f32(DType dtype) {
   const ModelConfig c = variant("eight_heads");
   const ModelWeights w = sharp_weights(c, kSeed);
   const MlaDecoder dec(c, w, kLayer);
   const int64_t ctx = 300;
   const Tensor x = random_input(ctx + 20, c.hidden_size, 11);
-  MlaCache f = dec.make_cache(64), b = dec.make_cache(64, DType::kBF16);
-  double err = 0.0;
+  MlaCache f = dec.make_cache(64), q = dec.make_cache(64, dtype);
+  CacheErrors e;
   for (int64_t t0 = 0; t0 < ctx; t0 += 100) {
     const Tensor of = dec.prefill(x.slice(0, t0, t0 + 100), t0, f);
-    const Tensor ob = dec.prefill(x.slice(0, t0, t0 + 100), t0, b);
-    err = std::max(err, rel_err(ob, of, of));
+    const Tensor oq = dec.prefill(x.slice(0, t0, t0 + 100), t0, q);
+    e.prefill = std::max(e.prefill, rel_err(oq, of, of));
   }
-  const double prefill_err = err;
   for (int64_t t = ctx; t < ctx + 20; ++t) {
     const Tensor of = dec.step(x.select(0, t), t, f);
-    const Tensor ob = dec.step(x.select(0, t), t, b);
-    err = std::max(err, rel_err(ob, of, of));
+    const Tensor oq = dec.step(x.select(0, t), t, q);
+    e.decode = std::max(e.decode, rel_err(oq, of, of));
   }
-  EXPECT_EQ(b.size(), f.size());
-  EXPECT_LE(err, 3e-2);
-  EXPECT_GT(err, 0.0);  // the rounding is really there
-  std::printf("[ bf16 ] cache vs f32 cache: rel. error prefill %.2e, prefill + decode %.2e (bf16 dot products: %s)\n",
-              prefill_err, err, cpu::bf16_dot_native() ? "native" : "widened to f32");
+  EXPECT_EQ(q.size(), f.size());
+  return e;
+}
+
+TEST(MlaDecoder, Bf16CacheFollowsTheF32Cache) {
+  const CacheErrors e = cache_vs_f32(DType::kBF16);
+  EXPECT_LE(e.prefill, 3e-2);
+  EXPECT_LE(e.decode, 3e-2);
+  EXPECT_GT(e.decode, 0.0);  // the rounding is really there
+  std::printf("[ bf16 ] cache vs f32 cache: rel. error prefill %.2e, decode %.2e (bf16 dot products: %s)\n", e.prefill,
+              e.decode, cpu::bf16_dot_native() ? "native" : "widened to f32");
 }
 
 TEST(MlaCache, Q8RowsAreWithinHalfAStepAndShareTheirPages) {
@@ -494,31 +504,12 @@ TEST(MlaCache, Q8RowsAreWithinHalfAStepAndShareTheirPages) {
 // changes by a few 1e-2 relative through the peaked softmax (measured below), bounded by 1e-1. A wrong page, row,
 // group scale or head is off by O(1).
 TEST(MlaDecoder, Q8CacheFollowsTheF32Cache) {
-  const ModelConfig c = variant("eight_heads");
-  const ModelWeights w = sharp_weights(c, kSeed);
-  const MlaDecoder dec(c, w, kLayer);
-  const int64_t ctx = 300;
-  const Tensor x = random_input(ctx + 20, c.hidden_size, 11);
-  MlaCache f = dec.make_cache(64), q = dec.make_cache(64, DType::kQ8_0);
-  double err = 0.0;
-  for (int64_t t0 = 0; t0 < ctx; t0 += 100) {
-    const Tensor of = dec.prefill(x.slice(0, t0, t0 + 100), t0, f);
-    const Tensor oq = dec.prefill(x.slice(0, t0, t0 + 100), t0, q);
-    err = std::max(err, rel_err(oq, of, of));
-  }
-  const double prefill_err = err;
-  double decode_err = 0.0;
-  for (int64_t t = ctx; t < ctx + 20; ++t) {
-    const Tensor of = dec.step(x.select(0, t), t, f);
-    const Tensor oq = dec.step(x.select(0, t), t, q);
-    decode_err = std::max(decode_err, rel_err(oq, of, of));
-  }
-  EXPECT_EQ(q.size(), f.size());
-  EXPECT_LE(prefill_err, 1e-1);
-  EXPECT_LE(decode_err, 1e-1);
-  EXPECT_GT(decode_err, 0.0);
-  std::printf("[ q8 ] cache vs f32 cache: rel. error prefill %.2e, decode %.2e (int8 products: %s)\n", prefill_err,
-              decode_err, cpu::latent_q8_native() ? "VNNI" : "portable");
+  const CacheErrors e = cache_vs_f32(DType::kQ8_0);
+  EXPECT_LE(e.prefill, 1e-1);
+  EXPECT_LE(e.decode, 1e-1);
+  EXPECT_GT(e.decode, 0.0);
+  std::printf("[ q8 ] cache vs f32 cache: rel. error prefill %.2e, decode %.2e (int8 products: %s)\n", e.prefill,
+              e.decode, cpu::latent_q8_native() ? "VNNI" : "portable");
 }
 
 }  // namespace

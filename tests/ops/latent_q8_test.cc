@@ -27,11 +27,20 @@ std::vector<float> random_rows(const Shape& s, std::mt19937& rng) {
   return rows;
 }
 
-std::vector<uint8_t> make_page(const cpu::LatentQ8Layout& l, const std::vector<float>& rows, int64_t n) {
-  std::vector<uint8_t> page(l.bytes);
-  cpu::latent_q8_init_page(l, page.data());
-  for (int64_t t = 0; t < n; ++t) cpu::latent_q8_store_row(l, page.data(), t, rows.data() + t * l.W);
-  return page;
+// A page of shape s holding n random rows, and those rows as stored (dequantized) [n, W].
+struct FilledPage {
+  cpu::LatentQ8Layout l;
+  std::vector<float> rows, stored;
+  std::vector<uint8_t> page;
+};
+FilledPage fill_page(const Shape& s, std::mt19937& rng) {
+  FilledPage f{cpu::LatentQ8Layout(s.C, s.Dr, s.P), random_rows(s, rng), {}, {}};
+  f.page.resize(f.l.bytes);
+  cpu::latent_q8_init_page(f.l, f.page.data());
+  for (int64_t t = 0; t < s.n; ++t) cpu::latent_q8_store_row(f.l, f.page.data(), t, f.rows.data() + t * f.l.W);
+  f.stored.resize(static_cast<size_t>(s.n * f.l.W));
+  cpu::latent_q8_load_rows(f.l, f.page.data(), 0, s.n, f.stored.data(), f.l.W);
+  return f;
 }
 
 const Shape kShapes[] = {{128, 32, 64, 64, 8}, {128, 32, 64, 37, 8},  {40, 12, 37, 37, 11}, {40, 12, 37, 5, 3},
@@ -40,11 +49,10 @@ const Shape kShapes[] = {{128, 32, 64, 64, 8}, {128, 32, 64, 37, 8},  {40, 12, 3
 TEST(LatentQ8, StoredRowsAreWithinHalfAStepOfTheirGroup) {
   std::mt19937 rng(1);
   for (const Shape& s : kShapes) {
-    const cpu::LatentQ8Layout l(s.C, s.Dr, s.P);
-    const std::vector<float> rows = random_rows(s, rng);
-    const std::vector<uint8_t> page = make_page(l, rows, s.n);
-    std::vector<float> back(static_cast<size_t>(s.n * l.W));
-    cpu::latent_q8_load_rows(l, page.data(), 0, s.n, back.data(), l.W);
+    const FilledPage f = fill_page(s, rng);
+    const cpu::LatentQ8Layout& l = f.l;
+    const std::vector<float>& rows = f.rows;
+    const std::vector<float>& back = f.stored;
     for (int64_t t = 0; t < s.n; ++t)
       for (int64_t g = 0; g * 32 < l.W; ++g) {
         float amax = 0;
@@ -62,11 +70,11 @@ TEST(LatentQ8, ScoresMatchADoubleLoopOverTheDequantizedCodes) {
   std::mt19937 rng(2);
   std::normal_distribution<float> n01(0.0f, 1.0f);
   for (const Shape& s : kShapes) {
-    const cpu::LatentQ8Layout l(s.C, s.Dr, s.P);
-    const std::vector<float> rows = random_rows(s, rng);
-    const std::vector<uint8_t> page = make_page(l, rows, s.n);
-    std::vector<float> keys(static_cast<size_t>(s.n * l.W));
-    cpu::latent_q8_load_rows(l, page.data(), 0, s.n, keys.data(), l.W);
+    const FilledPage f = fill_page(s, rng);
+    const cpu::LatentQ8Layout& l = f.l;
+    const std::vector<float>& rows = f.rows;
+    const std::vector<uint8_t>& page = f.page;
+    const std::vector<float>& keys = f.stored;
     std::vector<float> q(static_cast<size_t>(s.H * l.W));
     for (float& v : q) v = n01(rng);
     cpu::LatentQ8Query qq;
@@ -103,11 +111,10 @@ TEST(LatentQ8, ValuesMatchADoubleLoopOverTheDequantizedCodes) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u01(0.0f, 1.0f);
   for (const Shape& s : kShapes) {
-    const cpu::LatentQ8Layout l(s.C, s.Dr, s.P);
-    const std::vector<float> rows = random_rows(s, rng);
-    const std::vector<uint8_t> page = make_page(l, rows, s.n);
-    std::vector<float> vals(static_cast<size_t>(s.n * l.W));
-    cpu::latent_q8_load_rows(l, page.data(), 0, s.n, vals.data(), l.W);
+    const FilledPage f = fill_page(s, rng);
+    const cpu::LatentQ8Layout& l = f.l;
+    const std::vector<uint8_t>& page = f.page;
+    const std::vector<float>& vals = f.stored;
     // Softmax-like weights: a few large, most tiny (what a peaked attention gives).
     const int64_t ldp = s.n + 2, ldo = s.C + 3;
     std::vector<float> p(static_cast<size_t>(s.H * ldp));
@@ -149,7 +156,9 @@ TEST(LatentQ8, ANonFiniteValueReachesItsTokensScoresAndTheValues) {
   const cpu::LatentQ8Layout l(s.C, s.Dr, s.P);
   std::vector<float> rows = random_rows(s, rng);
   rows[size_t(3 * l.W + 5)] = std::numeric_limits<float>::quiet_NaN();
-  const std::vector<uint8_t> page = make_page(l, rows, s.n);
+  std::vector<uint8_t> page(l.bytes);
+  cpu::latent_q8_init_page(l, page.data());
+  for (int64_t t = 0; t < s.n; ++t) cpu::latent_q8_store_row(l, page.data(), t, rows.data() + t * l.W);
   std::vector<float> q(static_cast<size_t>(s.H * l.W), 0.5f), S(static_cast<size_t>(s.H * s.n));
   cpu::LatentQ8Query qq;
   cpu::latent_q8_quantize_query(l, q.data(), s.H, l.W, qq);
