@@ -374,14 +374,22 @@ inline void skinny_nn_tile1(const float* X, int64_t ldx, const float* W, int64_t
                             int64_t i, int64_t c0, bool accumulate, const float* next) {
   const float* x = X + i * ldx;
   float* y = Y + i * ldy + c0;
-  F8 a{}, b{};
+  // Two accumulator pairs (even and odd k): one pair alone is a chain of dependent FMAs, latency-bound (a lone query
+  // row times a per-head matrix in MLA decode is this case).
+  F8 a{}, b{}, a1{}, b1{};
   if (accumulate) a = load_v<F8>(y), b = load_v<F8>(y + 8);
   const float* w = W + c0;
-  for (int64_t k = 0; k < K; ++k, w += ldw) {
+  int64_t k = 0;
+  for (; k + 2 <= K; k += 2, w += 2 * ldw) {
+    if (next) __builtin_prefetch(next + k * ldw, 0, 1), __builtin_prefetch(next + (k + 1) * ldw, 0, 1);
+    a += x[k] * load_v<F8>(w), b += x[k] * load_v<F8>(w + 8);
+    a1 += x[k + 1] * load_v<F8>(w + ldw), b1 += x[k + 1] * load_v<F8>(w + ldw + 8);
+  }
+  for (; k < K; ++k, w += ldw) {
     if (next) __builtin_prefetch(next + k * ldw, 0, 1);
     a += x[k] * load_v<F8>(w), b += x[k] * load_v<F8>(w + 8);
   }
-  store_v(y, a), store_v(y + 8, b);
+  store_v(y, a + a1), store_v(y + 8, b + b1);
 }
 
 // D rows r0 .. r0+3, columns [c0, c0 + 16) += sum_i A[i, r] B[i, c]: each 16-float piece of B is loaded once for
