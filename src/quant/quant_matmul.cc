@@ -178,6 +178,45 @@ const XQuant& quantize_x(const float* x, int64_t n, int64_t cols, Family f, Quan
   xq.init.assign(size_t(n * xq.is), 0);
   xq.d.assign(size_t(n * xq.ds), 0.0f);
   const bool four_bit = type != QuantType::kQ8;
+#if MYRIAD_QUANT_AVX512VNNI
+  if (f == Family::kVnni && !four_bit) {
+    // q8 on VNNI (natural order, bias 128): the same rounding as the loop below (x * (127 / amax) rounded to
+    // nearest even, clamped), 32 columns at a time; each lane's byte sum through vpdpbusd with ones. Decode
+    // quantizes x for every product on the calling thread, while the other waits.
+    const __m512 sign = _mm512_set1_ps(-0.0f), zero = _mm512_setzero_ps();
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t t = 0; t < n; ++t) {
+      int8_t* qrow = xq.q.data() + t * xq.qs;
+      for (int64_t g = 0; g < G; ++g) {
+        const float* xg = x + t * cols + g * kQuantGroup;
+        const __m512 a = _mm512_loadu_ps(xg), b = _mm512_loadu_ps(xg + 16);
+        const __mmask16 fa = _mm512_cmp_ps_mask(_mm512_sub_ps(a, a), zero, _CMP_EQ_OQ);
+        const __mmask16 fb = _mm512_cmp_ps_mask(_mm512_sub_ps(b, b), zero, _CMP_EQ_OQ);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, a), _mm512_andnot_ps(sign, b)));
+        __m256i q = _mm256_setzero_si256();
+        float d = amax / 127.0f;
+        if (fa != 0xffff || fb != 0xffff) {
+          d = std::numeric_limits<float>::quiet_NaN();
+        } else if (amax > 0) {
+          const __m512 id = _mm512_set1_ps(127.0f / amax), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+          const __m512 ra = _mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(a, id), 0), lo), hi);
+          const __m512 rb = _mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(b, id), 0), lo), hi);
+          q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(_mm512_cvtps_epi32(ra))),
+                                      _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(rb)), 1);
+        }
+        xq.d[size_t(t * xq.ds + g)] = d;
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qrow + g * kQuantGroup), q);
+      }
+      // init = -128 * (sum of each lane's 4 bytes); the padding group (G odd) is zero.
+      for (int64_t l0 = 0; l0 < xq.is; l0 += 16) {
+        const __m512i v = _mm512_loadu_si512(qrow + l0 * 4);
+        const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, v);
+        _mm512_storeu_si512(xq.init.data() + t * xq.is + l0, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-bias)));
+      }
+    }
+    return xq;
+  }
+#endif
   for (int64_t t = 0; t < n; ++t) {
     int8_t* qrow = xq.q.data() + t * xq.qs;
     for (int64_t g = 0; g < G; ++g) {
