@@ -212,14 +212,13 @@ void scores_vnni(const LatentQ8Layout& l, const uint8_t* page, int64_t n, const 
 
 // HT heads from h0, value group g, all n tokens.
 template <int HT>
-void values_vnni(const LatentQ8Layout& l, const uint8_t* page, int64_t n, const ValueFactors& v, int64_t H, int64_t h0,
-                 int64_t g, float* o, int64_t ldo) {
+void values_vnni(const LatentQ8Layout& l, const uint8_t* page, int64_t n, const ValueFactors& v, int64_t h0, int64_t g,
+                 float* o, int64_t ldo) {
   const int8_t* vb = values(l, page);
   const int64_t Gv = l.value_groups(), np = (n + 1) / 2, VC = l.value_cols;
   const int64_t c0 = g * kGroup;
   const int64_t w0 = std::clamp<int64_t>(l.C - c0, 0, 16), w1 = std::clamp<int64_t>(l.C - c0 - 16, 0, 16);
   const __mmask16 m0 = __mmask16((1u << w0) - 1u), m1 = __mmask16((1u << w1) - 1u);
-  (void)H;
   for (int64_t k0 = 0; k0 < np; k0 += kValueChunkPairs) {
     const int64_t k1 = std::min(np, k0 + kValueChunkPairs);
     __m512i acc[HT][2];
@@ -298,11 +297,16 @@ void latent_q8_load_rows(const LatentQ8Layout& l, const uint8_t* page, int64_t r
   const uint8_t* kb = keys(l, page);
   const float* s = scales(l, page);
   const int64_t ss = l.blocks * kBlock;
+  // Prefill widens a whole cache with this: by group and quad (4 stored bytes of the row per quad), no division
+  // per element.
   for (int64_t r = r0; r < r0 + n; ++r) {
-    const int64_t b = r / kBlock, i = r % kBlock;
-    for (int64_t d = 0; d < l.W; ++d)
-      out[(r - r0) * ldo + d] =
-          s[(d / kGroup) * ss + r] * float(int32_t(kb[(b * l.quads + d / 4) * 64 + i * 4 + d % 4]) - 128);
+    const uint8_t* row = kb + (r / kBlock) * l.quads * 64 + (r % kBlock) * 4;  // quad j at row + 64 j
+    float* o = out + (r - r0) * ldo;
+    for (int64_t g = 0; g < l.groups; ++g) {
+      const float step = s[g * ss + r];
+      for (int64_t d = g * kGroup; d < std::min(l.W, (g + 1) * kGroup); ++d)
+        o[d] = step * float(int32_t(row[(d >> 2) * 64 + (d & 3)]) - 128);
+    }
   }
 }
 
@@ -344,7 +348,7 @@ void latent_q8_values(const LatentQ8Layout& l, const uint8_t* page, int64_t n, c
   value_factors(l, scales(l, page), n, p, ldp, H, v);
 #if MYRIAD_LATENT_Q8_VNNI
   for (int64_t g = 0; g < l.value_groups(); ++g)
-    head_tiles(H, [&](auto ht, int64_t h0) { values_vnni<decltype(ht)::value>(l, page, n, v, H, h0, g, o, ldo); });
+    head_tiles(H, [&](auto ht, int64_t h0) { values_vnni<decltype(ht)::value>(l, page, n, v, h0, g, o, ldo); });
 #else
   values_portable(l, page, n, v, H, o, ldo);
 #endif
