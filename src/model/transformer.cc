@@ -158,6 +158,8 @@ Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats, const For
     }
   }
   if (stats) {
+    // Switch-style balancing acts through the loss: coef E sum_e f_e P_e on the router scores (DESIGN 1.6).
+    if (c.balancing == Balancing::kAuxLoss) stats->aux_loss = aux_balance_loss(s, idx, float(c.aux_loss_coef));
     stats->layer = l;
     stats->load.resize(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e) stats->load[size_t(e)] = start[size_t(e + 1)] - start[size_t(e)];
@@ -272,6 +274,10 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets, 
   MYRIAD_REQUIRE(!(skip && opt.checkpoint_layers), kUnsupported,
                  "attn_res_mode \"skip\" with gradient checkpointing: the held mixer output would need a second "
                  "checkpoint output; use \"block\" or \"none\", or turn checkpointing off");
+  MYRIAD_REQUIRE(!(c.balancing == Balancing::kAuxLoss && opt.checkpoint_layers && ag::grad_enabled()), kUnsupported,
+                 "balancing \"aux_loss\" with gradient checkpointing: the balance loss is computed inside the "
+                 "recomputed layer and would get no gradient; use balancing \"qb\" or \"sign_update\", or turn "
+                 "gradient_checkpointing off");
   Var skip_buffer;  // "skip": the mixer output of a block's first layer, added again after its last layer
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     auto stats = std::make_shared<RoutingStats>();
@@ -297,6 +303,8 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets, 
     } else {
       next = layer_forward(l, sealed, running, opt, stats.get());
     }
+    if (stats->aux_loss.defined())
+      result.aux_loss = result.aux_loss.defined() ? ag::add(result.aux_loss, stats->aux_loss) : stats->aux_loss;
     if (stats->layer >= 0) result.routing.push_back(std::move(*stats));
     if (block && l % c.attn_res_block_size == 0) sealed.push_back(running);
     running = next;

@@ -34,11 +34,13 @@ struct RoutingStats {
   int64_t copies = 0;         // T * k
   int64_t dropped = 0;        // copies with no expert under the capacity limit
   int64_t rerouted = 0;       // copies moved to a next-best expert with room
+  ag::Var aux_loss;           // [] balancing "aux_loss": this layer's Switch-style loss (on the tape); else undefined
 };
 
 struct ForwardResult {
-  ag::Var hidden;  // [T, D] after the final norm
-  ag::Var loss;    // [] when targets were given
+  ag::Var hidden;    // [T, D] after the final norm
+  ag::Var loss;      // [] when targets were given: the language-model cross entropy alone
+  ag::Var aux_loss;  // [] balancing "aux_loss": the sum of every MoE layer's balance loss (the trainer adds it)
   std::vector<RoutingStats> routing;
 };
 

@@ -125,7 +125,7 @@ nlohmann::json Trainer::evaluate(int64_t seq_len) {
 
 void Trainer::balance(const std::vector<RoutingStats>& routing) {
   // DESIGN 1.6: the bias is estimated on this step's batch and applied to the next. Only the selection moves;
-  // the mixture weights never see b. (aux_loss balancing acts through the loss instead: nothing to do here.)
+  // the mixture weights never see b. (aux_loss balancing acts through the loss, in run(): nothing to do here.)
   const ModelConfig& c = model_.config();
   for (const RoutingStats& r : routing) {
     const std::string name =
@@ -207,7 +207,7 @@ TrainSummary Trainer::run() {
     const int64_t n_seq = cfg_.sequences_per_step(s);
     const auto t0 = std::chrono::steady_clock::now();
     model_.weights().zero_grad();
-    double loss_sum = 0;
+    double loss_sum = 0, aux_sum = 0;
     bool finite = true;
     std::vector<RoutingStats> routing;
     for (int64_t i = 0; i < n_seq; ++i) {
@@ -216,8 +216,16 @@ TrainSummary Trainer::run() {
       const float loss = r.loss.value().data<float>()[0];
       finite = finite && std::isfinite(loss);
       loss_sum += loss;
-      // The step's loss is the mean over its sequences: each backward is seeded with 1 / n_seq.
-      ag::Tape::current().backward({{r.loss, Tensor::full({}, 1.0f / float(n_seq))}});
+      // The step's loss is the mean over its sequences: each backward is seeded with 1 / n_seq. Balancing
+      // "aux_loss" adds its balance loss to the objective (logged apart: "loss" stays the cross entropy).
+      std::vector<std::pair<ag::Var, Tensor>> seeds = {{r.loss, Tensor::full({}, 1.0f / float(n_seq))}};
+      if (r.aux_loss.defined()) {
+        const float aux = r.aux_loss.value().data<float>()[0];
+        finite = finite && std::isfinite(aux);
+        aux_sum += aux;
+        seeds.emplace_back(r.aux_loss, Tensor::full({}, 1.0f / float(n_seq)));
+      }
+      ag::Tape::current().backward(seeds);
       // Balancing statistics over the whole step: loads summed, router scores of every sequence stacked.
       if (routing.empty()) {
         routing = std::move(r.routing);
@@ -267,6 +275,7 @@ TrainSummary Trainer::run() {
                           {"mfu", mfu},
                           {"skipped", skipped_total_},
                           {"time_s", seconds_since(t_start)}};
+    if (mc.balancing == Balancing::kAuxLoss) rec["aux_loss"] = aux_sum / double(n_seq);
     if (!routing.empty()) {
       nlohmann::json moe = nlohmann::json::array();
       for (const RoutingStats& r : routing) {

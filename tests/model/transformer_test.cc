@@ -235,5 +235,56 @@ TEST(Transformer, ManyExpertsConfigSteps) {
   EXPECT_LT(last, first) << "the loss on a repeated batch should fall within 4 AdamW steps";
 }
 
+// balancing "aux_loss" acts through the loss: the forward returns every MoE layer's Switch-style balance loss
+// (coef E sum_e f_e P_e, recomputed here in double from the routing statistics), and it reaches the router.
+// Without it (the defect this guards against) a user who picked aux_loss trained with no balancing at all.
+TEST(Transformer, AuxLossBalancingReturnsTheBalanceLossOnTheTape) {
+  ModelConfig c = load("tiny.json");
+  c.balancing = Balancing::kAuxLoss;
+  c.aux_loss_coef = 0.25;
+  Transformer model(c, ModelWeights::random(c, 5));
+  std::vector<int64_t> ids(40), tg(40);
+  for (int64_t t = 0; t < 40; ++t) ids[size_t(t)] = (t * 53 + 7) % c.vocab_size;
+  for (int64_t t = 0; t < 40; ++t) tg[size_t(t)] = t + 1 < 40 ? ids[size_t(t + 1)] : -100;
+  const Tensor tokens = Tensor::from_vector(ids, {40}), targets = Tensor::from_vector(tg, {40});
+  model.weights().zero_grad();
+  ForwardResult r = model.forward(tokens, targets);
+  ASSERT_TRUE(r.aux_loss.defined()) << "balancing aux_loss gave no balance loss";
+  ASSERT_FALSE(r.routing.empty());
+  const int64_t E = c.num_experts, k = c.num_experts_per_token;
+  double want = 0;
+  for (const RoutingStats& st : r.routing) {
+    const int64_t T = st.scores.size(0);
+    const float* s = st.scores.data<float>();
+    for (int64_t e = 0; e < E; ++e) {
+      double p = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        double S = 0;
+        for (int64_t j = 0; j < E; ++j) S += s[t * E + j];
+        p += s[t * E + e] / S / double(T);
+      }
+      want += c.aux_loss_coef * double(E) * (double(st.load[size_t(e)]) / double(T * k)) * p;
+    }
+  }
+  // f32 sums of 40 x 8 terms per layer: a few ulps of a value near coef (0.25).
+  EXPECT_NEAR(r.aux_loss.value().data<float>()[0], want, 1e-5 * want);
+  // The balance loss alone moves every MoE layer's router.
+  ag::backward(r.aux_loss);
+  for (const RoutingStats& st : r.routing) {
+    const Var& gate = model.weights().at("model.layers." + std::to_string(st.layer) + ".block_sparse_moe.gate.weight");
+    ASSERT_TRUE(gate.has_grad()) << "layer " << st.layer;
+    double n = 0;
+    for (float g : gate.grad().to_vector()) n += std::abs(g);
+    EXPECT_GT(n, 0.0) << "layer " << st.layer;
+  }
+  // Other balancers have no balance loss; with checkpointing the loss would get no gradient: refused.
+  ModelConfig q = c;
+  q.balancing = Balancing::kQuantile;
+  EXPECT_FALSE(Transformer(q, ModelWeights::random(q, 5)).forward(tokens, targets).aux_loss.defined());
+  ForwardOptions ck;
+  ck.checkpoint_layers = true;
+  EXPECT_THROW(model.forward(tokens, targets, ck), Error);
+}
+
 }  // namespace
 }  // namespace myriad
