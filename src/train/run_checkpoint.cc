@@ -25,14 +25,6 @@ std::string step_name(int64_t step) {
   return buf;
 }
 
-void fsync_file(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  MYRIAD_REQUIRE(f != nullptr, kIo, "cannot open ", path, " to sync it");
-  const int rc = ::fsync(fileno(f));
-  std::fclose(f);
-  MYRIAD_REQUIRE(rc == 0, kIo, "fsync failed for ", path);
-}
-
 // Test hook: MYRIAD_FAULT_IN_SAVE=1 ends the process half way through writing a checkpoint (after the weights,
 // before the rename), as a kill during a save would.
 void maybe_fault() {
@@ -51,14 +43,15 @@ std::string save_run_checkpoint(const std::string& run_dir, int64_t step, const 
   std::error_code ec;
   fs::create_directories(root, ec);
   MYRIAD_REQUIRE(!ec, kIo, "cannot create ", root.string(), ": ", ec.message());
-  // Stale temp directories from an interrupted save.
+  // Stale staging directories of an interrupted save (`step-N.tmp-XXXXXX`, or `.tmp-*` from older versions).
+  const auto is_staging = [](const fs::path& p) { return p.filename().string().find(".tmp-") != std::string::npos; };
   for (const auto& e : fs::directory_iterator(root))
-    if (e.is_directory() && e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path(), ec);
+    if (e.is_directory() && is_staging(e.path())) fs::remove_all(e.path(), ec);
   const std::string name = step_name(step);
-  const fs::path tmp = root / (".tmp-" + name + "-" + std::to_string(::getpid()));
-  const fs::path dst = root / name;
-  fs::create_directories(tmp, ec);
-  MYRIAD_REQUIRE(!ec, kIo, "cannot create ", tmp.string(), ": ", ec.message());
+  // io's staged directory: written beside the destination, then put in place by one rename, or by an atomic
+  // exchange with a checkpoint of the same step saved before (a re-save after a resume): no window without one.
+  StagedDirectory staged((root / name).string());
+  const fs::path tmp = staged.path();
   write_file_atomic((tmp / "config.json").string(), c.config_json);
   std::map<std::string, std::string> meta = {{"format", "pt"}, {"myriad_step", std::to_string(step)}};
   NamedTensors weights;
@@ -74,20 +67,18 @@ std::string save_run_checkpoint(const std::string& run_dir, int64_t step, const 
       const fs::path to = tmp / "tokenizer" / e.path().filename();
       fs::copy_file(e.path(), to, fs::copy_options::overwrite_existing, ec);
       MYRIAD_REQUIRE(!ec, kIo, "cannot copy ", e.path().string(), " into the checkpoint: ", ec.message());
-      fsync_file(to.string());
+      fsync_path(to.string());
     }
     fsync_directory((tmp / "tokenizer").string());
   }
-  fsync_directory(tmp.string());
-  if (fs::exists(dst)) fs::remove_all(dst, ec);  // a re-save of the same step (after a resume)
-  fs::rename(tmp, dst, ec);
-  MYRIAD_REQUIRE(!ec, kIo, "cannot move ", tmp.string(), " to ", dst.string(), ": ", ec.message());
-  fsync_directory(root.string());
+  staged.commit();
+  const fs::path dst = root / name;
   write_file_atomic((root / "latest").string(), name + "\n");
   // Keep the newest `keep` complete checkpoints.
   std::vector<std::string> all;
   for (const auto& e : fs::directory_iterator(root))
-    if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0) all.push_back(e.path().filename());
+    if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0 && !is_staging(e.path()))
+      all.push_back(e.path().filename());
   std::sort(all.begin(), all.end());
   for (size_t i = 0; i + size_t(keep) < all.size(); ++i) fs::remove_all(root / all[i], ec);
   return dst.string();

@@ -67,7 +67,7 @@ MYRIAD_FAULT_IN_SAVE=1 train --resume "$work/C" >/dev/null 2>&1
 rc=$?
 [[ $rc == 3 ]] || fail "the fault-injected save should exit with 3, got $rc"
 [[ "$(cat "$work/C/checkpoints/latest")" == "step-000004" ]] || fail "latest moved during an interrupted save"
-ls -a "$work/C/checkpoints" | grep -q '^\.tmp-' || fail "the interrupted save left no temp directory (was it reached?)"
+ls -a "$work/C/checkpoints" | grep -q "\.tmp-" || fail "the interrupted save left no temp directory (was it reached?)"
 python3 - "$work/C/metrics.jsonl" 4 <<'PY'
 import json, sys
 path, at = sys.argv[1], int(sys.argv[2])
@@ -80,7 +80,7 @@ keep = [l for l in open(path) if step_of(l) is not None and step_of(l) <= at]
 open(path, "w").writelines(keep)
 PY
 train --resume "$work/C" >/dev/null 2>&1 || fail "resume after the interrupted save failed"
-ls -a "$work/C/checkpoints" | grep -q '^\.tmp-' && fail "the stale temp directory was not cleaned up"
+ls -a "$work/C/checkpoints" | grep -q "\.tmp-" && fail "the stale temp directory was not cleaned up"
 diff <(losses "$work/A" 4) <(losses "$work/C" 4) >/dev/null || fail "losses after the interrupted save differ"
 echo "ok: an interrupted save left step-000004 loadable; resuming from it reproduced the uninterrupted losses"
 
