@@ -173,8 +173,9 @@ TEST_F(ReportTest, MissingRunIsAnErrorNamingThePath) {
   expect_error(run(), "has no records (1 malformed line skipped)");
   try {
     write_report((dir_ / "no-such-run").string());
+    ADD_FAILURE() << "write_report of a missing run directory did not throw";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kIo);
+    EXPECT_EQ(e.kind(), ErrorKind::kIo) << e.what();
   }
   EXPECT_FALSE(fs::exists(fs::path(run()) / "report.html"));
 }
