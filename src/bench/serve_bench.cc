@@ -121,18 +121,16 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& opt, const MachineLimi
       auto step = [&] {
         for (int i = 0; i < kSteps; ++i) m.forward(batch);
       };
+      // Every batch size is timed alike, interleaved with the triad pass (cold caches each time), so that the
+      // batch-16 / batch-1 ratio compares the same conditions.
+      const TimingPair t = time_interleaved(
+          step, [&] { triad.run(); }, budget * 2, 5, 200);
+      row.decode_tokens_s[bi] = double(B * kSteps) / t.a.best_s;
       if (B == 1) {
-        const double bytes = double(m.active_weight_bytes()) + cache_bytes_per_token(seqs[0]);
-        const TimingPair t = time_interleaved(
-            step, [&] { triad.run(); }, budget * 2, 5, 200);
         const double per_token = t.a.best_s / kSteps;
-        row.decode_tokens_s[bi] = 1.0 / per_token;
-        row.bytes_per_token = bytes;
-        row.bandwidth_gbs = bytes / per_token * 1e-9;
+        row.bytes_per_token = double(m.active_weight_bytes()) + cache_bytes_per_token(seqs[0]);
+        row.bandwidth_gbs = row.bytes_per_token / per_token * 1e-9;
         row.triad_gbs = triad.bytes_per_pass() / t.b.best_s * 1e-9;
-      } else {
-        const Timing t = time_repeats(step, budget, 5, 200);
-        row.decode_tokens_s[bi] = double(B * kSteps) / t.best_s;
       }
     }
     std::fprintf(out, "%-6s %12.0f %8.1f%% %11.1f %11.1f %11.1f %12.2f %10.2f %8.1f%%\n", fmt.c_str(),
@@ -239,21 +237,20 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& opt, const MachineLimi
                    100 * r.bandwidth_gbs / r.triad_gbs, 100 * kDecodeQ8BandwidthTarget,
                    verdict(r.bandwidth_gbs >= kDecodeQ8BandwidthTarget * r.triad_gbs));
   }
-  // One target over the three latent caches: met when one of them meets it (each line says which).
-  bool long_ok = false;
+  // Each latent cache has its own verdict (one cache meeting the target says nothing of the others).
   for (const ServeBenchResult::ContextRow& r : res.context) {
     const bool ok = r.ms_long <= kLongContextTarget * r.ms_1k;
-    long_ok = long_ok || ok;
     const char* how = r.cache == DType::kF32    ? "f32 latent cache"
                       : r.cache == DType::kBF16 ? (cpu::bf16_dot_native() ? "bf16 latent cache (native bf16 products)"
                                                                           : "bf16 latent cache (widened to f32)")
                                                 : (cpu::latent_q8_native() ? "q8 latent cache (VNNI int8 products)"
                                                                            : "q8 latent cache (portable int8 loops)");
-    std::fprintf(out, "decode f32 weights, %s, at %lld tokens of context: %.2f ms, at 1K: %.2f ms: %.2fx (%s)\n", how,
-                 (long long)opt.long_context, r.ms_long, r.ms_1k, r.ms_long / r.ms_1k, ok ? "<= 1.5x" : "> 1.5x");
+    std::fprintf(out,
+                 "decode f32 weights, %s, at %lld tokens of context: %.2f ms, at 1K: %.2f ms: %.2fx (target <= %.1fx: "
+                 "%s)\n",
+                 how, (long long)opt.long_context, r.ms_long, r.ms_1k, r.ms_long / r.ms_1k, kLongContextTarget,
+                 verdict(ok));
   }
-  std::fprintf(out, "decode at %lld / 1K tokens of context, best latent cache: target <= %.1fx: %s\n",
-               (long long)opt.long_context, kLongContextTarget, verdict(long_ok));
   return res;
 }
 
