@@ -1,6 +1,6 @@
 // Model config parsing and validation; see config.h for the field table and the rules on unknown fields.
-// Parsing walks the JSON once, object by object: each Obj remembers the keys it consumed, so whatever is
-// left at the end is either known-ignored (silent) or unknown (one warning with its path). The first
+// Parsing walks the JSON once, object by object, with core/json_fields.h (the reader every config shares): what
+// is left at the end is either known-ignored (silent) or unknown (one warning with its path). The first
 // violated rule throws; messages read "<source>: <json path> = <value>: <rule>".
 #include "model/config.h"
 
@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "core/log.h"
 
 namespace myriad {
@@ -46,164 +47,7 @@ const std::set<std::string>& ignored_fields() {
   return kIgnored;
 }
 
-std::string short_dump(const json& v) {
-  std::string s = v.dump();
-  if (s.size() > 80) s = s.substr(0, 77) + "...";
-  return s;
-}
-
-struct Ctx {
-  const std::string& source;
-  std::vector<std::string>* warnings;
-};
-
-void warn(const Ctx& ctx, const std::string& message) {
-  std::string m = str(ctx.source, ": ", message);
-  log_warn(m);
-  if (ctx.warnings) ctx.warnings->push_back(m);
-}
-
-// One JSON object being parsed, at `path` ("" for the top level, "text_config", ...).
-class Obj {
- public:
-  Obj(const json& j, std::string path, const Ctx& ctx) : j_(j), path_(std::move(path)), ctx_(ctx) {}
-
-  std::string path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
-  const std::string& path() const { return path_; }
-  const Ctx& ctx() const { return ctx_; }
-
-  // Marks `key` as consumed; null when absent. A JSON null is returned as is.
-  const json* find(const std::string& key) {
-    used_.insert(key);
-    auto it = j_.find(key);
-    return it == j_.end() ? nullptr : &*it;
-  }
-  bool present(const std::string& key) const {
-    auto it = j_.find(key);
-    return it != j_.end() && !it->is_null();
-  }
-
-  // `value` is the parsed value; when `key` is a field of this object its value is shown as written (0, not 0.0).
-  [[noreturn]] void fail(const std::string& key, const json& value, const std::string& rule) const {
-    throw_error(ErrorKind::kConfig, ctx_.source, ": ", path(key), " = ", short_dump(as_written(key, value)), ": ",
-                rule);
-  }
-  [[noreturn]] void fail_unsupported(const std::string& key, const json& value, const std::string& rule) const {
-    throw_error(ErrorKind::kUnsupported, ctx_.source, ": ", path(key), " = ", short_dump(as_written(key, value)), ": ",
-                rule);
-  }
-  [[noreturn]] void fail_missing(const std::string& key, const std::string& why) const {
-    throw_error(ErrorKind::kConfig, ctx_.source, ": ", path(key), ": required field is missing", why);
-  }
-
-  // --- typed getters. Absent or null optional fields give nullopt. ---
-  std::optional<int64_t> opt_int(const std::string& key) {
-    const json* v = find(key);
-    if (!v || v->is_null()) return std::nullopt;
-    return as_int(key, *v);
-  }
-  int64_t req_int(const std::string& key, const std::string& why = "") {
-    const json* v = find(key);
-    if (!v) fail_missing(key, why);
-    return as_int(key, *v);
-  }
-  int64_t int_or(const std::string& key, int64_t def) { return opt_int(key).value_or(def); }
-
-  std::optional<double> opt_double(const std::string& key) {
-    const json* v = find(key);
-    if (!v || v->is_null()) return std::nullopt;
-    if (!v->is_number()) fail(key, *v, str("must be a number (got ", v->type_name(), ")"));
-    return v->get<double>();
-  }
-  double req_double(const std::string& key) {
-    const json* v = find(key);
-    if (!v) fail_missing(key, "");
-    if (!v->is_number()) fail(key, *v, str("must be a number (got ", v->type_name(), ")"));
-    return v->get<double>();
-  }
-  double double_or(const std::string& key, double def) { return opt_double(key).value_or(def); }
-
-  std::optional<bool> opt_bool(const std::string& key) {
-    const json* v = find(key);
-    if (!v || v->is_null()) return std::nullopt;
-    if (!v->is_boolean()) fail(key, *v, str("must be true or false (got ", v->type_name(), ")"));
-    return v->get<bool>();
-  }
-  bool bool_or(const std::string& key, bool def) { return opt_bool(key).value_or(def); }
-
-  std::optional<std::string> opt_string(const std::string& key) {
-    const json* v = find(key);
-    if (!v || v->is_null()) return std::nullopt;
-    if (!v->is_string()) fail(key, *v, str("must be a string (got ", v->type_name(), ")"));
-    return v->get<std::string>();
-  }
-  std::string string_or(const std::string& key, const std::string& def) { return opt_string(key).value_or(def); }
-  // A string restricted to `allowed`.
-  std::string choice_or(const std::string& key, const std::string& def, const std::vector<std::string>& allowed) {
-    std::string s = string_or(key, def);
-    if (std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
-      std::string list;
-      for (const auto& a : allowed) list += (list.empty() ? "\"" : ", \"") + a + "\"";
-      fail(key, s, str("unknown value; expected one of ", list));
-    }
-    return s;
-  }
-
-  std::vector<int64_t> req_int_list(const std::string& key) {
-    const json* v = find(key);
-    if (!v) fail_missing(key, "");
-    if (!v->is_array()) fail(key, *v, str("must be a list of integers (got ", v->type_name(), ")"));
-    std::vector<int64_t> out;
-    for (size_t i = 0; i < v->size(); ++i) out.push_back(as_int(str(key, "[", i, "]"), (*v)[i]));
-    return out;
-  }
-
-  // An object-valued field; null when absent or JSON null.
-  const json* opt_object(const std::string& key) {
-    const json* v = find(key);
-    if (!v || v->is_null()) return nullptr;
-    if (!v->is_object()) fail(key, *v, str("must be an object (got ", v->type_name(), ")"));
-    return v;
-  }
-
-  // --- value rules ---
-  void positive(const std::string& key, int64_t v) const {
-    if (v <= 0) fail(key, v, "must be > 0");
-  }
-  void non_negative(const std::string& key, int64_t v) const {
-    if (v < 0) fail(key, v, "must be >= 0");
-  }
-  void positive(const std::string& key, double v) const {
-    if (!(v > 0)) fail(key, v, "must be > 0");
-  }
-
-  // Warns once for every key neither consumed nor known-ignored.
-  void finish() const {
-    for (auto it = j_.begin(); it != j_.end(); ++it) {
-      if (used_.count(it.key()) || ignored_fields().count(it.key())) continue;
-      warn(ctx_, str("unknown field ", path(it.key()), " ignored"));
-    }
-  }
-
- private:
-  const json& as_written(const std::string& key, const json& value) const {
-    auto it = j_.find(key);
-    return it != j_.end() && !it->is_null() && it->is_number() == value.is_number() ? *it : value;
-  }
-  int64_t as_int(const std::string& key, const json& v) const {
-    if (v.is_number_float()) fail(key, v, "must be an integer (got a float)");
-    if (!v.is_number_integer()) fail(key, v, str("must be an integer (got ", v.type_name(), ")"));
-    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) {
-      fail(key, v, "is out of range for a 64-bit integer");
-    }
-    return v.get<int64_t>();
-  }
-
-  const json& j_;
-  std::string path_;
-  const Ctx& ctx_;
-  std::set<std::string> used_;
-};
+using Obj = JsonFields;
 
 // Reads the K3 name, or its alias; both present and different is an error.
 std::optional<int64_t> int_with_alias(Obj& o, const std::string& name, const std::string& alias) {
@@ -262,7 +106,7 @@ LinearAttnConfig parse_linear_attn(Obj& o, int64_t n_layers) {
   }
   for (int64_t l = 1; l <= n_layers; ++l) {
     if (owner[size_t(l)].empty()) {
-      throw_error(ErrorKind::kConfig, o.ctx().source, ": ", o.path(), ": layer ", l,
+      throw_error(ErrorKind::kConfig, o.source().name, ": ", o.path(), ": layer ", l,
                   " is in neither kda_layers nor full_attn_layers (every layer 1..", n_layers,
                   " must be listed exactly once)");
     }
@@ -375,7 +219,7 @@ void parse_text(Obj& o, ModelConfig& c) {
   // Identity.
   std::optional<std::string> mt = o.opt_string("model_type");
   if (!mt) {
-    warn(o.ctx(), str(o.path("model_type"), " is missing; assuming \"kimi_linear\""));
+    warn(o.source(), str(o.path("model_type"), " is missing; assuming \"kimi_linear\""));
   } else if (*mt != "kimi_linear") {
     o.fail("model_type", *mt, "myriad reads text configs of model_type \"kimi_linear\"");
   }
@@ -400,7 +244,7 @@ void parse_text(Obj& o, ModelConfig& c) {
 
   // Layer layout.
   if (const json* la = o.opt_object("linear_attn_config")) {
-    Obj lo(*la, o.path("linear_attn_config"), o.ctx());
+    Obj lo(*la, o.path("linear_attn_config"), o.source());
     c.linear_attn_config = parse_linear_attn(lo, c.num_hidden_layers);
   }
   c.first_k_dense_replace = o.int_or("first_k_dense_replace", 0);
@@ -446,9 +290,9 @@ void parse_text(Obj& o, ModelConfig& c) {
   if (c.q_lora_rank) o.positive("q_lora_rank", *c.q_lora_rank);
   o.positive("rope_theta", c.rope_theta);
   if (const json* rs = o.opt_object("rope_scaling")) {
-    Obj ro(*rs, o.path("rope_scaling"), o.ctx());
+    Obj ro(*rs, o.path("rope_scaling"), o.source());
     c.rope_scaling = parse_rope_scaling(ro, c.max_position_embeddings);
-    if (c.mla_use_nope) warn(o.ctx(), str(o.path("rope_scaling"), " has no effect: mla_use_nope is true (no RoPE)"));
+    if (c.mla_use_nope) warn(o.source(), str(o.path("rope_scaling"), " has no effect: mla_use_nope is true (no RoPE)"));
   }
 
   // Dense FFN and MoE.
@@ -511,8 +355,8 @@ void parse_text(Obj& o, ModelConfig& c) {
   o.positive("activation_situ_linear_beta", c.activation_situ_linear_beta);
   o.non_negative("num_nextn_predict_layers", c.num_nextn_predict_layers);
   if (c.num_nextn_predict_layers > 0) {
-    warn(o.ctx(), str(o.path("num_nextn_predict_layers"), " = ", c.num_nextn_predict_layers,
-                      ": multi-token-prediction layers are not built by myriad; their weights are ignored"));
+    warn(o.source(), str(o.path("num_nextn_predict_layers"), " = ", c.num_nextn_predict_layers,
+                         ": multi-token-prediction layers are not built by myriad; their weights are ignored"));
   }
   o.positive("router_init_std", c.router_init_std);
 
@@ -583,7 +427,7 @@ void merge_outer(Obj& top, const std::string& key, std::optional<T> outer, std::
 
 void parse_vision_if_present(Obj& o, ModelConfig& c) {
   if (const json* vc = o.opt_object("vision_config")) {
-    Obj vo(*vc, o.path("vision_config"), o.ctx());
+    Obj vo(*vc, o.path("vision_config"), o.source());
     c.vision_config = parse_vision(vo, c.hidden_size);
   }
 }
@@ -652,7 +496,8 @@ int64_t ModelConfig::num_moe_layers() const {
 }
 
 ModelConfig parse_model_config(const json& j, const std::string& source, std::vector<std::string>* warnings) {
-  Ctx ctx{source, warnings};
+  // Hugging Face configs carry fields for other tools: an unknown field is a warning, not an error.
+  const JsonSource ctx{source, UnknownFields::kWarn, &ignored_fields(), warnings};
   MYRIAD_REQUIRE(j.is_object(), kConfig, source, ": the config must be a JSON object (got ", j.type_name(), ")");
   ModelConfig c;
   c.source = source;

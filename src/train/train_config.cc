@@ -4,8 +4,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numbers>
+#include <set>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "model/config.h"
 
 namespace myriad {
@@ -38,100 +40,74 @@ int64_t TrainConfig::sequences_per_step(int64_t stage) const {
   return std::max<int64_t>(1, batch_tokens / stages[size_t(stage)].seq_len);
 }
 
-namespace {
-
-template <class T>
-T get(const nlohmann::json& j, const char* key, T fallback, const std::string& source) {
-  if (!j.contains(key)) return fallback;
-  try {
-    return j.at(key).get<T>();
-  } catch (const std::exception&) {
-    throw_error(ErrorKind::kConfig, source, ": ", key, " = ", j.at(key).dump(), ": wrong type");
-  }
-}
-
-}  // namespace
-
 TrainConfig parse_train_config(const nlohmann::json& j, const std::string& source, const ModelConfig& model) {
-  MYRIAD_REQUIRE(j.is_object(), kConfig, source, ": the training config must be a JSON object");
-  static const char* kKnown[] = {"stages",
-                                 "batch_tokens",
-                                 "lr",
-                                 "min_lr_ratio",
-                                 "warmup_steps",
-                                 "weight_decay",
-                                 "beta1",
-                                 "beta2",
-                                 "eps",
-                                 "clip",
-                                 "seed",
-                                 "gradient_checkpointing",
-                                 "eval_every",
-                                 "eval_batches",
-                                 "task_eval_per_task",
-                                 "task_eval_max_new_tokens",
-                                 "checkpoint_every",
-                                 "keep_checkpoints",
-                                 "max_consecutive_skips",
-                                 "log_every",
-                                 "kda_chunk",
-                                 "comment"};
-  for (const auto& [key, value] : j.items()) {
-    bool known = false;
-    for (const char* k : kKnown) known = known || key == k;
-    MYRIAD_REQUIRE(known, kConfig, source, ": unknown field ", key, " (see src/train/train_config.h)");
-  }
+  // myriad's own format: an unknown field is a typo, so it is an error (the model config, a foreign format,
+  // warns instead); types, integers and messages follow the same reader (core/json_fields.h).
+  static const std::set<std::string> kIgnored = {"comment"};
+  const JsonSource src{source, UnknownFields::kError, &kIgnored, nullptr};
+  MYRIAD_REQUIRE(j.is_object(), kConfig, source, ": the training config must be a JSON object (got ", j.type_name(),
+                 ")");
+  JsonFields o(j, "", src);
   TrainConfig c;
-  MYRIAD_REQUIRE(j.contains("stages") && j["stages"].is_array() && !j["stages"].empty(), kConfig, source,
-                 ": stages must be a non-empty list of {seq_len, steps}");
-  for (size_t i = 0; i < j["stages"].size(); ++i) {
-    const auto& s = j["stages"][i];
-    const std::string where = source + ": stages[" + std::to_string(i) + "]";
+  const nlohmann::json* stages = o.opt_array("stages");
+  if (!stages || stages->empty())
+    o.fail("stages", stages ? *stages : nlohmann::json(), "must be a non-empty list of {seq_len, steps, lr_scale}");
+  for (size_t i = 0; i < stages->size(); ++i) {
+    JsonFields so((*stages)[i], str("stages[", i, "]"), src);
     Stage st;
-    st.seq_len = get<int64_t>(s, "seq_len", 0, where);
-    st.steps = get<int64_t>(s, "steps", 0, where);
-    st.lr_scale = get<double>(s, "lr_scale", 1.0, where);
-    MYRIAD_REQUIRE(st.seq_len >= 2, kConfig, where, ".seq_len = ", st.seq_len, ": must be at least 2");
-    MYRIAD_REQUIRE(st.seq_len <= model.max_position_embeddings, kConfig, where, ".seq_len = ", st.seq_len,
-                   ": longer than the model's max_position_embeddings (", model.max_position_embeddings, ")");
-    MYRIAD_REQUIRE(st.steps >= 1, kConfig, where, ".steps = ", st.steps, ": must be at least 1");
-    MYRIAD_REQUIRE(st.lr_scale > 0, kConfig, where, ".lr_scale = ", st.lr_scale, ": must be > 0");
+    st.seq_len = so.req_int("seq_len");
+    st.steps = so.req_int("steps");
+    st.lr_scale = so.double_or("lr_scale", 1.0);
+    if (st.seq_len < 2) so.fail("seq_len", st.seq_len, "must be at least 2");
+    if (st.seq_len > model.max_position_embeddings)
+      so.fail("seq_len", st.seq_len,
+              str("longer than the model's max_position_embeddings (", model.max_position_embeddings, ")"));
+    if (st.steps < 1) so.fail("steps", st.steps, "must be at least 1");
+    if (!(st.lr_scale > 0) || !std::isfinite(st.lr_scale)) so.fail("lr_scale", st.lr_scale, "must be > 0");
+    so.finish();
     c.stages.push_back(st);
   }
-  c.batch_tokens = get<int64_t>(j, "batch_tokens", c.batch_tokens, source);
-  c.lr = get<double>(j, "lr", c.lr, source);
-  c.min_lr_ratio = get<double>(j, "min_lr_ratio", c.min_lr_ratio, source);
-  c.warmup_steps = get<int64_t>(j, "warmup_steps", c.warmup_steps, source);
-  c.weight_decay = get<double>(j, "weight_decay", c.weight_decay, source);
-  c.beta1 = get<double>(j, "beta1", c.beta1, source);
-  c.beta2 = get<double>(j, "beta2", c.beta2, source);
-  c.eps = get<double>(j, "eps", c.eps, source);
-  c.clip = get<double>(j, "clip", c.clip, source);
-  c.seed = get<uint64_t>(j, "seed", c.seed, source);
-  c.gradient_checkpointing = get<bool>(j, "gradient_checkpointing", c.gradient_checkpointing, source);
-  c.eval_every = get<int64_t>(j, "eval_every", c.eval_every, source);
-  c.eval_batches = get<int64_t>(j, "eval_batches", c.eval_batches, source);
-  c.task_eval_per_task = get<int64_t>(j, "task_eval_per_task", c.task_eval_per_task, source);
-  c.task_eval_max_new_tokens = get<int64_t>(j, "task_eval_max_new_tokens", c.task_eval_max_new_tokens, source);
-  c.checkpoint_every = get<int64_t>(j, "checkpoint_every", c.checkpoint_every, source);
-  c.keep_checkpoints = get<int64_t>(j, "keep_checkpoints", c.keep_checkpoints, source);
-  c.max_consecutive_skips = get<int64_t>(j, "max_consecutive_skips", c.max_consecutive_skips, source);
-  c.log_every = get<int64_t>(j, "log_every", c.log_every, source);
-  c.kda_chunk = get<int64_t>(j, "kda_chunk", c.kda_chunk, source);
-  MYRIAD_REQUIRE(c.batch_tokens >= 1, kConfig, source, ": batch_tokens = ", c.batch_tokens, ": must be >= 1");
-  MYRIAD_REQUIRE(c.lr > 0 && std::isfinite(c.lr), kConfig, source, ": lr = ", c.lr, ": must be a positive number");
-  MYRIAD_REQUIRE(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1, kConfig, source, ": min_lr_ratio = ", c.min_lr_ratio,
-                 ": must lie in [0, 1]");
-  MYRIAD_REQUIRE(c.warmup_steps >= 0, kConfig, source, ": warmup_steps = ", c.warmup_steps, ": must be >= 0");
-  MYRIAD_REQUIRE(c.weight_decay >= 0, kConfig, source, ": weight_decay = ", c.weight_decay, ": must be >= 0");
-  MYRIAD_REQUIRE(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1, kConfig, source,
-                 ": beta1 and beta2 must lie in [0, 1)");
-  MYRIAD_REQUIRE(c.clip >= 0, kConfig, source, ": clip = ", c.clip, ": must be >= 0 (0 = off)");
-  MYRIAD_REQUIRE(c.checkpoint_every >= 1 && c.keep_checkpoints >= 1 && c.max_consecutive_skips >= 1 &&
-                     c.log_every >= 1 && c.eval_every >= 1 && c.kda_chunk >= 1,
-                 kConfig, source,
-                 ": checkpoint_every, keep_checkpoints, max_consecutive_skips, log_every, eval_every and kda_chunk "
-                 "must be >= 1");
+  c.batch_tokens = o.int_or("batch_tokens", c.batch_tokens);
+  c.lr = o.double_or("lr", c.lr);
+  c.min_lr_ratio = o.double_or("min_lr_ratio", c.min_lr_ratio);
+  c.warmup_steps = o.int_or("warmup_steps", c.warmup_steps);
+  c.weight_decay = o.double_or("weight_decay", c.weight_decay);
+  c.beta1 = o.double_or("beta1", c.beta1);
+  c.beta2 = o.double_or("beta2", c.beta2);
+  c.eps = o.double_or("eps", c.eps);
+  c.clip = o.double_or("clip", c.clip);
+  c.seed = o.uint_or("seed", c.seed);
+  c.gradient_checkpointing = o.bool_or("gradient_checkpointing", c.gradient_checkpointing);
+  c.eval_every = o.int_or("eval_every", c.eval_every);
+  c.eval_batches = o.int_or("eval_batches", c.eval_batches);
+  c.task_eval_per_task = o.int_or("task_eval_per_task", c.task_eval_per_task);
+  c.task_eval_max_new_tokens = o.int_or("task_eval_max_new_tokens", c.task_eval_max_new_tokens);
+  c.checkpoint_every = o.int_or("checkpoint_every", c.checkpoint_every);
+  c.keep_checkpoints = o.int_or("keep_checkpoints", c.keep_checkpoints);
+  c.max_consecutive_skips = o.int_or("max_consecutive_skips", c.max_consecutive_skips);
+  c.log_every = o.int_or("log_every", c.log_every);
+  c.kda_chunk = o.int_or("kda_chunk", c.kda_chunk);
+  o.finish();
+  if (c.batch_tokens < 1) o.fail("batch_tokens", c.batch_tokens, "must be >= 1");
+  if (!(c.lr > 0) || !std::isfinite(c.lr)) o.fail("lr", c.lr, "must be a positive number");
+  if (!(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1)) o.fail("min_lr_ratio", c.min_lr_ratio, "must lie in [0, 1]");
+  if (c.warmup_steps < 0) o.fail("warmup_steps", c.warmup_steps, "must be >= 0");
+  if (!(c.weight_decay >= 0)) o.fail("weight_decay", c.weight_decay, "must be >= 0");
+  if (!(c.beta1 >= 0 && c.beta1 < 1)) o.fail("beta1", c.beta1, "must lie in [0, 1)");
+  if (!(c.beta2 >= 0 && c.beta2 < 1)) o.fail("beta2", c.beta2, "must lie in [0, 1)");
+  if (!(c.eps >= 0)) o.fail("eps", c.eps, "must be >= 0");
+  if (!(c.clip >= 0)) o.fail("clip", c.clip, "must be >= 0 (0 = off)");
+  const std::pair<const char*, int64_t> at_least_one[] = {{"checkpoint_every", c.checkpoint_every},
+                                                          {"keep_checkpoints", c.keep_checkpoints},
+                                                          {"max_consecutive_skips", c.max_consecutive_skips},
+                                                          {"log_every", c.log_every},
+                                                          {"eval_every", c.eval_every},
+                                                          {"kda_chunk", c.kda_chunk}};
+  for (const auto& [key, v] : at_least_one)
+    if (v < 1) o.fail(key, v, "must be >= 1");
+  if (c.eval_batches < 0) o.fail("eval_batches", c.eval_batches, "must be >= 0");
+  if (c.task_eval_per_task < 0) o.fail("task_eval_per_task", c.task_eval_per_task, "must be >= 0");
+  if (c.task_eval_max_new_tokens < 1) o.fail("task_eval_max_new_tokens", c.task_eval_max_new_tokens, "must be >= 1");
   return c;
 }
 

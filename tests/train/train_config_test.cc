@@ -67,5 +67,41 @@ TEST(TrainConfig, BadFieldsAreErrorsNamingTheField) {
   expect_error(R"({"stages": [{"seq_len": "long", "steps": 1}]})", "seq_len");
 }
 
+// The training config follows the model config's reader (core/json_fields.h): an integer field refuses a float
+// (it used to truncate 2.5 to 2), messages carry the JSON path, the value as written and the rule, and unknown
+// fields are errors at every level (stage entries used to be unchecked).
+TEST(TrainConfig, SharesTheModelConfigRules) {
+  const ModelConfig m = load_model_config(repo("configs/tiny.json"), nullptr);
+  auto message = [&](const char* json) -> std::string {
+    try {
+      parse_train_config(nlohmann::json::parse(json), "t.json", m);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig) << e.what();
+      return e.what();
+    }
+    ADD_FAILURE() << "no error for " << json;
+    return "";
+  };
+  EXPECT_EQ(message(R"({"stages": [{"seq_len": 64, "steps": 1}], "warmup_steps": 2.5})"),
+            "t.json: warmup_steps = 2.5: must be an integer (got a float)");
+  EXPECT_EQ(message(R"({"stages": [{"seq_len": 64, "steps": 2.0}]})"),
+            "t.json: stages[0].steps = 2.0: must be an integer (got a float)");
+  EXPECT_EQ(message(R"({"stages": [{"seq_len": 64, "steps": 1, "stepz": 3}]})")
+                .rfind("t.json: stages[0].stepz: unknown field", 0),
+            0u);
+  EXPECT_EQ(message(R"({"stages": [{"seq_len": 64, "steps": 1}], "seed": -1})"), "t.json: seed = -1: must be >= 0");
+  EXPECT_EQ(message(R"({"stages": [{"seq_len": 64, "steps": 1}], "log_every": 0})"),
+            "t.json: log_every = 0: must be >= 1");
+  EXPECT_EQ(message(R"({"stages": [{"steps": 1}]})"), "t.json: stages[0].seq_len: required field is missing");
+  EXPECT_EQ(message(R"({"stages": [{"seq_len": 64, "steps": 1}], "gradient_checkpointing": 1})"),
+            "t.json: gradient_checkpointing = 1: must be true or false (got number)");
+  // A comment is allowed; a full seed range is kept.
+  const TrainConfig t = parse_train_config(
+      nlohmann::json::parse(
+          R"({"comment": "x", "stages": [{"seq_len": 64, "steps": 1}], "seed": 18446744073709551615})"),
+      "t.json", m);
+  EXPECT_EQ(t.seed, 18446744073709551615ull);
+}
+
 }  // namespace
 }  // namespace myriad

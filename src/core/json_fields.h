@@ -1,0 +1,101 @@
+// One reader for every JSON config myriad takes (the model config, the training config): the same rules for
+// types, integers, unknown fields and messages everywhere.
+//
+// A JsonFields is one JSON object being read at a path ("" for the top level, "text_config", "stages[2]"). It
+// remembers the keys it consumed, so finish() can treat whatever is left: keys the source's format lists as
+// known but unused are silent; any other key is a warning (kWarn: foreign formats such as Hugging Face configs
+// carry fields for other tools) or an error (kError: myriad's own formats, where an unknown key is a typo).
+// The first violated rule throws kConfig; messages read "<source>: <json path> = <value as written>: <rule>".
+// Integers: a float (2.5, and also 2.0) for an integer field is refused, never truncated; unsigned values that
+// do not fit are refused.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace myriad {
+
+enum class UnknownFields { kWarn, kError };
+
+// What one whole document shares: its name for messages, the unknown-field rule, the known-but-unused keys,
+// and where warnings go (also to the log).
+struct JsonSource {
+  std::string name;
+  UnknownFields unknown = UnknownFields::kError;
+  const std::set<std::string>* ignored = nullptr;  // silent at every level; may be null
+  std::vector<std::string>* warnings = nullptr;    // may be null
+};
+
+// Logs "<source>: <message>" as a warning and records it.
+void warn(const JsonSource& src, const std::string& message);
+
+// A JSON value for a message: at most 80 characters.
+std::string short_dump(const nlohmann::json& v);
+
+class JsonFields {
+ public:
+  // `j` must outlive this reader; a non-object is refused with the path.
+  JsonFields(const nlohmann::json& j, std::string path, const JsonSource& src);
+
+  std::string path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  const std::string& path() const { return path_; }
+  const JsonSource& source() const { return src_; }
+
+  // Marks `key` as consumed; null when absent. A JSON null is returned as is.
+  const nlohmann::json* find(const std::string& key);
+  bool present(const std::string& key) const;
+
+  // `value` is the parsed value; when `key` is a field of this object its value is shown as written (0, not 0.0).
+  [[noreturn]] void fail(const std::string& key, const nlohmann::json& value, const std::string& rule) const;
+  [[noreturn]] void fail_unsupported(const std::string& key, const nlohmann::json& value,
+                                     const std::string& rule) const;
+  [[noreturn]] void fail_missing(const std::string& key, const std::string& why) const;
+
+  // --- typed getters. Absent or null optional fields give nullopt. ---
+  std::optional<int64_t> opt_int(const std::string& key);
+  int64_t req_int(const std::string& key, const std::string& why = "");
+  int64_t int_or(const std::string& key, int64_t def) { return opt_int(key).value_or(def); }
+  std::optional<uint64_t> opt_uint(const std::string& key);  // a non-negative integer up to 2^64 - 1
+  uint64_t uint_or(const std::string& key, uint64_t def) { return opt_uint(key).value_or(def); }
+
+  std::optional<double> opt_double(const std::string& key);
+  double req_double(const std::string& key);
+  double double_or(const std::string& key, double def) { return opt_double(key).value_or(def); }
+
+  std::optional<bool> opt_bool(const std::string& key);
+  bool bool_or(const std::string& key, bool def) { return opt_bool(key).value_or(def); }
+
+  std::optional<std::string> opt_string(const std::string& key);
+  std::string string_or(const std::string& key, const std::string& def) { return opt_string(key).value_or(def); }
+  // A string restricted to `allowed`.
+  std::string choice_or(const std::string& key, const std::string& def, const std::vector<std::string>& allowed);
+
+  std::vector<int64_t> req_int_list(const std::string& key);
+  // An object-valued field; null when absent or JSON null.
+  const nlohmann::json* opt_object(const std::string& key);
+  // An array-valued field; null when absent or JSON null.
+  const nlohmann::json* opt_array(const std::string& key);
+
+  // --- value rules ---
+  void positive(const std::string& key, int64_t v) const;
+  void non_negative(const std::string& key, int64_t v) const;
+  void positive(const std::string& key, double v) const;
+
+  // Every key neither consumed nor known-ignored: a warning each (kWarn) or an error for the first (kError).
+  void finish() const;
+
+ private:
+  const nlohmann::json& as_written(const std::string& key, const nlohmann::json& value) const;
+  int64_t as_int(const std::string& key, const nlohmann::json& v) const;
+
+  const nlohmann::json& j_;
+  std::string path_;
+  const JsonSource& src_;
+  std::set<std::string> used_;
+};
+
+}  // namespace myriad
