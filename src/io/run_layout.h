@@ -1,0 +1,15 @@
+// The layout of a training run's directory, as the trainer writes it (train/run_checkpoint.h) and the engine,
+// pruning and resumption read it:
+//   RUN/checkpoints/step-000123/   one complete checkpoint (config.json, model.safetensors, trainer_state.json, ...)
+//   RUN/checkpoints/latest         the newest complete checkpoint's directory name
+#pragma once
+
+#include <string>
+
+namespace myriad {
+
+// The directory of the newest complete checkpoint of a run (or of a checkpoint directory given directly).
+// Throws kIo when there is none, kFormat when `latest` names a missing or incomplete one.
+std::string latest_checkpoint(const std::string& run_or_checkpoint_dir);
+
+}  // namespace myriad
