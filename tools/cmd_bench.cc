@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <string>
 
-#include "bench/machine_limits.h"
 #include "bench/model_bench.h"
 #include "bench/op_bench.h"
 #include "bench/report.h"
@@ -17,11 +16,13 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "model/config.h"
+#include "ops/machine_limits.h"
 #include "quant/quant.h"
 
 namespace {
 
 int run_ops(const myriad::cli::Args& args) {
+  using namespace myriad;
   using namespace myriad::bench;
   MYRIAD_REQUIRE(!args.has("config") && !args.has("seq"), kValue, "bench ops: --config and --seq are for bench model");
   const long seconds = args.get_int("seconds", 20, 1, 3600);
@@ -65,6 +66,7 @@ int run_ops(const myriad::cli::Args& args) {
 }
 
 int run_model(const myriad::cli::Args& args) {
+  using namespace myriad;
   using namespace myriad::bench;
   const auto config = args.get("config");
   MYRIAD_REQUIRE(config.has_value(), kValue, "bench model needs --config FILE (see myriad bench --help)");
@@ -108,6 +110,7 @@ int run_model(const myriad::cli::Args& args) {
 }
 
 int run_serve(const myriad::cli::Args& args) {
+  using namespace myriad;
   using namespace myriad::bench;
   ServeBenchOptions opt;
   opt.model_dir = args.get_or("model", "");

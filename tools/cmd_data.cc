@@ -8,8 +8,8 @@
 
 #include "cli.h"
 #include "core/error.h"
-#include "train/shards.h"
-#include "train/tokenizer.h"
+#include "data/shards.h"
+#include "data/tokenizer.h"
 
 namespace {
 

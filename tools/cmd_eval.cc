@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "cli.h"
-#include "model/prune.h"
+#include "deploy/prune.h"
 #include "serve/engine.h"
 #include "serve/evaluate.h"
 

@@ -5,7 +5,7 @@
 
 #include "cli.h"
 #include "core/error.h"
-#include "model/prune.h"
+#include "deploy/prune.h"
 
 namespace {
 

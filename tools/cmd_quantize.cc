@@ -5,7 +5,7 @@
 
 #include "cli.h"
 #include "core/error.h"
-#include "quant/quantize_checkpoint.h"
+#include "deploy/quantize_checkpoint.h"
 
 namespace {
 

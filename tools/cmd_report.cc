@@ -5,7 +5,7 @@
 
 #include "cli.h"
 #include "core/error.h"
-#include "train/report.h"
+#include "report/report.h"
 
 namespace {
 

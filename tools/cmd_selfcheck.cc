@@ -4,14 +4,15 @@
 #include <cstdio>
 
 #include "bench/kernel_selfcheck.h"
-#include "bench/timing.h"
 #include "cli.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "core/timing.h"
 
 namespace {
 
 int run_selfcheck(const myriad::cli::Args& args) {
+  using namespace myriad;
   using namespace myriad::bench;
   MYRIAD_REQUIRE(args.positional().empty(), kValue, "selfcheck takes no arguments, got '", args.positional()[0], "'");
   std::printf(

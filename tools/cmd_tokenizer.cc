@@ -15,7 +15,7 @@
 
 #include "cli.h"
 #include "core/error.h"
-#include "train/tokenizer.h"
+#include "data/tokenizer.h"
 
 namespace {
 

@@ -28,7 +28,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "bench/machine_limits.h"
+#include "ops/machine_limits.h"
 
 namespace myriad::bench {
 

@@ -16,8 +16,8 @@
 #include <functional>
 #include <vector>
 
-#include "bench/machine_limits.h"
 #include "bench/report.h"
+#include "ops/machine_limits.h"
 
 namespace myriad::bench {
 

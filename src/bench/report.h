@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/machine_limits.h"
+#include "ops/machine_limits.h"
 
 namespace myriad::bench {
 

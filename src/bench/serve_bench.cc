@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <random>
 
-#include "bench/timing.h"
+#include "core/timing.h"
+#include "infer/inference_model.h"
 #include "io/checkpoint.h"
 #include "model/accounting.h"
 #include "ops/cpu/latent_q8.h"
 #include "ops/kernels.h"
 #include "serve/engine.h"
-#include "serve/inference_model.h"
 
 namespace myriad::bench {
 

@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "bench/machine_limits.h"
 #include "core/dtype.h"
+#include "ops/machine_limits.h"
 
 namespace myriad::bench {
 

@@ -1,10 +1,10 @@
-#include "bench/timing.h"
+#include "core/timing.h"
 
 #include <algorithm>
 #include <chrono>
 #include <vector>
 
-namespace myriad::bench {
+namespace myriad {
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -52,4 +52,4 @@ TimingPair time_interleaved(const std::function<void()>& a, const std::function<
   return {summarize(std::move(ta)), summarize(std::move(tb))};
 }
 
-}  // namespace myriad::bench
+}  // namespace myriad

@@ -5,7 +5,7 @@
 
 #include <functional>
 
-namespace myriad::bench {
+namespace myriad {
 
 struct Timing {
   double best_s = 0.0;    // fastest call, seconds
@@ -28,4 +28,4 @@ struct TimingPair {
 TimingPair time_interleaved(const std::function<void()>& a, const std::function<void()>& b, double budget_s,
                             int min_reps = 3, int max_reps = 10000);
 
-}  // namespace myriad::bench
+}  // namespace myriad

@@ -1,8 +1,8 @@
 // The prose grammar and the corpus mix (see corpus.h).
-#include "train/corpus.h"
+#include "data/corpus.h"
 
 #include "core/error.h"
-#include "train/tasks.h"
+#include "data/tasks.h"
 
 namespace myriad {
 

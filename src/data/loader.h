@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "train/shards.h"
+#include "data/shards.h"
 
 namespace myriad {
 

@@ -1,5 +1,5 @@
 // Token shards, data sources and `myriad data prepare`. See shards.h.
-#include "train/shards.h"
+#include "data/shards.h"
 
 #include <fcntl.h>
 #include <stdio.h>  // renameat2

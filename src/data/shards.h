@@ -37,7 +37,7 @@
 #include <string_view>
 #include <vector>
 
-#include "train/tokenizer.h"
+#include "data/tokenizer.h"
 
 namespace myriad {
 

@@ -1,11 +1,9 @@
-// Task documents, held-out prompts and the evaluation (see tasks.h).
-#include "train/tasks.h"
+// Task documents, held-out prompts and their scoring (see tasks.h).
+#include "data/tasks.h"
 
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/transformer.h"
-#include "train/generate.h"
 
 namespace myriad {
 namespace {
@@ -175,8 +173,6 @@ std::vector<TaskExample> task_examples(TaskKind kind, uint64_t seed, int n) {
   return out;
 }
 
-namespace {
-
 std::string trimmed(const std::string& s) {
   const char* ws = " \t\r\n\v\f";
   const size_t b = s.find_first_not_of(ws);
@@ -184,55 +180,12 @@ std::string trimmed(const std::string& s) {
   return s.substr(b, s.find_last_not_of(ws) - b + 1);
 }
 
-}  // namespace
-
 std::string extract_answer(const std::string& continuation) {
   return trimmed(continuation.substr(0, continuation.find('\n')));
 }
 
 bool answer_matches(const std::string& continuation, const std::string& want) {
   return extract_answer(continuation) == trimmed(want);
-}
-
-double TaskScores::accuracy(TaskKind kind) const {
-  for (const TaskScore& t : tasks)
-    if (t.kind == kind) return t.accuracy();
-  return 0.0;
-}
-
-std::map<std::string, double> TaskScores::by_name() const {
-  std::map<std::string, double> m;
-  for (const TaskScore& t : tasks) m[task_kind_name(t.kind)] = t.accuracy();
-  return m;
-}
-
-TaskScores evaluate_tasks(const Transformer& model, const EncodeFn& encode, const DecodeFn& decode, int per_task,
-                          uint64_t seed, int max_new_tokens, int32_t stop_id, int samples_per_task) {
-  MYRIAD_REQUIRE(per_task >= 0, kValue, "evaluate_tasks: per_task (", per_task, ") must be >= 0");
-  MYRIAD_REQUIRE(encode && decode, kValue, "evaluate_tasks: encode and decode callbacks are required");
-  // Stop once the continuation has reached the end of its line.
-  const StopFn at_newline = [&decode](const std::vector<int32_t>& ids) {
-    return decode(ids).find('\n') != std::string::npos;
-  };
-  TaskScores scores;
-  for (TaskKind kind : kTaskKinds) {
-    TaskScore score{kind};
-    int kept = 0;
-    for (const TaskExample& ex : task_examples(kind, seed, per_task)) {
-      const std::vector<int32_t> ids =
-          generate(model, encode(ex.prompt), max_new_tokens, /*temperature=*/0.0f, /*seed=*/0, stop_id, at_newline);
-      const std::string continuation = decode(ids);
-      const bool ok = answer_matches(continuation, ex.answer);
-      score.correct += ok;
-      ++score.total;
-      if (kept < samples_per_task) {
-        scores.samples.push_back({kind, ex.prompt, extract_answer(continuation), trimmed(ex.answer), ok});
-        ++kept;
-      }
-    }
-    scores.tasks.push_back(score);
-  }
-  return scores;
 }
 
 }  // namespace myriad

@@ -1,5 +1,5 @@
 // Verifiable tasks: their training documents (part of the built-in corpus, corpus.h), held-out prompts with
-// answers, and the evaluation that shows a user the model learning (accuracy per task in metrics.jsonl).
+// answers and their scoring; the evaluation with a model (accuracy per task in metrics.jsonl) is train/task_eval.h.
 //
 // Formats (one example per line; the prompt is everything up to and including the answer cue, the answer is
 // the rest of the line, starting with one space):
@@ -22,16 +22,12 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <string>
 #include <vector>
 
-#include "train/corpus.h"
+#include "data/corpus.h"
 
 namespace myriad {
-
-class Transformer;
 
 enum class TaskKind { kArithmetic, kCopy, kReverse, kRecall };
 inline constexpr TaskKind kTaskKinds[] = {TaskKind::kArithmetic, TaskKind::kCopy, TaskKind::kReverse,
@@ -60,35 +56,7 @@ bool is_held_out(TaskKind kind, const std::string& problem);
 // trailing whitespace trimmed; it is right when it equals the trimmed wanted answer exactly.
 std::string extract_answer(const std::string& continuation);
 bool answer_matches(const std::string& continuation, const std::string& want);
-
-using EncodeFn = std::function<std::vector<int32_t>(const std::string&)>;
-using DecodeFn = std::function<std::string(const std::vector<int32_t>&)>;
-
-struct TaskScore {
-  TaskKind kind;
-  int correct = 0;
-  int total = 0;
-  double accuracy() const { return total > 0 ? double(correct) / total : 0.0; }
-};
-
-struct TaskSample {
-  TaskKind kind;
-  std::string prompt, got, want;  // got: the extracted answer; want: the trimmed answer
-  bool correct = false;
-};
-
-struct TaskScores {
-  std::vector<TaskScore> tasks;     // one per kind, in kTaskKinds order
-  std::vector<TaskSample> samples;  // the first few examples of each kind
-  double accuracy(TaskKind kind) const;
-  std::map<std::string, double> by_name() const;  // {"arithmetic": 0.12, ...} for metrics.jsonl
-};
-
-// Greedy evaluation on per_task held-out examples of every kind (task_examples(kind, seed, per_task)): each
-// prompt is encoded with `encode` (which may prepend a document separator), continued for at most
-// max_new_tokens (stopping at a decoded newline, or at stop_id when >= 0), decoded with `decode` and scored
-// with answer_matches. Keeps samples_per_task samples of each kind.
-TaskScores evaluate_tasks(const Transformer& model, const EncodeFn& encode, const DecodeFn& decode, int per_task,
-                          uint64_t seed, int max_new_tokens, int32_t stop_id = -1, int samples_per_task = 2);
+// Leading and trailing whitespace removed.
+std::string trimmed(const std::string& s);
 
 }  // namespace myriad

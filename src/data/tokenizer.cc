@@ -1,5 +1,5 @@
 // SentencePiece BPE tokenizer with an exact byte round trip. See tokenizer.h.
-#include "train/tokenizer.h"
+#include "data/tokenizer.h"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
@@ -15,8 +15,8 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "data/shards.h"
 #include "io/atomic_file.h"
-#include "train/shards.h"
 
 namespace myriad {
 

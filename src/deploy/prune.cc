@@ -1,5 +1,5 @@
 // Expert pruning from routing statistics; see prune.h for the importance measure and the output layout.
-#include "model/prune.h"
+#include "deploy/prune.h"
 
 #include <fcntl.h>
 #include <stdio.h>  // renameat2
@@ -18,14 +18,14 @@
 
 #include "autograd/functions.h"
 #include "core/error.h"
+#include "data/loader.h"
+#include "data/shards.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
+#include "io/run_layout.h"
 #include "model/balancing.h"
 #include "model/param_spec.h"
 #include "ops/kernels.h"
-#include "train/loader.h"
-#include "train/run_checkpoint.h"
-#include "train/shards.h"
 
 namespace fs = std::filesystem;
 

@@ -45,8 +45,8 @@
 #include <string>
 #include <vector>
 
+#include "data/tokenizer.h"
 #include "model/transformer.h"
-#include "train/tokenizer.h"
 
 namespace myriad {
 

@@ -1,5 +1,5 @@
 // Quantizing a model directory; see quantize_checkpoint.h for the rules and the output layout.
-#include "quant/quantize_checkpoint.h"
+#include "deploy/quantize_checkpoint.h"
 
 #include <fcntl.h>
 #include <stdio.h>  // renameat2

@@ -1,4 +1,4 @@
-#include "model/decode_weights.h"
+#include "infer/decode_weights.h"
 
 #include <set>
 

@@ -1,4 +1,4 @@
-#include "serve/inference_model.h"
+#include "infer/inference_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,10 +9,10 @@
 #include "autograd/functions.h"
 #include "core/threads.h"
 #include "io/checkpoint.h"
+#include "io/run_layout.h"
 #include "model/param_spec.h"
 #include "ops/cpu/parallel.h"
 #include "ops/kernels.h"
-#include "train/run_checkpoint.h"
 
 namespace myriad {
 

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "data/tokenizer.h"
+#include "infer/decode_weights.h"
+#include "infer/kda_state.h"
+#include "infer/mla_cache.h"
 #include "model/config.h"
-#include "model/decode_weights.h"
-#include "model/kda_state.h"
-#include "model/mla_cache.h"
-#include "train/tokenizer.h"
 
 namespace myriad {
 

@@ -1,10 +1,10 @@
-#include "model/kda_state.h"
+#include "infer/kda_state.h"
 
 #include <cmath>
 #include <vector>
 
 #include "core/threads.h"
-#include "model/decode_weights.h"
+#include "infer/decode_weights.h"
 #include "ops/kernels.h"
 
 namespace myriad {

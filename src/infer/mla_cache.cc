@@ -1,4 +1,4 @@
-#include "model/mla_cache.h"
+#include "infer/mla_cache.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <numeric>
 #include <string>
 
-#include "model/decode_weights.h"
+#include "infer/decode_weights.h"
 #include "model/rope.h"
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/vmath.h"

@@ -11,7 +11,7 @@
 //
 // NOTE: candidates are ordered by penalised logit (ties to the lowest id), not by probability: exp((x - m) / T) is
 // monotone in x, so the two orders agree, and the logit order has no ties introduced by rounding.
-#include "serve/sampling.h"
+#include "infer/sampling.h"
 
 #include <algorithm>
 #include <cmath>

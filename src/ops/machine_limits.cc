@@ -1,4 +1,4 @@
-#include "bench/machine_limits.h"
+#include "ops/machine_limits.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 
-namespace myriad::bench {
+namespace myriad {
 
 namespace {
 
@@ -83,4 +83,4 @@ MachineLimits measure_machine_limits(double budget_s) {
   return m;
 }
 
-}  // namespace myriad::bench
+}  // namespace myriad

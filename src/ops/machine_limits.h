@@ -14,9 +14,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "bench/timing.h"
+#include "core/timing.h"
 
-namespace myriad::bench {
+namespace myriad {
 
 struct SgemmCeiling {
   int64_t n = 2048;  // M = N = K
@@ -65,4 +65,4 @@ TriadCeiling measure_triad(int64_t array_bytes, double budget_s);
 // Both ceilings with the defaults above; budget_s is split between them.
 MachineLimits measure_machine_limits(double budget_s);
 
-}  // namespace myriad::bench
+}  // namespace myriad

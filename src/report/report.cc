@@ -16,7 +16,7 @@
 // Expert load is shown as load / mean load of its layer at that step: 1 is perfectly balanced, 0 a dead expert.
 //
 // Leaves out: anything the page would have to fetch (no scripts, fonts, images or links), comparing runs.
-#include "train/report.h"
+#include "report/report.h"
 
 #include <algorithm>
 #include <cerrno>

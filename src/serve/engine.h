@@ -38,8 +38,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "serve/inference_model.h"
-#include "serve/sampling.h"
+#include "infer/inference_model.h"
+#include "infer/sampling.h"
 
 namespace myriad {
 

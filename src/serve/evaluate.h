@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "serve/inference_model.h"
+#include "infer/inference_model.h"
 
 namespace myriad {
 

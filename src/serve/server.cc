@@ -33,9 +33,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "data/tokenizer.h"
 #include "serve/chat_template.h"
 #include "serve/text_stream.h"
-#include "train/tokenizer.h"
 
 namespace myriad {
 namespace {

@@ -12,7 +12,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "train/tokenizer.h"
+#include "data/tokenizer.h"
 
 namespace myriad {
 namespace {

@@ -7,16 +7,16 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "data/corpus.h"
+#include "data/loader.h"
+#include "data/shards.h"
+#include "data/tokenizer.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
 #include "model/param_spec.h"
-#include "train/corpus.h"
-#include "train/loader.h"
 #include "train/run_checkpoint.h"
-#include "train/shards.h"
-#include "train/tasks.h"
-#include "train/tokenizer.h"
+#include "train/task_eval.h"
 
 namespace fs = std::filesystem;
 

@@ -84,18 +84,4 @@ std::string save_run_checkpoint(const std::string& run_dir, int64_t step, const 
   return dst.string();
 }
 
-std::string latest_checkpoint(const std::string& dir) {
-  const fs::path p(dir);
-  if (fs::exists(p / "trainer_state.json")) return p.string();
-  const fs::path latest = p / "checkpoints" / "latest";
-  std::ifstream in(latest);
-  MYRIAD_REQUIRE(in.good(), kIo, dir, " holds no checkpoint (no checkpoints/latest and no trainer_state.json)");
-  std::string name;
-  std::getline(in, name);
-  const fs::path ck = p / "checkpoints" / name;
-  MYRIAD_REQUIRE(!name.empty() && fs::exists(ck / "trainer_state.json"), kFormat, latest.string(),
-                 " names a checkpoint that is missing or incomplete: ", name);
-  return ck.string();
-}
-
 }  // namespace myriad

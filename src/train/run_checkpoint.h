@@ -2,8 +2,9 @@
 //   RUN/checkpoints/step-000123/{config.json, model.safetensors, optimizer.safetensors, trainer_state.json,
 //                                tokenizer/...}
 //   RUN/checkpoints/latest   the newest complete checkpoint's directory name
-// Saving is atomic: everything is written into a hidden temp directory beside the others, each file fsync'ed,
-// the directory renamed into place and the parent fsync'ed, and only then `latest` is replaced (atomically).
+// Saving is atomic: everything is written into io's staged directory beside the others, each file fsync'ed,
+// the directory put in place (rename, or an atomic exchange with an older save of the same step) and the parent
+// fsync'ed, and only then `latest` is replaced (atomically). Reading the layout: io/run_layout.h.
 // A process killed at any point leaves the previous checkpoint loadable; stale temp directories are removed
 // by the next save. The last `keep` checkpoints are kept.
 #pragma once
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "io/run_layout.h"
 #include "model/weights.h"
 #include "train/optimizer.h"
 
@@ -26,8 +28,5 @@ struct CheckpointContents {
 
 // Returns the checkpoint's directory.
 std::string save_run_checkpoint(const std::string& run_dir, int64_t step, const CheckpointContents& c, int64_t keep);
-
-// The directory of the newest complete checkpoint of a run (or of a checkpoint directory given directly).
-std::string latest_checkpoint(const std::string& run_or_checkpoint_dir);
 
 }  // namespace myriad

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "train/tasks.h"
+#include "data/tasks.h"
 
 namespace myriad {
 

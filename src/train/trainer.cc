@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "bench/machine_limits.h"
 #include "io/checkpoint.h"
 #include "model/accounting.h"
 #include "model/balancing.h"
+#include "ops/machine_limits.h"
 #include "train/run_checkpoint.h"
 
 namespace myriad {
@@ -165,7 +165,7 @@ void Trainer::balance(const std::vector<RoutingStats>& routing) {
 TrainSummary Trainer::run() {
   const ModelConfig& mc = model_.config();
   const ModelAccounting acc = account_model(mc);
-  sgemm_gflops_ = bench::measure_sgemm(2048, 1.0).gflops;  // the MFU denominator, measured in this run
+  sgemm_gflops_ = measure_sgemm(2048, 1.0).gflops;  // the MFU denominator, measured in this run
   const int64_t total = cfg_.total_steps();
   const int64_t end = opt_.stop_after_step >= 0 ? std::min(total, opt_.stop_after_step) : total;
   TrainSummary sum;

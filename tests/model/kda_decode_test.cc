@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "model/kda_state.h"
+#include "infer/kda_state.h"
 #include "model/transformer.h"
 
 namespace myriad {

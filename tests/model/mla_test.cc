@@ -21,7 +21,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/threads.h"
-#include "model/mla_cache.h"
+#include "infer/mla_cache.h"
 #include "model/transformer.h"
 #include "ops/kernels.h"
 

@@ -3,7 +3,7 @@
 // original model's routing, the sliced router and renumbered experts against the original tensors, the output
 // loading and running, exact logits when the dropped experts are never routed to, run directories, data
 // reading, and the errors.
-#include "model/prune.h"
+#include "deploy/prune.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -21,9 +21,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "data/corpus.h"
+#include "data/shards.h"
 #include "io/checkpoint.h"
-#include "train/corpus.h"
-#include "train/shards.h"
 
 namespace myriad {
 namespace {

@@ -19,12 +19,12 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "deploy/quantize_checkpoint.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/init.h"
 #include "model/param_spec.h"
-#include "quant/quantize_checkpoint.h"
 
 namespace fs = std::filesystem;
 using namespace myriad;

@@ -11,8 +11,8 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "deploy/prune.h"
 #include "model/param_spec.h"
-#include "model/prune.h"
 #include "model/transformer.h"
 #include "serve/evaluate.h"
 

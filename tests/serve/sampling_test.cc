@@ -2,7 +2,7 @@
 // sorts, per-token loops): penalties on hand-made logits, log-softmax and top alternatives, greedy ties, the
 // truncation sets of top_k / top_p / min_p, determinism per seed, empirical frequencies against the renormalised
 // softmax, and the validation message of every bad field.
-#include "serve/sampling.h"
+#include "infer/sampling.h"
 
 #include <gtest/gtest.h>
 

@@ -22,11 +22,11 @@
 #include <thread>
 
 #include "core/error.h"
+#include "data/corpus.h"
+#include "data/tokenizer.h"
+#include "infer/inference_model.h"
 #include "model/init.h"
 #include "serve/chat_template.h"
-#include "serve/inference_model.h"
-#include "train/corpus.h"
-#include "train/tokenizer.h"
 
 namespace myriad {
 namespace {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "train/tokenizer.h"
+#include "data/tokenizer.h"
 
 namespace myriad {
 namespace {

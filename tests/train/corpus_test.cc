@@ -2,7 +2,7 @@
 // answer checked by parsing it back, held-out prompts absent from the training corpus, generation (greedy
 // determinism, stop_id, stop predicate) on a random tiny model, and the scoring through evaluate_tasks with
 // fake tokenizers that act as an oracle.
-#include "train/corpus.h"
+#include "data/corpus.h"
 
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
@@ -17,7 +17,7 @@
 #include "model/config.h"
 #include "model/transformer.h"
 #include "train/generate.h"
-#include "train/tasks.h"
+#include "train/task_eval.h"
 
 namespace myriad {
 namespace {

@@ -12,9 +12,9 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "train/loader.h"
-#include "train/shards.h"
-#include "train/tokenizer.h"
+#include "data/loader.h"
+#include "data/shards.h"
+#include "data/tokenizer.h"
 
 namespace myriad {
 namespace {

@@ -1,7 +1,7 @@
 // Training report: a synthetic run (two stages, evals with tasks, MoE loads for 2 layers x 8 experts, samples,
 // one malformed line) gives one self-contained page with every chart; missing runs and empty metrics files are
 // clear errors; runs without MoE or with few fields still render; long runs stay small.
-#include "train/report.h"
+#include "report/report.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
