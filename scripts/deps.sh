@@ -7,7 +7,7 @@
 #                             build/pyenv)
 set -euo pipefail
 what="${1:-build}"
-pkgs=(build-essential cmake pkg-config libopenblas-dev nlohmann-json3-dev libgtest-dev libgmock-dev
+pkgs=(build-essential cmake pkg-config python3 libopenblas-dev nlohmann-json3-dev libgtest-dev libgmock-dev
       libsentencepiece-dev libcpp-httplib-dev libjemalloc-dev)
 if [[ "$what" == test ]]; then
   pkgs+=(python3 python3-venv python3-numpy python3-torch)

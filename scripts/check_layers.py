@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""The layering of src/ (docs/architecture.md), checked on every build: each file may include headers of its own
+layer and of the layers listed below it, and the backend headers (ops/cpu/, ops/cuda/) only from inside src/ops.
+Prints every violation as file:line: what and which rule, and exits 1 when there is one.
+  scripts/check_layers.py [SRC_DIR] [--stamp FILE]   (the stamp is touched on success, for the build)"""
+import os
+import re
+import sys
+
+# layer -> the layers it may include (its own is always allowed). Keep in sync with docs/architecture.md and
+# the target_link_libraries of CMakeLists.txt.
+LAYERS = {
+    "core": [],
+    "io": ["core"],
+    "ops": ["core"],
+    "autograd": ["ops", "core"],
+    "quant": ["ops", "io", "core"],
+    "model": ["autograd", "ops", "io", "core"],
+    "data": ["io", "core"],
+    "infer": ["model", "quant", "data", "autograd", "ops", "io", "core"],
+    "train": ["model", "data", "autograd", "ops", "io", "core"],
+    "report": ["model", "io", "core"],
+    "deploy": ["train", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
+    "serve": ["infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
+    "bench": ["serve", "train", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
+}
+BACKENDS = ("ops/cpu/", "ops/cuda/")
+# Backend headers still included from outside src/ops, to go when their kernels are dispatched ops (issue 12,
+# docs/architecture.md "What is not layered yet"). The list may only shrink: an entry that no longer occurs is an
+# error too, so that it is struck off.
+KNOWN_BACKEND_INCLUDES = {
+    ("autograd/grouped_experts.cc", "ops/cpu/parallel.h"),
+    ("model/balancing.cc", "ops/cpu/parallel.h"),
+    ("quant/quant_matmul.cc", "ops/cpu/parallel.h"),
+    ("infer/inference_model.cc", "ops/cpu/parallel.h"),
+    ("infer/mla_cache.cc", "ops/cpu/parallel.h"),
+    ("infer/mla_cache.cc", "ops/cpu/vmath.h"),
+    ("infer/mla_cache.h", "ops/cpu/latent_q8.h"),
+    ("infer/sampling.cc", "ops/cpu/vmath.h"),
+    ("bench/serve_bench.cc", "ops/cpu/latent_q8.h"),
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def main():
+    args = sys.argv[1:]
+    stamp = None
+    if "--stamp" in args:
+        i = args.index("--stamp")
+        stamp = args[i + 1]
+        del args[i : i + 2]
+    if args == ["--self-test"]:
+        return self_test()
+    src = args[0] if args else default_src()
+    problems = check(src, KNOWN_BACKEND_INCLUDES if os.path.samefile(src, default_src()) else set())
+    for p in problems:
+        print(p, file=sys.stderr)
+    if problems:
+        print(f"check_layers: {len(problems)} layering violation(s); see docs/architecture.md", file=sys.stderr)
+        return 1
+    if stamp:
+        with open(stamp, "w") as f:
+            f.write("ok\n")
+    return 0
+
+
+def default_src():
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+
+
+def check(src, known):
+    problems, seen = [], set()
+    for root, _, files in os.walk(src):
+        for name in sorted(files):
+            if not name.endswith((".h", ".cc", ".cu", ".cuh")):
+                continue
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, src).replace(os.sep, "/")
+            layer = rel.split("/")[0]
+            if layer not in LAYERS:
+                problems.append(f"{rel}: folder '{layer}' is not a layer (add it to scripts/check_layers.py)")
+                continue
+            allowed = set(LAYERS[layer]) | {layer}
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for n, line in enumerate(f, 1):
+                    m = INCLUDE.match(line)
+                    if not m or "/" not in m.group(1):
+                        continue
+                    inc = m.group(1)
+                    target = inc.split("/")[0]
+                    if target not in LAYERS:
+                        continue  # a library header such as "httplib.h" or a relative one
+                    if inc.startswith(BACKENDS) and layer != "ops":
+                        if (rel, inc) in known:
+                            seen.add((rel, inc))
+                            continue
+                        problems.append(f"src/{rel}:{n}: includes the backend header {inc}: only src/ops may "
+                                        f"(call the dispatched op instead)")
+                    elif target not in allowed:
+                        problems.append(f"src/{rel}:{n}: layer '{layer}' includes {inc} from layer '{target}', "
+                                        f"which is not below it (allowed: {', '.join(sorted(allowed))})")
+    for rel, inc in sorted(known - seen):
+        problems.append(f"src/{rel}: no longer includes {inc}: strike it off KNOWN_BACKEND_INCLUDES")
+    return problems
+
+
+def self_test():
+    """The checker must fail on each kind of violation and pass a clean tree."""
+    import shutil
+    import tempfile
+
+    made = []
+
+    def tree(files):
+        d = tempfile.mkdtemp(prefix="check_layers.")
+        made.append(d)
+        for rel, text in files.items():
+            os.makedirs(os.path.join(d, os.path.dirname(rel)), exist_ok=True)
+            with open(os.path.join(d, rel), "w") as f:
+                f.write(text)
+        return d
+
+    clean = {"core/a.h": "#pragma once\n", "model/m.cc": '#include "core/a.h"\n#include "model/m.h"\n',
+             "ops/cpu/k.h": "", "ops/o.cc": '#include "ops/cpu/k.h"\n'}
+    cases = {
+        "upward include": {"core/a.cc": '#include "model/m.h"\n'},
+        "sideways include": {"data/t.cc": '#include "model/m.h"\n'},
+        "backend header outside ops": {"serve/s.cc": '#include "ops/cpu/k.h"\n'},
+        "unknown folder": {"misc/x.cc": ""},
+    }
+    failures = 0
+    if check(tree(clean), set()):
+        print("self-test: a clean tree was refused", file=sys.stderr)
+        failures += 1
+    for what, extra in cases.items():
+        if not check(tree({**clean, **extra}), set()):
+            print(f"self-test: {what} was not caught", file=sys.stderr)
+            failures += 1
+    if not check(tree(clean), {("serve/s.cc", "ops/cpu/k.h")}):
+        print("self-test: a stale known exception was not caught", file=sys.stderr)
+        failures += 1
+    for d in made:
+        shutil.rmtree(d, ignore_errors=True)
+    print("check_layers self-test:", "FAILED" if failures else "ok")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
