@@ -25,6 +25,7 @@
 #include "io/run_layout.h"
 #include "model/balancing.h"
 #include "model/param_spec.h"
+#include "model/routing.h"
 #include "ops/kernels.h"
 
 namespace fs = std::filesystem;
@@ -47,21 +48,13 @@ void add_routing_weights(const Transformer& model, const RoutingStats& st, std::
   MYRIAD_CHECK(E == int64_t(weight.size()), "scores ", shape_str(st.scores.shape()), " for ", weight.size(),
                " experts");
   Tensor scores_TE = st.scores.contiguous();
-  Tensor biased_TE = scores_TE.clone();
-  if (c.topk_method == "noaux_tc") {
-    const Tensor bias = model.p(moe_prefix(st.layer) + "gate.e_score_correction_bias").value().contiguous();
-    const float* b = bias.data<float>();
-    float* bs = biased_TE.data<float>();
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t e = 0; e < E; ++e) bs[t * E + e] += b[e];
-  }
-  Tensor idx_Tk = Tensor::empty({T, k}, DType::kI32);
-  if (c.has_capacity_limit()) {
-    idx_Tk = route_with_capacity(biased_TE.data<float>(), T, E, k, c.capacity_factor_at(0)).idx;
-  } else {
-    Tensor top_Tk = Tensor::empty({T, k});
-    cpu::topk(idx_Tk.data<int32_t>(), top_Tk.data<float>(), biased_TE.data<float>(), T, E, k);
-  }
+  const float* bias = c.topk_method == TopkMethod::kNoauxTc
+                          ? model.p(moe_prefix(st.layer) + "gate.e_score_correction_bias").value().data<float>()
+                          : nullptr;
+  const Tensor idx_Tk =
+      select_experts(c, scores_TE, bias,
+                     c.has_capacity_limit() ? std::optional<double>(c.capacity_factor_at(0)) : std::nullopt)
+          .idx;
   const Tensor p_Tk =
       ag::route_weights(ag::Var(scores_TE), idx_Tk, float(c.routed_scaling_factor), c.moe_renormalize).value();
   const int32_t* id = idx_Tk.data<int32_t>();

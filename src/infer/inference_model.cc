@@ -11,6 +11,7 @@
 #include "io/checkpoint.h"
 #include "io/run_layout.h"
 #include "model/param_spec.h"
+#include "model/routing.h"
 #include "ops/cpu/parallel.h"
 #include "ops/kernels.h"
 
@@ -64,7 +65,7 @@ InferenceModel::InferenceModel(ModelConfig config, std::shared_ptr<const DecodeW
     if (config_.is_moe_layer(l)) {
       const std::string m = pre + "block_sparse_moe.";
       r.router = &lin(m + "gate.weight");
-      if (config_.topk_method == "noaux_tc") r.router_bias = vec(m + "gate.e_score_correction_bias");
+      if (config_.topk_method == TopkMethod::kNoauxTc) r.router_bias = vec(m + "gate.e_score_correction_bias");
       if (config_.routed_expert_hidden_size.has_value()) {
         r.latent_down = &lin(m + "routed_expert_down_proj.weight");
         r.latent_up = &lin(m + "routed_expert_up_proj.weight");
@@ -129,7 +130,7 @@ Tensor InferenceModel::rmsnorm(const Tensor& x_in, const float* weight) const {
 }
 
 void InferenceModel::glu_rows(float* g, const float* u, int64_t rows, int64_t F) const {
-  if (config_.hidden_act == "silu") {
+  if (config_.hidden_act == HiddenAct::kSilu) {
     for (int64_t i = 0; i < rows * F; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
     return;
   }
@@ -194,19 +195,11 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
   const LayerRefs& lw = layers_[size_t(l)];
   // Router scores s [N, E] in f32 (sigmoid or softmax), selection on s + bias, mixture weights from s alone.
   Tensor s = lw.router->apply(x);
-  if (c.moe_router_activation_func == "softmax")
+  if (c.moe_router_activation_func == RouterActivation::kSoftmax)
     cpu::softmax_forward(s.data<float>(), s.data<float>(), N, E);
   else
     cpu::unary_forward(Unary::kSigmoid, s.data<float>(), s.data<float>(), N * E);
-  Tensor biased = s.clone();
-  if (c.topk_method == "noaux_tc") {
-    const float* b = lw.router_bias;
-    float* bs = biased.data<float>();
-    for (int64_t t = 0; t < N; ++t)
-      for (int64_t e = 0; e < E; ++e) bs[t * E + e] += b[e];
-  }
-  Tensor idx = Tensor::empty({N, k}, DType::kI32), top = Tensor::empty({N, k});
-  cpu::topk(idx.data<int32_t>(), top.data<float>(), biased.data<float>(), N, E, k);
+  const Tensor idx = select_experts(c, s, lw.router_bias, std::nullopt).idx;  // serving has no capacity limit
   // p_i = s_i / sum of the chosen s (moe_renormalize) * routed_scaling_factor
   Tensor weights = Tensor::empty({N, k});
   cpu::route_weights_forward(weights.data<float>(), nullptr, s.data<float>(), idx.data<int32_t>(), N, E, k,
@@ -215,19 +208,10 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
   const Tensor z = latent ? lw.latent_down->apply(x) : x.contiguous();  // [N, L]
   const int64_t L = z.size(1);
   // copies grouped by expert (counting sort, stable in token order)
-  const int32_t* id = idx.data<int32_t>();
-  std::vector<int64_t> start(static_cast<size_t>(E + 1), 0);
-  for (int64_t i = 0; i < N * k; ++i) ++start[size_t(id[i]) + 1];
-  for (int64_t e = 0; e < E; ++e) start[size_t(e + 1)] += start[size_t(e)];
-  std::vector<int32_t> copy_token(static_cast<size_t>(N * k)), copy_slot(static_cast<size_t>(N * k));
-  {
-    std::vector<int64_t> fill(start.begin(), start.end() - 1);
-    for (int64_t i = 0; i < N * k; ++i) {
-      const int64_t pos = fill[size_t(id[i])]++;
-      copy_token[size_t(pos)] = int32_t(i / k);
-      copy_slot[size_t(pos)] = int32_t(i);
-    }
-  }
+  const ExpertGroups groups = group_by_expert(idx, E);
+  const std::vector<int64_t>& start = groups.start;
+  const std::vector<int32_t>& copy_token = groups.copy_token;
+  const std::vector<int32_t>& copy_slot = groups.copy_slot;
   Tensor u = Tensor::zeros({N, L});
   // The experts that received copies. Decode-sized batches give each a handful of rows: too little work to
   // split one expert's products over threads, so the experts themselves are spread over the threads (each

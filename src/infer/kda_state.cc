@@ -5,6 +5,7 @@
 
 #include "core/threads.h"
 #include "infer/decode_weights.h"
+#include "model/constants.h"
 #include "ops/kernels.h"
 
 namespace myriad {
@@ -104,10 +105,10 @@ Tensor KdaDecoder::forward(const Tensor& x_in, std::span<const KdaSegment> segs,
   thread_local std::vector<float> rnorm;  // l2norm's per-row statistics (unused here)
   if (rnorm.size() < size_t(N * H)) rnorm.resize(size_t(N * H));
   Tensor q = short_conv(lin_q, conv_q_, &KdaState::conv_q);  // [N, H, K]
-  cpu::l2norm_forward(q.data<float>(), rnorm.data(), q.data<float>(), N * H, K, 1e-6f);
+  cpu::l2norm_forward(q.data<float>(), rnorm.data(), q.data<float>(), N * H, K, kKdaQkL2NormEps);
   cpu::scale(q.data<float>(), q.data<float>(), 1.0f / std::sqrt(float(K)), N * HK);
   Tensor k = short_conv(lin_k, conv_k_, &KdaState::conv_k);
-  cpu::l2norm_forward(k.data<float>(), rnorm.data(), k.data<float>(), N * H, K, 1e-6f);
+  cpu::l2norm_forward(k.data<float>(), rnorm.data(), k.data<float>(), N * H, K, kKdaQkL2NormEps);
   const Tensor v = short_conv(lin_v, conv_v_, &KdaState::conv_v);
   // g = lb * sigmoid(exp(A_log_h) * (f + dt_bias)), in place over f = W_fb W_fa x  [N, H, K]
   Tensor g = f_b_.apply(fa);

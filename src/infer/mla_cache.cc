@@ -8,6 +8,7 @@
 #include <string>
 
 #include "infer/decode_weights.h"
+#include "model/constants.h"
 #include "model/rope.h"
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/vmath.h"
@@ -17,8 +18,7 @@ namespace myriad {
 
 namespace {
 
-constexpr float kLatentNormEps = 1e-6f;  // q_a_layernorm / kv_a_layernorm (DESIGN 1.3 NOTE)
-constexpr int64_t kQueryTile = 64;       // prefill: query rows per task
+constexpr int64_t kQueryTile = 64;  // prefill: query rows per task
 // step: multiply-adds per thread below which the cache is not split (a fork/join costs a few microseconds).
 constexpr int64_t kStepWorkPerThread = int64_t(1) << 18;
 constexpr int64_t kSpanTokens = 256;  // step: cached tokens per online-softmax update
@@ -229,15 +229,10 @@ MlaDecoder::MlaDecoder(const ModelConfig& c, std::shared_ptr<const DecodeWeights
   if (gate_) w_g_ = linear_weight(w, a + "g_proj.weight", H_ * Dv_, D_);
   w_o_ = linear_weight(w, a + "o_proj.weight", D_, H_ * Dv_);
 
-  // The score scale, exactly as Transformer::mla_mixer computes it.
-  scale_ = 1.0f / std::sqrt(float(Dq_));
+  scale_ = mla_score_scale(c);  // the training forward's scale, from one place
   if (rope_) {
     MYRIAD_REQUIRE(Dr_ % 2 == 0, kConfig, "mla decoder: qk_rope_head_dim ", Dr_, " must be even for RoPE");
     yarn_ = mla_yarn_params(c);
-    if (yarn_) {
-      const double m = yarn_mscale(yarn_->factor, yarn_->mscale_all_dim);
-      scale_ *= float(m * m);
-    }
   }
 }
 
@@ -257,7 +252,8 @@ void MlaDecoder::project(const float* x, int64_t T, const int64_t* positions, fl
     std::vector<float> cq(static_cast<size_t>(T * Cq));
     std::vector<float> rstd(static_cast<size_t>(T));
     linear(cq.data(), Cq, x, T, w_qa_);
-    cpu::rmsnorm_forward(cq.data(), rstd.data(), cq.data(), w_qa_norm_.data<float>(), nullptr, T, Cq, kLatentNormEps);
+    cpu::rmsnorm_forward(cq.data(), rstd.data(), cq.data(), w_qa_norm_.data<float>(), nullptr, T, Cq,
+                         kMlaLatentNormEps);
     linear(q, H_ * Dq_, cq.data(), T, w_qb_);
   } else {
     linear(q, H_ * Dq_, x, T, w_q_);
@@ -265,7 +261,8 @@ void MlaDecoder::project(const float* x, int64_t T, const int64_t* positions, fl
   linear(rows, W, x, T, w_kva_);  // [T, C + Dr] = [c_kv | k_pe], raw
   for (int64_t t = 0; t < T; ++t) {
     float rstd = 0.0f;  // in place: each output element reads only its own input element
-    cpu::rmsnorm_forward(rows + t * W, &rstd, rows + t * W, w_kv_norm_.data<float>(), nullptr, 1, C_, kLatentNormEps);
+    cpu::rmsnorm_forward(rows + t * W, &rstd, rows + t * W, w_kv_norm_.data<float>(), nullptr, 1, C_,
+                         kMlaLatentNormEps);
   }
   if (rope_) {
     const std::vector<int64_t> pos(positions, positions + T);

@@ -235,7 +235,9 @@ void parse_text(Obj& o, ModelConfig& c) {
   o.positive("max_position_embeddings", c.max_position_embeddings);
   c.rms_norm_eps = o.req_double("rms_norm_eps");
   if (!(c.rms_norm_eps > 0)) o.fail("rms_norm_eps", c.rms_norm_eps, "must be > 0");
-  c.hidden_act = o.choice_or("hidden_act", c.hidden_act, {"situ", "silu"});
+  c.hidden_act = o.choice_or("hidden_act", hidden_act_name(c.hidden_act), {"situ", "silu"}) == "silu"
+                     ? HiddenAct::kSilu
+                     : HiddenAct::kSitu;
   c.tie_word_embeddings = o.bool_or("tie_word_embeddings", c.tie_word_embeddings);
   c.initializer_range = o.double_or("initializer_range", c.initializer_range);
   o.positive("initializer_range", c.initializer_range);
@@ -317,8 +319,13 @@ void parse_text(Obj& o, ModelConfig& c) {
   c.routed_scaling_factor = o.double_or("routed_scaling_factor", c.routed_scaling_factor);
   c.moe_renormalize = o.bool_or("moe_renormalize", c.moe_renormalize);
   c.moe_router_activation_func =
-      o.choice_or("moe_router_activation_func", c.moe_router_activation_func, {"sigmoid", "softmax"});
-  c.topk_method = o.choice_or("topk_method", c.topk_method, {"noaux_tc", "greedy"});
+      o.choice_or("moe_router_activation_func", router_activation_name(c.moe_router_activation_func),
+                  {"sigmoid", "softmax"}) == "softmax"
+          ? RouterActivation::kSoftmax
+          : RouterActivation::kSigmoid;
+  c.topk_method = o.choice_or("topk_method", topk_method_name(c.topk_method), {"noaux_tc", "greedy"}) == "greedy"
+                      ? TopkMethod::kGreedy
+                      : TopkMethod::kNoauxTc;
   c.use_grouped_topk = o.bool_or("use_grouped_topk", c.use_grouped_topk);
   c.num_expert_group = o.int_or("num_expert_group", c.num_expert_group);
   c.topk_group = o.int_or("topk_group", c.topk_group);
@@ -458,6 +465,18 @@ const char* balancing_name(Balancing balancing) {
   return "?";
 }
 
+const char* hidden_act_name(HiddenAct act) {
+  return act == HiddenAct::kSilu ? "silu" : "situ";
+}
+
+const char* router_activation_name(RouterActivation act) {
+  return act == RouterActivation::kSoftmax ? "softmax" : "sigmoid";
+}
+
+const char* topk_method_name(TopkMethod method) {
+  return method == TopkMethod::kGreedy ? "greedy" : "noaux_tc";
+}
+
 const char* mixer_name(Mixer mixer) {
   return mixer == Mixer::kKda ? "KDA" : "MLA";
 }
@@ -563,7 +582,7 @@ std::string model_config_summary(const ModelConfig& c) {
   os << ": " << c.num_hidden_layers << " layers: " << c.num_kda_layers() << " KDA + " << c.num_mla_layers() << " MLA; "
      << c.num_dense_layers() << " dense + " << c.num_moe_layers() << " MoE\n";
   os << "  D " << c.hidden_size << ", vocab " << c.vocab_size << ", context " << c.max_position_embeddings
-     << ", hidden_act " << c.hidden_act << ", rms_norm_eps " << c.rms_norm_eps
+     << ", hidden_act " << hidden_act_name(c.hidden_act) << ", rms_norm_eps " << c.rms_norm_eps
      << (c.tie_word_embeddings ? ", tied embeddings" : "") << "\n";
   if (c.num_kda_layers() > 0) {
     const auto& la = *c.linear_attn_config;
@@ -580,7 +599,8 @@ std::string model_config_summary(const ModelConfig& c) {
     os << "  MoE: " << c.num_experts << " experts top-" << c.num_experts_per_token << " + " << c.num_shared_experts
        << " shared, expert width " << c.moe_intermediate_size << ", latent "
        << (c.routed_expert_hidden_size ? std::to_string(*c.routed_expert_hidden_size) : std::string("none (D)"))
-       << ", router " << c.moe_router_activation_func << ", scale " << c.routed_scaling_factor << "\n";
+       << ", router " << router_activation_name(c.moe_router_activation_func) << ", scale " << c.routed_scaling_factor
+       << "\n";
   }
   if (c.num_dense_layers() > 0) os << "  dense FFN width " << c.intermediate_size << "\n";
   os << "  AttnRes " << attn_res_mode_name(c.attn_res_mode);

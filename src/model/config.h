@@ -38,8 +38,9 @@
 // MoE; intermediate_size when a layer is dense; attn_res_block_size unless attn_res_mode is "none".
 //
 // Allowed strings: hidden_act "situ" | "silu"; moe_router_activation_func "sigmoid" | "softmax"; topk_method
-// "noaux_tc" | "greedy"; rope_scaling.type "yarn". Not supported (kUnsupported): use_grouped_topk with
-// num_expert_group > 1. num_nextn_predict_layers > 0 (MTP) is accepted with a warning; those layers are not built.
+// "noaux_tc" | "greedy" (read into the enums HiddenAct, RouterActivation, TopkMethod); rope_scaling.type "yarn". Not
+// supported (kUnsupported): use_grouped_topk with num_expert_group > 1. num_nextn_predict_layers > 0 (MTP) is accepted
+// with a warning; those layers are not built.
 //
 // Layer indices: the config's kda_layers / full_attn_layers are 1-based, as in the file; the helpers below
 // take 0-based layer indices, as the model code uses them.
@@ -106,10 +107,16 @@ struct VisionConfig {
 enum class AttnResMode { kBlock, kSkip, kNone };
 enum class Balancing { kQuantile, kAuxLoss, kSignUpdate };
 enum class Mixer { kKda, kMla };
+enum class HiddenAct { kSitu, kSilu };               // SiTU-GLU | SwiGLU
+enum class RouterActivation { kSigmoid, kSoftmax };  // the router scores' activation
+enum class TopkMethod { kNoauxTc, kGreedy };         // selection on s + b (e_score_correction_bias) | on s
 
-const char* attn_res_mode_name(AttnResMode mode);  // "block" | "skip" | "none"
-const char* balancing_name(Balancing balancing);   // "qb" | "aux_loss" | "sign_update"
-const char* mixer_name(Mixer mixer);               // "KDA" | "MLA"
+const char* attn_res_mode_name(AttnResMode mode);          // "block" | "skip" | "none"
+const char* balancing_name(Balancing balancing);           // "qb" | "aux_loss" | "sign_update"
+const char* mixer_name(Mixer mixer);                       // "KDA" | "MLA"
+const char* hidden_act_name(HiddenAct act);                // "situ" | "silu"
+const char* router_activation_name(RouterActivation act);  // "sigmoid" | "softmax"
+const char* topk_method_name(TopkMethod method);           // "noaux_tc" | "greedy"
 
 struct ModelConfig {
   std::string source;  // where it was read from (path or caller's label), for messages
@@ -127,7 +134,7 @@ struct ModelConfig {
   std::optional<int64_t> head_dim;  // only if the file gives it (K3 does not)
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-5;
-  std::string hidden_act = "situ";  // "situ" (SiTU-GLU) | "silu" (SwiGLU)
+  HiddenAct hidden_act = HiddenAct::kSitu;  // config "situ" (SiTU-GLU) | "silu" (SwiGLU)
   bool tie_word_embeddings = false;
   double initializer_range = 0.02;
 
@@ -156,8 +163,8 @@ struct ModelConfig {
   bool latent_moe_use_norm = true;                   // RMSNorm on the latent sum before W_up
   double routed_scaling_factor = 1.0;
   bool moe_renormalize = true;
-  std::string moe_router_activation_func = "sigmoid";  // "sigmoid" | "softmax"
-  std::string topk_method = "noaux_tc";  // "noaux_tc": e_score_correction_bias used for selection | "greedy"
+  RouterActivation moe_router_activation_func = RouterActivation::kSigmoid;  // config "sigmoid" | "softmax"
+  TopkMethod topk_method = TopkMethod::kNoauxTc;  // config "noaux_tc": e_score_correction_bias selects | "greedy"
   bool use_grouped_topk = false;
   int64_t num_expert_group = 1;
   int64_t topk_group = 1;

@@ -123,7 +123,7 @@ void add_moe(SpecList& s, const ModelConfig& c, int64_t l) {
   const std::string pre = "model.layers." + std::to_string(l) + ".block_sparse_moe.";
   s.at(Component::kRouter, l, pre);
   s.add("gate.weight", {E, D}, ParamInit::kRouterNormal, /*decay=*/true);
-  if (c.topk_method == "noaux_tc")
+  if (c.topk_method == TopkMethod::kNoauxTc)
     s.add("gate.e_score_correction_bias", {E}, ParamInit::kZeros, /*decay=*/false, -1, /*buffer=*/true);
   s.at(Component::kRoutedExperts, l, pre);
   for (int64_t j = 0; j < E; ++j) {

@@ -1,5 +1,7 @@
 #include "model/rope.h"
 
+#include <cmath>
+
 namespace myriad {
 
 std::optional<YarnParams> mla_yarn_params(const ModelConfig& c) {
@@ -11,6 +13,17 @@ std::optional<YarnParams> mla_yarn_params(const ModelConfig& c) {
                     rs.beta_slow.value_or(1.0),
                     rs.mscale.value_or(1.0),
                     rs.mscale_all_dim.value_or(0.0)};
+}
+
+float mla_score_scale(const ModelConfig& c) {
+  float scale = 1.0f / std::sqrt(float(c.qk_nope_head_dim + c.qk_rope_head_dim));
+  if (!c.mla_use_nope && c.qk_rope_head_dim > 0) {
+    if (const std::optional<YarnParams> yarn = mla_yarn_params(c)) {
+      const double m = yarn_mscale(yarn->factor, yarn->mscale_all_dim);
+      scale *= float(m * m);
+    }
+  }
+  return scale;
 }
 
 }  // namespace myriad

@@ -12,4 +12,9 @@ namespace myriad {
 
 std::optional<YarnParams> mla_yarn_params(const ModelConfig& c);
 
+// The MLA softmax scale (DESIGN 1.3): 1 / sqrt(qk_nope_head_dim + qk_rope_head_dim), times YaRN's
+// mscale(factor, mscale_all_dim)^2 when the layer uses RoPE with YaRN scaling. The training forward and the
+// decoder both take it from here.
+float mla_score_scale(const ModelConfig& c);
+
 }  // namespace myriad

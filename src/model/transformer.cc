@@ -7,7 +7,9 @@
 
 #include "autograd/grouped_experts.h"
 #include "model/balancing.h"
+#include "model/constants.h"
 #include "model/rope.h"
+#include "model/routing.h"
 #include "ops/rope_table.h"
 
 namespace myriad {
@@ -32,7 +34,7 @@ Var conv_weight(const Var& w) {
 }  // namespace
 
 Var Transformer::glu(const Var& g, const Var& u) const {
-  if (config_.hidden_act == "silu") return ag::mul(ag::silu(g), u);
+  if (config_.hidden_act == HiddenAct::kSilu) return ag::mul(ag::silu(g), u);
   return ag::situ_glu(g, u,
                       SituParams{float(config_.activation_situ_beta), float(config_.activation_situ_linear_beta)});
 }
@@ -48,7 +50,7 @@ Var Transformer::kda_mixer(int64_t l, const Var& x, const ForwardOptions& opt) c
     (void)state;
     return ag::silu(ag::reshape(y, {T, H * K}));
   };
-  const float eps_l2 = 1e-6f;
+  const float eps_l2 = kKdaQkL2NormEps;
   Var q = ag::scale(ag::l2norm(ag::reshape(short_conv("q"), {T, H, K}), eps_l2), 1.0f / std::sqrt(float(K)));
   Var k = ag::l2norm(ag::reshape(short_conv("k"), {T, H, K}), eps_l2);
   Var v = ag::reshape(short_conv("v"), {T, H, V});
@@ -71,7 +73,7 @@ Var Transformer::mla_mixer(int64_t l, const Var& x) const {
                 Dv = c.v_head_dim, C = c.kv_lora_rank, Dq = Dn + Dr;
   Var q;
   if (c.q_lora_rank) {
-    Var cq = ag::rmsnorm(ag::linear(x, p(a + "q_a_proj.weight")), p(a + "q_a_layernorm.weight"), 1e-6f);
+    Var cq = ag::rmsnorm(ag::linear(x, p(a + "q_a_proj.weight")), p(a + "q_a_layernorm.weight"), kMlaLatentNormEps);
     q = ag::reshape(ag::linear(cq, p(a + "q_b_proj.weight")), {T, H, Dq});
   } else {
     q = ag::reshape(ag::linear(x, p(a + "q_proj.weight")), {T, H, Dq});
@@ -79,17 +81,17 @@ Var Transformer::mla_mixer(int64_t l, const Var& x) const {
   Var kv_a = ag::linear(x, p(a + "kv_a_proj_with_mqa.weight"));  // [T, C + Dr]
   Var c_kv = ag::slice_last(kv_a, 0, C);
   Var k_pe = ag::reshape(ag::slice_last(kv_a, C, C + Dr), {T, 1, Dr});
-  Var kv = ag::reshape(ag::linear(ag::rmsnorm(c_kv, p(a + "kv_a_layernorm.weight"), 1e-6f), p(a + "kv_b_proj.weight")),
-                       {T, H, Dn + Dv});
+  Var kv = ag::reshape(
+      ag::linear(ag::rmsnorm(c_kv, p(a + "kv_a_layernorm.weight"), kMlaLatentNormEps), p(a + "kv_b_proj.weight")),
+      {T, H, Dn + Dv});
   Var k_nope = ag::slice_last(kv, 0, Dn), v = ag::slice_last(kv, Dn, Dn + Dv);
-  float scale = 1.0f / std::sqrt(float(Dq));
+  const float scale = mla_score_scale(c);
   Var q_nope = ag::slice_last(q, 0, Dn), q_pe = ag::slice_last(q, Dn, Dq);
   if (!c.mla_use_nope && Dr > 0) {
     std::vector<int64_t> pos(static_cast<size_t>(T));
     std::iota(pos.begin(), pos.end(), 0);
     const std::optional<YarnParams> yarn = mla_yarn_params(c);
     const RopeTables rt = make_rope_tables(pos, Dr, c.rope_theta, yarn ? &*yarn : nullptr);
-    scale *= rt.softmax_scale_factor;
     const RopeLayout layout{0, Dr, false};
     q_pe = ag::rope(q_pe, rt.cos, rt.sin, layout);
     k_pe = ag::rope(k_pe, rt.cos, rt.sin, layout);
@@ -118,55 +120,31 @@ Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats, const For
   const std::string m = layer_prefix(l) + "block_sparse_moe.";
   const int64_t T = x.shape()[0], E = c.num_experts, k = c.num_experts_per_token;
   Var logits = ag::linear(x, p(m + "gate.weight"));  // [T, E], f32
-  Var s = c.moe_router_activation_func == "softmax" ? ag::softmax(logits) : ag::sigmoid(logits);
-  // Selection: top-k of s + b (b selects, never weighs).
-  Tensor biased = s.value().clone();
-  if (c.topk_method == "noaux_tc") {
-    const float* b = p(m + "gate.e_score_correction_bias").value().data<float>();
-    float* bs = biased.data<float>();
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t e = 0; e < E; ++e) bs[t * E + e] += b[e];
-  }
-  Tensor idx = Tensor::empty({T, k}, DType::kI32), top = Tensor::empty({T, k});
-  int64_t dropped = 0, rerouted = 0;
-  if (c.has_capacity_limit()) {
-    // DESIGN 1.6: capacity ceil(cf m k / n); overflow goes to the next-best expert with room, else is dropped.
-    CapacityRouting cr = route_with_capacity(biased.data<float>(), T, E, k, c.capacity_factor_at(opt.step));
-    idx = cr.idx;
-    dropped = cr.dropped;
-    rerouted = cr.rerouted;
-  } else {
-    cpu::topk(idx.data<int32_t>(), top.data<float>(), biased.data<float>(), T, E, k);
-  }
+  Var s = c.moe_router_activation_func == RouterActivation::kSoftmax ? ag::softmax(logits) : ag::sigmoid(logits);
+  // Selection: top-k of s + b (b selects, never weighs), under the capacity limit when there is one.
+  const ExpertSelection sel = select_experts(
+      c, s.value(),
+      c.topk_method == TopkMethod::kNoauxTc ? p(m + "gate.e_score_correction_bias").value().data<float>() : nullptr,
+      c.has_capacity_limit() ? std::optional<double>(c.capacity_factor_at(opt.step)) : std::nullopt);
+  const Tensor& idx = sel.idx;
   // Mixture weights over the copies actually served (a dropped copy's share vanishes).
   Var weights = ag::route_weights(s, idx, float(c.routed_scaling_factor), c.moe_renormalize);  // [T, k]
-  // Group copies by expert (counting sort, stable in token order); dropped copies (-1) are left out.
-  const int32_t* id = idx.data<int32_t>();
-  std::vector<int64_t> start(static_cast<size_t>(E + 1), 0);
-  for (int64_t i = 0; i < T * k; ++i)
-    if (id[i] >= 0) ++start[size_t(id[i]) + 1];
-  for (int64_t e = 0; e < E; ++e) start[size_t(e + 1)] += start[size_t(e)];
-  const int64_t served = start[size_t(E)];
-  Tensor copy_token = Tensor::empty({served}, DType::kI32), copy_slot = Tensor::empty({served}, DType::kI32);
-  {
-    std::vector<int64_t> fill(start.begin(), start.end() - 1);
-    for (int64_t i = 0; i < T * k; ++i) {
-      if (id[i] < 0) continue;
-      const int64_t pos = fill[size_t(id[i])]++;
-      copy_token.data<int32_t>()[pos] = int32_t(i / k);
-      copy_slot.data<int32_t>()[pos] = int32_t(i);
-    }
-  }
+  // Copies grouped by expert (stable in token order); dropped copies (-1) are left out.
+  const ExpertGroups groups = group_by_expert(idx, E);
+  const std::vector<int64_t>& start = groups.start;
+  const int64_t served = groups.served();
+  const Tensor copy_token = Tensor::from_vector(groups.copy_token, {served});
+  const Tensor copy_slot = Tensor::from_vector(groups.copy_slot, {served});
   if (stats) {
     // Switch-style balancing acts through the loss: coef E sum_e f_e P_e on the router scores (DESIGN 1.6).
     if (c.balancing == Balancing::kAuxLoss) stats->aux_loss = aux_balance_loss(s, idx, float(c.aux_loss_coef));
     stats->layer = l;
     stats->load.resize(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) stats->load[size_t(e)] = start[size_t(e + 1)] - start[size_t(e)];
+    for (int64_t e = 0; e < E; ++e) stats->load[size_t(e)] = groups.load(e);
     stats->scores = s.value().clone();
     stats->copies = T * k;
-    stats->dropped = dropped;
-    stats->rerouted = rerouted;
+    stats->dropped = sel.dropped;
+    stats->rerouted = sel.rerouted;
   }
   const bool latent = c.routed_expert_hidden_size.has_value();
   Var z = latent ? ag::linear(x, p(m + "routed_expert_down_proj.weight")) : x;  // [T, L]
@@ -179,7 +157,7 @@ Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats, const For
     w3[size_t(e)] = p(ex + "w3.weight");
     w2[size_t(e)] = p(ex + "w2.weight");
   }
-  const ag::GluParams glu_params{c.hidden_act == "silu" ? ag::GluKind::kSwiGlu : ag::GluKind::kSitu,
+  const ag::GluParams glu_params{c.hidden_act == HiddenAct::kSilu ? ag::GluKind::kSwiGlu : ag::GluKind::kSitu,
                                  SituParams{float(c.activation_situ_beta), float(c.activation_situ_linear_beta)}};
   Var y_sorted = ag::grouped_expert_glu(z_sorted, start, w1, w3, w2, glu_params);  // [served copies, L]
   Var w_sorted = ag::reshape(ag::gather_rows(ag::reshape(weights, {T * k, 1}), copy_slot), {served});

@@ -85,14 +85,14 @@ void expect_k3_numbers(const ModelConfig& c) {
   EXPECT_FALSE(c.head_dim.has_value());
   EXPECT_TRUE(c.mla_use_nope);
   EXPECT_TRUE(c.mla_use_output_gate);
-  EXPECT_EQ(c.hidden_act, "situ");
+  EXPECT_EQ(c.hidden_act, HiddenAct::kSitu);
   EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
   EXPECT_DOUBLE_EQ(c.activation_situ_beta, 4.0);
   EXPECT_DOUBLE_EQ(c.activation_situ_linear_beta, 25.0);
-  EXPECT_EQ(c.moe_router_activation_func, "sigmoid");
+  EXPECT_EQ(c.moe_router_activation_func, RouterActivation::kSigmoid);
   EXPECT_TRUE(c.moe_renormalize);
   EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 1.0);
-  EXPECT_EQ(c.topk_method, "noaux_tc");
+  EXPECT_EQ(c.topk_method, TopkMethod::kNoauxTc);
   EXPECT_EQ(c.first_k_dense_replace, 1);
   EXPECT_EQ(c.attn_res_block_size, 12);
   EXPECT_EQ(c.attn_res_mode, AttnResMode::kBlock);
@@ -408,7 +408,7 @@ TEST(ModelConfigRules, UnknownHiddenAct) {
   j["hidden_act"] = "gelu";
   expect_error(j, {"hidden_act", "\"gelu\"", "\"situ\"", "\"silu\""});
   j["hidden_act"] = "silu";
-  EXPECT_EQ(parse_ok(j).hidden_act, "silu");
+  EXPECT_EQ(parse_ok(j).hidden_act, HiddenAct::kSilu);
 }
 
 TEST(ModelConfigRules, UnknownRouterActivation) {

@@ -174,7 +174,7 @@ void expect_variant_equals_training_forward(const ModelConfig& c, uint64_t seed)
 
 TEST(InferenceModel, SoftmaxRouterVariantsEqualTheTrainingForward) {
   ModelConfig c = tiny().config;
-  c.moe_router_activation_func = "softmax";
+  c.moe_router_activation_func = RouterActivation::kSoftmax;
   expect_variant_equals_training_forward(c, 45);
   c.moe_renormalize = false;
   c.routed_scaling_factor = 2.5;
@@ -183,7 +183,7 @@ TEST(InferenceModel, SoftmaxRouterVariantsEqualTheTrainingForward) {
 
 TEST(InferenceModel, SwigluVariantEqualsTheTrainingForward) {
   ModelConfig c = tiny().config;
-  c.hidden_act = "silu";  // SwiGLU in the dense FFN, the shared expert and the routed experts
+  c.hidden_act = HiddenAct::kSilu;  // SwiGLU in the dense FFN, the shared expert and the routed experts
   expect_variant_equals_training_forward(c, 43);
 }
 
