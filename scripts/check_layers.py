@@ -18,7 +18,7 @@ LAYERS = {
     "model": ["autograd", "ops", "io", "core"],
     "data": ["io", "core"],
     "infer": ["model", "quant", "data", "autograd", "ops", "io", "core"],
-    "train": ["model", "data", "autograd", "ops", "io", "core"],
+    "train": ["infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
     "report": ["model", "io", "core"],
     "deploy": ["train", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
     "serve": ["infer", "model", "quant", "data", "autograd", "ops", "io", "core"],

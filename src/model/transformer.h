@@ -49,6 +49,7 @@ class Transformer {
   Transformer(ModelConfig config, ModelWeights weights) : config_(std::move(config)), w_(std::move(weights)) {}
   const ModelConfig& config() const { return config_; }
   ModelWeights& weights() { return w_; }
+  const ModelWeights& weights() const { return w_; }
 
   // tokens [T] (I64); targets [T] (I64, -100 = ignore) or undefined. Token ids and length are checked.
   ForwardResult forward(const Tensor& tokens, const Tensor& targets, const ForwardOptions& opt = {}) const;

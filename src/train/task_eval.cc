@@ -1,8 +1,10 @@
 #include "train/task_eval.h"
 
 #include "core/error.h"
+#include "infer/decode_weights.h"
+#include "infer/generate.h"
+#include "infer/inference_model.h"
 #include "model/transformer.h"
-#include "train/generate.h"
 
 namespace myriad {
 
@@ -26,13 +28,18 @@ TaskScores evaluate_tasks(const Transformer& model, const EncodeFn& encode, cons
   const StopFn at_newline = [&decode](const std::vector<int32_t>& ids) {
     return decode(ids).find('\n') != std::string::npos;
   };
+  // The inference model over the training weights as they are now (views, no copy; built again on every call
+  // because the decoders keep derived copies of some weights): the serving path's states and sampler.
+  const InferenceModel inference(model.config(), DecodeWeights::from_model(model.weights()));
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
   TaskScores scores;
   for (TaskKind kind : kTaskKinds) {
     TaskScore score{kind};
     int kept = 0;
     for (const TaskExample& ex : task_examples(kind, seed, per_task)) {
       const std::vector<int32_t> ids =
-          generate(model, encode(ex.prompt), max_new_tokens, /*temperature=*/0.0f, /*seed=*/0, stop_id, at_newline);
+          generate(inference, encode(ex.prompt), max_new_tokens, greedy, stop_id, at_newline);
       const std::string continuation = decode(ids);
       const bool ok = answer_matches(continuation, ex.answer);
       score.correct += ok;

@@ -14,9 +14,12 @@
 #include <set>
 #include <sstream>
 
+#include "autograd/tape.h"
+#include "infer/decode_weights.h"
+#include "infer/generate.h"
+#include "infer/inference_model.h"
 #include "model/config.h"
 #include "model/transformer.h"
-#include "train/generate.h"
 #include "train/task_eval.h"
 
 namespace myriad {
@@ -265,52 +268,80 @@ ModelConfig tiny() {
   return load_model_config(std::string(MYRIAD_SOURCE_DIR) + "/configs/tiny.json", nullptr);
 }
 
+// Generation through the inference model (infer/generate.h), over a training model's weights.
+std::vector<int32_t> gen(const InferenceModel& m, const std::vector<int32_t>& prompt, int n, float temperature,
+                         uint64_t seed, int32_t stop_id, const StopFn& stop = {}) {
+  SamplingParams sp;
+  sp.temperature = temperature;
+  sp.seed = seed;
+  return generate(m, prompt, n, sp, stop_id, stop);
+}
+
 TEST(Generate, GreedyIsDeterministicAndRespectsStops) {
   const ModelConfig c = tiny();
-  const Transformer model(c, ModelWeights::random(c, 3));
+  Transformer model(c, ModelWeights::random(c, 3));
+  const InferenceModel inf(c, DecodeWeights::from_model(model.weights()));
   const std::vector<int32_t> prompt = {5, 17, 300, 42};
-  const auto g = generate(model, prompt, 8, 0.0f, 1, -1);
+  const auto g = gen(inf, prompt, 8, 0.0f, 1, -1);
   ASSERT_EQ(g.size(), 8u);
-  EXPECT_EQ(generate(model, prompt, 8, 0.0f, 99, -1), g) << "greedy does not depend on the seed";
+  EXPECT_EQ(gen(inf, prompt, 8, 0.0f, 99, -1), g) << "greedy does not depend on the seed";
   for (int32_t id : g) EXPECT_TRUE(id >= 0 && id < c.vocab_size) << id;
+  // Greedy with states equals the argmax of the training forward recomputed over the whole context each step
+  // (the independent, quadratic reading of the same model).
+  {
+    ag::NoGradGuard ng;
+    std::vector<int64_t> ctx(prompt.begin(), prompt.end());
+    for (size_t i = 0; i < g.size(); ++i) {
+      const int64_t T = int64_t(ctx.size());
+      const ForwardResult r = model.forward(Tensor::from_vector(ctx, {T}), Tensor());
+      const Tensor logits = model.logits(ag::Var(r.hidden.value().slice(0, T - 1, T).contiguous()));
+      const float* x = logits.data<float>();
+      const int32_t best = int32_t(std::max_element(x, x + c.vocab_size) - x);
+      EXPECT_EQ(g[i], best) << "token " << i;
+      ctx.push_back(g[i]);
+    }
+  }
   // Greedy is a prefix property: fewer tokens give the same start.
-  EXPECT_EQ(generate(model, prompt, 3, 0.0f, 1, -1), std::vector<int32_t>(g.begin(), g.begin() + 3));
+  EXPECT_EQ(gen(inf, prompt, 3, 0.0f, 1, -1), std::vector<int32_t>(g.begin(), g.begin() + 3));
   // stop_id ends generation before its first occurrence and is not included.
   const int32_t stop = g[4];
   const auto cut = std::find(g.begin(), g.end(), stop);
-  EXPECT_EQ(generate(model, prompt, 8, 0.0f, 1, stop), std::vector<int32_t>(g.begin(), cut));
+  EXPECT_EQ(gen(inf, prompt, 8, 0.0f, 1, stop), std::vector<int32_t>(g.begin(), cut));
   // A stop predicate ends generation after the token it accepts, which is included.
-  const auto p =
-      generate(model, prompt, 8, 0.0f, 1, -1, [](const std::vector<int32_t>& ids) { return ids.size() == 2; });
+  const auto p = gen(inf, prompt, 8, 0.0f, 1, -1, [](const std::vector<int32_t>& ids) { return ids.size() == 2; });
   EXPECT_EQ(p, std::vector<int32_t>(g.begin(), g.begin() + 2));
-  EXPECT_TRUE(generate(model, prompt, 0, 0.0f, 1, -1).empty());
-  EXPECT_THROW(generate(model, {}, 4, 0.0f, 1, -1), Error);
-  EXPECT_THROW(generate(model, prompt, -1, 0.0f, 1, -1), Error);
-  EXPECT_THROW(generate(model, prompt, 4, -0.5f, 1, -1), Error);
+  EXPECT_TRUE(gen(inf, prompt, 0, 0.0f, 1, -1).empty());
+  EXPECT_THROW(gen(inf, {}, 4, 0.0f, 1, -1), Error);
+  EXPECT_THROW(gen(inf, prompt, -1, 0.0f, 1, -1), Error);
+  EXPECT_THROW(gen(inf, prompt, 4, -0.5f, 1, -1), Error);
 }
 
 TEST(Generate, SamplingIsDeterministicPerSeed) {
   const ModelConfig c = tiny();
-  const Transformer model(c, ModelWeights::random(c, 3));
+  Transformer model(c, ModelWeights::random(c, 3));
+  const InferenceModel inf(c, DecodeWeights::from_model(model.weights()));
   const std::vector<int32_t> prompt = {9, 8, 7};
   // A random model's distribution is nearly flat over 512 ids, so two seeds differ almost surely.
-  const auto a = generate(model, prompt, 6, 1.0f, 1, -1), b = generate(model, prompt, 6, 1.0f, 1, -1);
-  const auto other = generate(model, prompt, 6, 1.0f, 2, -1);
+  const auto a = gen(inf, prompt, 6, 1.0f, 1, -1), b = gen(inf, prompt, 6, 1.0f, 1, -1);
+  const auto other = gen(inf, prompt, 6, 1.0f, 2, -1);
   ASSERT_EQ(a.size(), 6u);
   EXPECT_EQ(a, b);
   EXPECT_NE(a, other);
 }
 
-TEST(Generate, ContextLongerThanTheModelIsCutToItsTail) {
+TEST(Generate, PromptLongerThanTheModelIsCutToItsTailAndGenerationEndsWhenFull) {
   ModelConfig c = tiny();
   c.max_position_embeddings = 8;
-  const Transformer model(c, ModelWeights::random(c, 3));
+  Transformer model(c, ModelWeights::random(c, 3));
+  const InferenceModel inf(c, DecodeWeights::from_model(model.weights()));
   std::vector<int32_t> prompt(20);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(i * 7 % 500);
-  const auto g = generate(model, prompt, 3, 0.0f, 1, -1);
-  ASSERT_EQ(g.size(), 3u);
-  // The first token depends on the last 8 prompt tokens only.
-  EXPECT_EQ(generate(model, std::vector<int32_t>(prompt.end() - 8, prompt.end()), 1, 0.0f, 1, -1)[0], g[0]);
+  // The context is full after the 8 prompt tokens: one token, from the last 8 prompt tokens only.
+  const auto g = gen(inf, prompt, 3, 0.0f, 1, -1);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(gen(inf, std::vector<int32_t>(prompt.end() - 8, prompt.end()), 1, 0.0f, 1, -1)[0], g[0]);
+  // A 6-token prompt leaves room for 2 more fed tokens: 3 generated, then the context is full.
+  EXPECT_EQ(gen(inf, std::vector<int32_t>(prompt.begin(), prompt.begin() + 6), 5, 0.0f, 1, -1).size(), 3u);
 }
 
 // Fake tokenizers over a real (random) model: encode remembers the prompt; decode ignores the ids and answers

@@ -1,0 +1,36 @@
+#include "infer/generate.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace myriad {
+
+std::vector<int32_t> generate(const InferenceModel& model, std::span<const int32_t> prompt, int max_new_tokens,
+                              const SamplingParams& sampling, int32_t stop_id, const StopFn& stop) {
+  MYRIAD_REQUIRE(!prompt.empty(), kValue, "generate: the prompt is empty (it needs at least one token)");
+  MYRIAD_REQUIRE(max_new_tokens >= 0, kValue, "generate: max_new_tokens (", max_new_tokens, ") must be >= 0");
+  Sampler sampler(sampling);  // validates
+  std::vector<int32_t> out;
+  if (max_new_tokens == 0) return out;
+  const int64_t max_context = model.config().max_position_embeddings;
+  const std::span<const int32_t> tail = prompt.subspan(prompt.size() - std::min<size_t>(prompt.size(), max_context));
+  SequenceState seq = model.new_sequence();
+  std::span<const int32_t> feed = tail;
+  int32_t next = -1;
+  for (int64_t context = 0;;) {
+    const BatchEntry e{&seq, feed};
+    Tensor logits = model.forward(std::span<const BatchEntry>(&e, 1));  // [1, vocab]
+    context += int64_t(feed.size());
+    const SampledToken t = sampler.sample(std::span<float>(logits.data<float>(), size_t(logits.numel())), tail);
+    if (stop_id >= 0 && t.token == stop_id) break;
+    out.push_back(t.token);
+    sampler.observe(t.token);
+    if ((stop && stop(out)) || int64_t(out.size()) >= max_new_tokens || context >= max_context) break;
+    next = t.token;
+    feed = std::span<const int32_t>(&next, 1);
+  }
+  return out;
+}
+
+}  // namespace myriad
