@@ -1,0 +1,91 @@
+// Normalisations and softmaxes: RMSNorm (plain and gated), L2 norm, softmax, log-softmax.
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/functions.h"
+#include "autograd/op_support.h"
+
+namespace myriad::ag {
+
+namespace {
+Var rmsnorm_impl(const Var& x, const Var& w, const Var* gate, float eps) {
+  require_cpu("rmsnorm", {&x.value(), &w.value()});
+  const int64_t N = x.value().ndim() ? x.shape().back() : 1;
+  MYRIAD_REQUIRE(x.value().ndim() >= 1 && w.shape() == Shape{N}, kShape, "rmsnorm: weight ", shape_str(w.shape()),
+                 " does not match the last dim of input ", shape_str(x.shape()));
+  if (gate)
+    MYRIAD_REQUIRE(gate->shape() == x.shape(), kShape, "rmsnorm_gated: gate ", shape_str(gate->shape()),
+                   " differs from input ", shape_str(x.shape()));
+  const int64_t rows = rows_of(x.shape());
+  Tensor y = Tensor::empty(x.shape()), rstd = Tensor::empty({rows});
+  cpu::rmsnorm_forward(mf(y), mf(rstd), cf(x.value()), cf(w.value()), gate ? cf(gate->value()) : nullptr, rows, N, eps);
+  const bool needs = needs_grad({&x, &w, gate});
+  Var out = make_output(y, needs);
+  if (needs) {
+    auto oi = out.impl();
+    Var gv = gate ? *gate : Var();
+    Tape::current().record("rmsnorm", {oi}, [x, w, gv, oi, rstd, rows, N]() mutable {
+      Tensor dx = x.requires_grad() ? x.grad_buffer() : Tensor::zeros(x.shape());
+      Tensor dw = w.requires_grad() ? w.grad_buffer() : Tensor::zeros(w.shape());
+      Tensor dg;
+      if (gv.defined()) dg = gv.requires_grad() ? gv.grad_buffer() : Tensor::zeros(gv.shape());
+      cpu::rmsnorm_backward(mf(dx), mf(dw), gv.defined() ? mf(dg) : nullptr, cf(oi->grad), cf(x.value()), cf(w.value()),
+                            gv.defined() ? cf(gv.value()) : nullptr, cf(rstd), rows, N);
+    });
+  }
+  return out;
+}
+}  // namespace
+
+Var rmsnorm(const Var& x, const Var& w, float eps) {
+  return rmsnorm_impl(x, w, nullptr, eps);
+}
+
+Var rmsnorm_gated(const Var& x, const Var& w, const Var& gate, float eps) {
+  return rmsnorm_impl(x, w, &gate, eps);
+}
+
+Var l2norm(const Var& x, float eps) {
+  require_cpu("l2norm", {&x.value()});
+  const int64_t N = x.shape().back(), rows = rows_of(x.shape());
+  Tensor y = Tensor::empty(x.shape()), rn = Tensor::empty({rows});
+  cpu::l2norm_forward(mf(y), mf(rn), cf(x.value()), rows, N, eps);
+  const bool needs = needs_grad({&x});
+  Var out = make_output(y, needs);
+  if (needs) {
+    auto oi = out.impl();
+    Tape::current().record("l2norm", {oi}, [x, oi, rn, rows, N]() mutable {
+      cpu::l2norm_backward(mf(x.grad_buffer()), cf(oi->grad), cf(oi->value), cf(rn), rows, N);
+    });
+  }
+  return out;
+}
+
+namespace {
+Var softmax_impl(const Var& x, bool log) {
+  require_cpu("softmax", {&x.value()});
+  const int64_t N = x.shape().back(), rows = rows_of(x.shape());
+  Tensor y = Tensor::empty(x.shape());
+  (log ? cpu::log_softmax_forward : cpu::softmax_forward)(mf(y), cf(x.value()), rows, N);
+  const bool needs = needs_grad({&x});
+  Var out = make_output(y, needs);
+  if (needs) {
+    auto oi = out.impl();
+    Tape::current().record(log ? "log_softmax" : "softmax", {oi}, [x, oi, rows, N, log]() mutable {
+      (log ? cpu::log_softmax_backward : cpu::softmax_backward)(mf(x.grad_buffer()), cf(oi->grad), cf(oi->value), rows,
+                                                                N);
+    });
+  }
+  return out;
+}
+}  // namespace
+
+Var softmax(const Var& x) {
+  return softmax_impl(x, false);
+}
+
+Var log_softmax(const Var& x) {
+  return softmax_impl(x, true);
+}
+
+}  // namespace myriad::ag
