@@ -12,9 +12,11 @@ ExpertSelection select_experts(const ModelConfig& c, const Tensor& scores, const
   MYRIAD_REQUIRE(scores.dtype() == DType::kF32 && scores.ndim() == 2 && scores.size(1) == E, kShape,
                  "select_experts: scores ", shape_str(scores.shape()), " must be F32 [T, ", E, "]");
   const int64_t T = scores.size(0);
-  Tensor biased = scores.contiguous().clone();
+  // s + b in a copy only when there is a bias; greedy selects on the scores themselves.
+  Tensor biased = scores.contiguous();
   if (c.topk_method == TopkMethod::kNoauxTc) {
     MYRIAD_REQUIRE(bias != nullptr, kValue, "select_experts: topk_method \"noaux_tc\" needs the correction bias");
+    if (biased.data<float>() == scores.data<float>()) biased = biased.clone();
     float* bs = biased.data<float>();
     for (int64_t t = 0; t < T; ++t)
       for (int64_t e = 0; e < E; ++e) bs[t * E + e] += bias[e];
