@@ -25,20 +25,6 @@ LAYERS = {
     "bench": ["serve", "train", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
 }
 BACKENDS = ("ops/cpu/", "ops/cuda/")
-# Backend headers still included from outside src/ops, to go when their kernels are dispatched ops (issue 12,
-# docs/architecture.md "What is not layered yet"). The list may only shrink: an entry that no longer occurs is an
-# error too, so that it is struck off.
-KNOWN_BACKEND_INCLUDES = {
-    ("autograd/grouped_experts.cc", "ops/cpu/parallel.h"),
-    ("model/balancing.cc", "ops/cpu/parallel.h"),
-    ("quant/quant_matmul.cc", "ops/cpu/parallel.h"),
-    ("infer/inference_model.cc", "ops/cpu/parallel.h"),
-    ("infer/mla_cache.cc", "ops/cpu/parallel.h"),
-    ("infer/mla_cache.cc", "ops/cpu/vmath.h"),
-    ("infer/mla_cache.h", "ops/cpu/latent_q8.h"),
-    ("infer/sampling.cc", "ops/cpu/vmath.h"),
-    ("bench/serve_bench.cc", "ops/cpu/latent_q8.h"),
-}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
@@ -52,7 +38,7 @@ def main():
     if args == ["--self-test"]:
         return self_test()
     src = args[0] if args else default_src()
-    problems = check(src, KNOWN_BACKEND_INCLUDES if os.path.samefile(src, default_src()) else set())
+    problems = check(src)
     for p in problems:
         print(p, file=sys.stderr)
     if problems:
@@ -68,8 +54,8 @@ def default_src():
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 
 
-def check(src, known):
-    problems, seen = [], set()
+def check(src):
+    problems = []
     for root, _, files in os.walk(src):
         for name in sorted(files):
             if not name.endswith((".h", ".cc", ".cu", ".cuh")):
@@ -91,16 +77,11 @@ def check(src, known):
                     if target not in LAYERS:
                         continue  # a library header such as "httplib.h" or a relative one
                     if inc.startswith(BACKENDS) and layer != "ops":
-                        if (rel, inc) in known:
-                            seen.add((rel, inc))
-                            continue
                         problems.append(f"src/{rel}:{n}: includes the backend header {inc}: only src/ops may "
                                         f"(call the dispatched op instead)")
                     elif target not in allowed:
                         problems.append(f"src/{rel}:{n}: layer '{layer}' includes {inc} from layer '{target}', "
                                         f"which is not below it (allowed: {', '.join(sorted(allowed))})")
-    for rel, inc in sorted(known - seen):
-        problems.append(f"src/{rel}: no longer includes {inc}: strike it off KNOWN_BACKEND_INCLUDES")
     return problems
 
 
@@ -129,16 +110,13 @@ def self_test():
         "unknown folder": {"misc/x.cc": ""},
     }
     failures = 0
-    if check(tree(clean), set()):
+    if check(tree(clean)):
         print("self-test: a clean tree was refused", file=sys.stderr)
         failures += 1
     for what, extra in cases.items():
-        if not check(tree({**clean, **extra}), set()):
+        if not check(tree({**clean, **extra})):
             print(f"self-test: {what} was not caught", file=sys.stderr)
             failures += 1
-    if not check(tree(clean), {("serve/s.cc", "ops/cpu/k.h")}):
-        print("self-test: a stale known exception was not caught", file=sys.stderr)
-        failures += 1
     for d in made:
         shutil.rmtree(d, ignore_errors=True)
     print("check_layers self-test:", "FAILED" if failures else "ok")

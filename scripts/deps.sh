@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages myriad needs, skipping those already present (idempotent, quiet).
-#   scripts/deps.sh build   : compiler, CMake, OpenBLAS, nlohmann-json, SentencePiece, cpp-httplib, jemalloc, GoogleTest,
-#                             Google Benchmark
+#   scripts/deps.sh build   : compiler, CMake, OpenBLAS, nlohmann-json, SentencePiece, cpp-httplib, jemalloc, GoogleTest
 #   scripts/deps.sh test    : the above plus the Python side of the interop/reference tests
 #                             (Debian's python3-torch, and PyPI's safetensors and openai client in a venv under
 #                             build/pyenv)

@@ -34,44 +34,37 @@ Shape broadcast_strides(const Shape& in, const Shape& out) {
 // grad_in += dout summed over the axes where `in` was broadcast.
 void accumulate_reduced(Tensor& grad_in, const Tensor& dout, const Shape& in_shape) {
   const Shape& out = dout.shape();
+  const Device dev = dout.device();
   float* g = mf(grad_in);
   const float* d = cf(dout);
   const int64_t n = dout.numel();
   if (in_shape == out) {
-    cpu::axpy(g, d, 1.0f, n);
+    ops::axpy(dev, g, d, 1.0f, n);
     return;
   }
   if (!in_shape.empty() && !out.empty() && in_shape.back() == out.back() && shape_numel(in_shape) == out.back()) {
-    cpu::sum_rows_accumulate(g, d, n / std::max<int64_t>(out.back(), 1), out.back());  // a row vector
+    ops::sum_rows_accumulate(dev, g, d, n / std::max<int64_t>(out.back(), 1), out.back());  // a row vector
     return;
   }
   const Shape st = broadcast_strides(in_shape, out);
-  const int nd = int(out.size());
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t rem = i, o = 0;
-    for (int k = nd - 1; k >= 0; --k) {
-      o += (rem % out[k]) * st[k];
-      rem /= out[k];
-    }
-    g[o] += d[i];
-  }
+  ops::broadcast_reduce_accumulate(dev, g, st.data(), d, out.data(), int(out.size()));
 }
 
 Var binary(Binary op, const Var& a, const Var& b) {
   const char* name = op == Binary::kAdd ? "add" : "mul";
-  require_cpu(name, {&a.value(), &b.value()});
+  const Device dev = op_device(name, {&a.value(), &b.value()});
   require_f32(name, a.value(), "a");
   require_f32(name, b.value(), "b");
   const Shape out_shape = broadcast_shape(name, a.shape(), b.shape());
-  Tensor y = Tensor::empty(out_shape);
+  Tensor y = Tensor::empty(out_shape, DType::kF32, dev);
   const Shape sa = broadcast_strides(a.shape(), out_shape), sb = broadcast_strides(b.shape(), out_shape);
-  cpu::binary_forward(op, mf(y), cf(a.value()), sa.data(), cf(b.value()), sb.data(), out_shape.data(),
+  ops::binary_forward(dev, op, mf(y), cf(a.value()), sa.data(), cf(b.value()), sb.data(), out_shape.data(),
                       int(out_shape.size()));
   const bool needs = needs_grad({&a, &b});
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record(name, {oi}, [op, a, b, oi, out_shape]() mutable {
+    Tape::current().record(name, {oi}, [op, a, b, oi, out_shape, dev]() mutable {
       const Tensor& dy = oi->grad;
       for (int side = 0; side < 2; ++side) {
         const Var& self = side == 0 ? a : b;
@@ -80,10 +73,10 @@ Var binary(Binary op, const Var& a, const Var& b) {
         if (op == Binary::kAdd) {
           accumulate_reduced(self.grad_buffer(), dy, self.shape());
         } else {
-          Tensor t = Tensor::empty(out_shape);
+          Tensor t = Tensor::empty(out_shape, DType::kF32, dev);
           const Shape cs = contiguous_strides(out_shape), so = broadcast_strides(other.shape(), out_shape);
-          cpu::binary_forward(Binary::kMul, mf(t), cf(dy), cs.data(), cf(other.value()), so.data(), out_shape.data(),
-                              int(out_shape.size()));
+          ops::binary_forward(dev, Binary::kMul, mf(t), cf(dy), cs.data(), cf(other.value()), so.data(),
+                              out_shape.data(), int(out_shape.size()));
           accumulate_reduced(self.grad_buffer(), t, self.shape());
         }
       }
@@ -103,70 +96,70 @@ Var mul(const Var& a, const Var& b) {
 }
 
 Var scale(const Var& a, float alpha) {
-  require_cpu("scale", {&a.value()});
-  Tensor y = Tensor::empty(a.shape());
-  cpu::scale(mf(y), cf(a.value()), alpha, y.numel());
+  const Device dev = op_device("scale", {&a.value()});
+  Tensor y = Tensor::empty(a.shape(), DType::kF32, dev);
+  ops::scale(dev, mf(y), cf(a.value()), alpha, y.numel());
   const bool needs = needs_grad({&a});
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("scale", {oi}, [a, oi, alpha]() mutable {
-      cpu::axpy(mf(a.grad_buffer()), cf(oi->grad), alpha, oi->grad.numel());
+    Tape::current().record("scale", {oi}, [a, oi, alpha, dev]() mutable {
+      ops::axpy(dev, mf(a.grad_buffer()), cf(oi->grad), alpha, oi->grad.numel());
     });
   }
   return out;
 }
 
 Var sum(const Var& a) {
-  require_cpu("sum", {&a.value()});
+  const Device dev = cpu_op_device("sum", {&a.value()});
   Tensor y = Tensor::empty({});
-  mf(y)[0] = float(cpu::sum_all(cf(a.value()), a.value().numel()));
+  mf(y)[0] = float(ops::sum_all(dev, cf(a.value()), a.value().numel()));
   const bool needs = needs_grad({&a});
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("sum", {oi}, [a, oi]() mutable {
+    Tape::current().record("sum", {oi}, [a, oi, dev]() mutable {
       Tensor& g = a.grad_buffer();
-      const float d = cf(oi->grad)[0];
-      float* p = mf(g);
-      for (int64_t i = 0; i < g.numel(); ++i) p[i] += d;
+      const int64_t n = g.numel(), one = 1, zero = 0;  // g [n] += dy (a scalar, broadcast: stride 0)
+      ops::binary_forward(dev, Binary::kAdd, mf(g), cf(g), &one, cf(oi->grad), &zero, &n, 1);
     });
   }
   return out;
 }
 
 Var unary(Unary op, const Var& x) {
-  require_cpu("unary", {&x.value()});
+  const Device dev = op_device("unary", {&x.value()});
   require_f32("unary", x.value(), "x");
-  Tensor y = Tensor::empty(x.shape());
-  cpu::unary_forward(op, mf(y), cf(x.value()), y.numel());
+  Tensor y = Tensor::empty(x.shape(), DType::kF32, dev);
+  ops::unary_forward(dev, op, mf(y), cf(x.value()), y.numel());
   const bool needs = needs_grad({&x});
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("unary", {oi}, [op, x, oi]() mutable {
-      cpu::unary_backward(op, mf(x.grad_buffer()), cf(oi->grad), cf(x.value()), oi->grad.numel());
+    Tape::current().record("unary", {oi}, [op, x, oi, dev]() mutable {
+      ops::unary_backward(dev, op, mf(x.grad_buffer()), cf(oi->grad), cf(x.value()), oi->grad.numel());
     });
   }
   return out;
 }
 
 Var situ_glu(const Var& g, const Var& u, SituParams p) {
-  require_cpu("situ_glu", {&g.value(), &u.value()});
+  const Device dev = op_device("situ_glu", {&g.value(), &u.value()});
   MYRIAD_REQUIRE(g.shape() == u.shape() && g.value().ndim() >= 1, kShape, "situ_glu: gate ", shape_str(g.shape()),
                  " and up ", shape_str(u.shape()), " must have the same shape");
   const int64_t F = g.shape().back(), rows = rows_of(g.shape());
-  Tensor y = Tensor::empty(g.shape());
-  cpu::situ_glu_forward(mf(y), F, cf(g.value()), F, cf(u.value()), F, rows, F, p);
+  Tensor y = Tensor::empty(g.shape(), DType::kF32, dev);
+  ops::situ_glu_forward(dev, mf(y), F, cf(g.value()), F, cf(u.value()), F, rows, F, p);
   const bool needs = needs_grad({&g, &u});
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("situ_glu", {oi}, [g, u, oi, p, F, rows]() mutable {
+    Tape::current().record("situ_glu", {oi}, [g, u, oi, p, F, rows, dev]() mutable {
       // Both gradients are needed by the fused kernel; a side that needs none gets a scratch buffer.
-      Tensor dg = g.requires_grad() ? g.grad_buffer() : Tensor::zeros(g.shape());
-      Tensor du = u.requires_grad() ? u.grad_buffer() : Tensor::zeros(u.shape());
-      cpu::situ_glu_backward(mf(dg), F, mf(du), F, cf(oi->grad), F, cf(g.value()), F, cf(u.value()), F, rows, F, p);
+      Tensor dg = g.requires_grad() ? g.grad_buffer() : Tensor::zeros(g.shape(), DType::kF32, dev);
+      Tensor du = u.requires_grad() ? u.grad_buffer() : Tensor::zeros(u.shape(), DType::kF32, dev);
+      ops::situ_glu_backward(dev, mf(dg), F, mf(du), F, cf(oi->grad), F, cf(g.value()), F, cf(u.value()), F, rows, F,
+                             p);
     });
   }
   return out;

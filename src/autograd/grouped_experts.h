@@ -2,7 +2,7 @@
 // expert e maps its rows [offsets[e], offsets[e+1]) of z_sorted through a GLU FFN:
 //   y = glu(z w1_e^T, z w3_e^T) w2_e^T      (w1, w3 [F, L]: gate, up; w2 [L, F]: down; PyTorch's layout)
 // One tape node replaces the 3 linear + 1 GLU + 1 slice nodes per expert of a loop over experts, and the work runs
-// in one OpenMP region over the experts that have rows (see grouped_experts.cc for the threading). Routing,
+// in the fused kernel ops::grouped_glu_forward / backward (src/ops/cpu/grouped_glu.cc for the threading). Routing,
 // gather and the weighted scatter stay with the caller (Transformer::moe_ffn).
 // Shape legend: C copies (served token x slot pairs, sorted by expert), L expert input/output width (the latent),
 // F expert width, E experts.
@@ -16,12 +16,8 @@
 
 namespace myriad::ag {
 
-// The GLU inside each expert: SiTU-GLU (DESIGN 1.5), or SwiGLU silu(g) * u (hidden_act "silu").
-enum class GluKind : uint8_t { kSitu, kSwiGlu };
-struct GluParams {
-  GluKind kind = GluKind::kSitu;
-  SituParams situ;  // read for kSitu only
-};
+using myriad::GluKind;  // the GLU inside each expert (ops/kernels.h)
+using myriad::GluParams;
 
 // z_sorted [C, L]; offsets [E + 1] (offsets[0] = 0, non-decreasing, offsets[E] = C); w1[e], w3[e] [F, L] and
 // w2[e] [L, F], one distinct Var per expert (the backward writes each expert's gradients from its own thread).

@@ -8,7 +8,7 @@
 namespace myriad::ag {
 
 Var matmul(const Var& a, const Var& b, bool ta, bool tb) {
-  require_cpu("matmul", {&a.value(), &b.value()});
+  const Device dev = op_device("matmul", {&a.value(), &b.value()});
   require_f32("matmul", a.value(), "a");
   require_f32("matmul", b.value(), "b");
   const int nd = a.value().ndim();
@@ -22,29 +22,33 @@ Var matmul(const Var& a, const Var& b, bool ta, bool tb) {
   MYRIAD_REQUIRE(K == Kb, kShape, "matmul: inner sizes differ: ", shape_str(a.shape()), (ta ? "^T" : ""), " x ",
                  shape_str(b.shape()), (tb ? "^T" : ""), " (", K, " vs ", Kb, ")");
   Shape os = nd == 3 ? Shape{batch, M, N} : Shape{M, N};
-  Tensor y = Tensor::empty(os);
-  cpu::gemm(ta, tb, M, N, K, 1.0f, cf(a.value()), ac, cf(b.value()), bc, 0.0f, mf(y), N, batch, ar * ac, br * bc,
+  Tensor y = Tensor::empty(os, DType::kF32, dev);
+  ops::gemm(dev, ta, tb, M, N, K, 1.0f, cf(a.value()), ac, cf(b.value()), bc, 0.0f, mf(y), N, batch, ar * ac, br * bc,
             M * N);
   const bool needs = needs_grad({&a, &b});
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("matmul", {oi}, [a, b, oi, ta, tb, M, N, K, ar, ac, br, bc, batch]() mutable {
+    Tape::current().record("matmul", {oi}, [a, b, oi, ta, tb, M, N, K, ar, ac, br, bc, batch, dev]() mutable {
       const float* dy = cf(oi->grad);
       // C = op(A) op(B).  d op(A) = dC op(B)^T ; d op(B) = op(A)^T dC.
       if (a.requires_grad()) {
         float* da = mf(a.grad_buffer());
         if (!ta)  // dA [M,K] += dC [M,N] op(B)^T
-          cpu::gemm(false, !tb, M, K, N, 1.0f, dy, N, cf(b.value()), bc, 1.0f, da, ac, batch, M * N, br * bc, ar * ac);
+          ops::gemm(dev, false, !tb, M, K, N, 1.0f, dy, N, cf(b.value()), bc, 1.0f, da, ac, batch, M * N, br * bc,
+                    ar * ac);
         else  // A stored [K,M]: dA += op(B) dC^T
-          cpu::gemm(tb, true, K, M, N, 1.0f, cf(b.value()), bc, dy, N, 1.0f, da, ac, batch, br * bc, M * N, ar * ac);
+          ops::gemm(dev, tb, true, K, M, N, 1.0f, cf(b.value()), bc, dy, N, 1.0f, da, ac, batch, br * bc, M * N,
+                    ar * ac);
       }
       if (b.requires_grad()) {
         float* db = mf(b.grad_buffer());
         if (!tb)  // dB [K,N] += op(A)^T dC
-          cpu::gemm(!ta, false, K, N, M, 1.0f, cf(a.value()), ac, dy, N, 1.0f, db, bc, batch, ar * ac, M * N, br * bc);
+          ops::gemm(dev, !ta, false, K, N, M, 1.0f, cf(a.value()), ac, dy, N, 1.0f, db, bc, batch, ar * ac, M * N,
+                    br * bc);
         else  // B stored [N,K]: dB += dC^T op(A)
-          cpu::gemm(true, ta, N, K, M, 1.0f, dy, N, cf(a.value()), ac, 1.0f, db, bc, batch, M * N, ar * ac, br * bc);
+          ops::gemm(dev, true, ta, N, K, M, 1.0f, dy, N, cf(a.value()), ac, 1.0f, db, bc, batch, M * N, ar * ac,
+                    br * bc);
       }
     });
   }
@@ -57,8 +61,9 @@ Var reshape(const Var& x, const Shape& shape) {
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("reshape", {oi},
-                           [x, oi]() { cpu::axpy(mf(x.grad_buffer()), cf(oi->grad), 1.0f, oi->grad.numel()); });
+    Tape::current().record("reshape", {oi}, [x, oi]() {
+      ops::axpy(oi->grad.device(), mf(x.grad_buffer()), cf(oi->grad), 1.0f, oi->grad.numel());
+    });
   }
   return out;
 }

@@ -9,7 +9,7 @@ namespace myriad::ag {
 
 namespace {
 Var rmsnorm_impl(const Var& x, const Var& w, const Var* gate, float eps) {
-  require_cpu("rmsnorm", {&x.value(), &w.value()});
+  const Device dev = op_device("rmsnorm", {&x.value(), &w.value(), gate ? &gate->value() : &w.value()});
   const int64_t N = x.value().ndim() ? x.shape().back() : 1;
   MYRIAD_REQUIRE(x.value().ndim() >= 1 && w.shape() == Shape{N}, kShape, "rmsnorm: weight ", shape_str(w.shape()),
                  " does not match the last dim of input ", shape_str(x.shape()));
@@ -17,20 +17,22 @@ Var rmsnorm_impl(const Var& x, const Var& w, const Var* gate, float eps) {
     MYRIAD_REQUIRE(gate->shape() == x.shape(), kShape, "rmsnorm_gated: gate ", shape_str(gate->shape()),
                    " differs from input ", shape_str(x.shape()));
   const int64_t rows = rows_of(x.shape());
-  Tensor y = Tensor::empty(x.shape()), rstd = Tensor::empty({rows});
-  cpu::rmsnorm_forward(mf(y), mf(rstd), cf(x.value()), cf(w.value()), gate ? cf(gate->value()) : nullptr, rows, N, eps);
+  Tensor y = Tensor::empty(x.shape(), DType::kF32, dev), rstd = Tensor::empty({rows}, DType::kF32, dev);
+  ops::rmsnorm_forward(dev, mf(y), mf(rstd), cf(x.value()), cf(w.value()), gate ? cf(gate->value()) : nullptr, rows, N,
+                       eps);
   const bool needs = needs_grad({&x, &w, gate});
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
     Var gv = gate ? *gate : Var();
-    Tape::current().record("rmsnorm", {oi}, [x, w, gv, oi, rstd, rows, N]() mutable {
-      Tensor dx = x.requires_grad() ? x.grad_buffer() : Tensor::zeros(x.shape());
-      Tensor dw = w.requires_grad() ? w.grad_buffer() : Tensor::zeros(w.shape());
+    Tape::current().record("rmsnorm", {oi}, [x, w, gv, oi, rstd, rows, N, dev]() mutable {
+      // The fused kernel writes every gradient; a side that needs none gets a scratch buffer.
+      Tensor dx = x.requires_grad() ? x.grad_buffer() : Tensor::zeros(x.shape(), DType::kF32, dev);
+      Tensor dw = w.requires_grad() ? w.grad_buffer() : Tensor::zeros(w.shape(), DType::kF32, dev);
       Tensor dg;
-      if (gv.defined()) dg = gv.requires_grad() ? gv.grad_buffer() : Tensor::zeros(gv.shape());
-      cpu::rmsnorm_backward(mf(dx), mf(dw), gv.defined() ? mf(dg) : nullptr, cf(oi->grad), cf(x.value()), cf(w.value()),
-                            gv.defined() ? cf(gv.value()) : nullptr, cf(rstd), rows, N);
+      if (gv.defined()) dg = gv.requires_grad() ? gv.grad_buffer() : Tensor::zeros(gv.shape(), DType::kF32, dev);
+      ops::rmsnorm_backward(dev, mf(dx), mf(dw), gv.defined() ? mf(dg) : nullptr, cf(oi->grad), cf(x.value()),
+                            cf(w.value()), gv.defined() ? cf(gv.value()) : nullptr, cf(rstd), rows, N);
     });
   }
   return out;
@@ -46,16 +48,16 @@ Var rmsnorm_gated(const Var& x, const Var& w, const Var& gate, float eps) {
 }
 
 Var l2norm(const Var& x, float eps) {
-  require_cpu("l2norm", {&x.value()});
+  const Device dev = cpu_op_device("l2norm", {&x.value()});
   const int64_t N = x.shape().back(), rows = rows_of(x.shape());
   Tensor y = Tensor::empty(x.shape()), rn = Tensor::empty({rows});
-  cpu::l2norm_forward(mf(y), mf(rn), cf(x.value()), rows, N, eps);
+  ops::l2norm_forward(dev, mf(y), mf(rn), cf(x.value()), rows, N, eps);
   const bool needs = needs_grad({&x});
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("l2norm", {oi}, [x, oi, rn, rows, N]() mutable {
-      cpu::l2norm_backward(mf(x.grad_buffer()), cf(oi->grad), cf(oi->value), cf(rn), rows, N);
+    Tape::current().record("l2norm", {oi}, [x, oi, rn, rows, N, dev]() mutable {
+      ops::l2norm_backward(dev, mf(x.grad_buffer()), cf(oi->grad), cf(oi->value), cf(rn), rows, N);
     });
   }
   return out;
@@ -63,17 +65,17 @@ Var l2norm(const Var& x, float eps) {
 
 namespace {
 Var softmax_impl(const Var& x, bool log) {
-  require_cpu("softmax", {&x.value()});
+  const Device dev = op_device("softmax", {&x.value()});
   const int64_t N = x.shape().back(), rows = rows_of(x.shape());
-  Tensor y = Tensor::empty(x.shape());
-  (log ? cpu::log_softmax_forward : cpu::softmax_forward)(mf(y), cf(x.value()), rows, N);
+  Tensor y = Tensor::empty(x.shape(), DType::kF32, dev);
+  (log ? ops::log_softmax_forward : ops::softmax_forward)(dev, mf(y), cf(x.value()), rows, N);
   const bool needs = needs_grad({&x});
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record(log ? "log_softmax" : "softmax", {oi}, [x, oi, rows, N, log]() mutable {
-      (log ? cpu::log_softmax_backward : cpu::softmax_backward)(mf(x.grad_buffer()), cf(oi->grad), cf(oi->value), rows,
-                                                                N);
+    Tape::current().record(log ? "log_softmax" : "softmax", {oi}, [x, oi, rows, N, log, dev]() mutable {
+      (log ? ops::log_softmax_backward : ops::softmax_backward)(dev, mf(x.grad_buffer()), cf(oi->grad), cf(oi->value),
+                                                                rows, N);
     });
   }
   return out;

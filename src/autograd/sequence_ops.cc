@@ -8,7 +8,7 @@
 namespace myriad::ag {
 
 std::pair<Var, Tensor> conv1d(const Var& x, const Var& w, const Var& state_in) {
-  require_cpu("conv1d", {&x.value(), &w.value()});
+  const Device dev = cpu_op_device("conv1d", {&x.value(), &w.value()});
   MYRIAD_REQUIRE(x.value().ndim() == 3 && w.value().ndim() == 2 && w.shape()[0] == x.shape()[2] && w.shape()[1] >= 1,
                  kShape, "conv1d: input ", shape_str(x.shape()), " ([B, T, C]) does not match weight ",
                  shape_str(w.shape()), " ([C, W])");
@@ -19,16 +19,16 @@ std::pair<Var, Tensor> conv1d(const Var& x, const Var& w, const Var& state_in) {
                    " should be ", shape_str(state_shape));
   Tensor y = Tensor::empty(x.shape()), st = Tensor::empty(state_shape);
   const float* sp = state_in.defined() ? cf(state_in.value()) : nullptr;
-  cpu::conv1d_forward(mf(y), mf(st), cf(x.value()), cf(w.value()), sp, B, T, C, W);
+  ops::conv1d_forward(dev, mf(y), mf(st), cf(x.value()), cf(w.value()), sp, B, T, C, W);
   const bool needs = needs_grad({&x, &w, &state_in});
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("conv1d", {oi}, [x, w, state_in, oi, B, T, C, W]() mutable {
+    Tape::current().record("conv1d", {oi}, [x, w, state_in, oi, B, T, C, W, dev]() mutable {
       Tensor dx = x.requires_grad() ? x.grad_buffer() : Tensor::zeros(x.shape());
       Tensor dw = w.requires_grad() ? w.grad_buffer() : Tensor::zeros(w.shape());
       float* ds = state_in.requires_grad() ? mf(state_in.grad_buffer()) : nullptr;
-      cpu::conv1d_backward(mf(dx), mf(dw), ds, cf(oi->grad), cf(x.value()), cf(w.value()),
+      ops::conv1d_backward(dev, mf(dx), mf(dw), ds, cf(oi->grad), cf(x.value()), cf(w.value()),
                            state_in.defined() ? cf(state_in.value()) : nullptr, B, T, C, W);
     });
   }
@@ -36,7 +36,7 @@ std::pair<Var, Tensor> conv1d(const Var& x, const Var& w, const Var& state_in) {
 }
 
 Var rope(const Var& x, const Tensor& cos, const Tensor& sin, RopeLayout layout) {
-  require_cpu("rope", {&x.value(), &cos, &sin});
+  const Device dev = cpu_op_device("rope", {&x.value(), &cos, &sin});
   MYRIAD_REQUIRE(x.value().ndim() == 3, kShape, "rope: input must be [T, H, N], got ", shape_str(x.shape()));
   const int64_t T = x.shape()[0], H = x.shape()[1], N = x.shape()[2];
   MYRIAD_REQUIRE(layout.rot % 2 == 0 && layout.col0 >= 0 && layout.col0 + layout.rot <= N, kShape,
@@ -45,20 +45,20 @@ Var rope(const Var& x, const Tensor& cos, const Tensor& sin, RopeLayout layout) 
   MYRIAD_REQUIRE(cos.shape() == (Shape{T, layout.rot / 2}) && sin.shape() == cos.shape(), kShape, "rope: cos/sin ",
                  shape_str(cos.shape()), " should be ", shape_str({T, layout.rot / 2}));
   Tensor y = Tensor::empty(x.shape());
-  cpu::rope_forward(mf(y), cf(x.value()), cf(cos), cf(sin), T, H, N, layout);
+  ops::rope_forward(dev, mf(y), cf(x.value()), cf(cos), cf(sin), T, H, N, layout);
   const bool needs = needs_grad({&x});
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("rope", {oi}, [x, oi, cos, sin, T, H, N, layout]() mutable {
-      cpu::rope_backward(mf(x.grad_buffer()), cf(oi->grad), cf(cos), cf(sin), T, H, N, layout);
+    Tape::current().record("rope", {oi}, [x, oi, cos, sin, T, H, N, layout, dev]() mutable {
+      ops::rope_backward(dev, mf(x.grad_buffer()), cf(oi->grad), cf(cos), cf(sin), T, H, N, layout);
     });
   }
   return out;
 }
 
 Var attention(const Var& q, const Var& k, const Var& v, float scale_factor) {
-  require_cpu("attention", {&q.value(), &k.value(), &v.value()});
+  const Device dev = cpu_op_device("attention", {&q.value(), &k.value(), &v.value()});
   const bool ok = q.value().ndim() == 4 && k.value().ndim() == 4 && v.value().ndim() == 4 &&
                   k.shape()[0] == q.shape()[0] && v.shape()[0] == q.shape()[0] && k.shape()[1] == q.shape()[1] &&
                   v.shape()[1] == q.shape()[1] && k.shape()[3] == q.shape()[3] && v.shape()[2] == k.shape()[2] &&
@@ -68,16 +68,16 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale_factor) {
                  " must be [B, T, H, Dk], [B, T, Hk, Dk], [B, T, Hk, Dv] with H a multiple of Hk");
   AttentionShape s{q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3], scale_factor};
   Tensor o = Tensor::empty({s.B, s.T, s.H, s.Dv}), lse = Tensor::empty({s.B, s.H, s.T});
-  cpu::attention_forward(mf(o), mf(lse), cf(q.value()), cf(k.value()), cf(v.value()), s);
+  ops::attention_forward(dev, mf(o), mf(lse), cf(q.value()), cf(k.value()), cf(v.value()), s);
   const bool needs = needs_grad({&q, &k, &v});
   Var out = make_output(o, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("attention", {oi}, [q, k, v, oi, lse, s]() mutable {
+    Tape::current().record("attention", {oi}, [q, k, v, oi, lse, s, dev]() mutable {
       Tensor dq = q.requires_grad() ? q.grad_buffer() : Tensor::zeros(q.shape());
       Tensor dk = k.requires_grad() ? k.grad_buffer() : Tensor::zeros(k.shape());
       Tensor dv = v.requires_grad() ? v.grad_buffer() : Tensor::zeros(v.shape());
-      cpu::attention_backward(mf(dq), mf(dk), mf(dv), cf(oi->grad), cf(oi->value), cf(lse), cf(q.value()),
+      ops::attention_backward(dev, mf(dq), mf(dk), mf(dv), cf(oi->grad), cf(oi->value), cf(lse), cf(q.value()),
                               cf(k.value()), cf(v.value()), s);
     });
   }
@@ -85,7 +85,7 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale_factor) {
 }
 
 Var cross_entropy(const Var& h, const Var& W, const Tensor& targets, int64_t ignore_index) {
-  require_cpu("cross_entropy", {&h.value(), &W.value(), &targets});
+  const Device dev = cpu_op_device("cross_entropy", {&h.value(), &W.value(), &targets});
   MYRIAD_REQUIRE(h.value().ndim() == 2 && W.value().ndim() == 2 && h.shape()[1] == W.shape()[1], kShape,
                  "cross_entropy: hidden ", shape_str(h.shape()), " ([T, D]) does not match lm_head ",
                  shape_str(W.shape()), " ([V, D])");
@@ -95,17 +95,17 @@ Var cross_entropy(const Var& h, const Var& W, const Tensor& targets, int64_t ign
   const int64_t T = h.shape()[0], D = h.shape()[1], V = W.shape()[0];
   Tensor loss = Tensor::empty({}), lse = Tensor::empty({T});
   Tensor tg = targets.contiguous();
-  cpu::cross_entropy_forward(mf(loss), mf(lse), cf(h.value()), cf(W.value()), tg.data<int64_t>(), T, D, V,
+  ops::cross_entropy_forward(dev, mf(loss), mf(lse), cf(h.value()), cf(W.value()), tg.data<int64_t>(), T, D, V,
                              ignore_index);
   const bool needs = needs_grad({&h, &W});
   Var out = make_output(loss, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("cross_entropy", {oi}, [h, W, oi, lse, tg, T, D, V, ignore_index]() mutable {
+    Tape::current().record("cross_entropy", {oi}, [h, W, oi, lse, tg, T, D, V, ignore_index, dev]() mutable {
       Tensor dh = h.requires_grad() ? h.grad_buffer() : Tensor::zeros(h.shape());
       Tensor dW = W.requires_grad() ? W.grad_buffer() : Tensor::zeros(W.shape());
-      cpu::cross_entropy_backward(mf(dh), mf(dW), cf(oi->grad)[0], cf(h.value()), cf(W.value()), tg.data<int64_t>(),
-                                  cf(lse), T, D, V, ignore_index);
+      ops::cross_entropy_backward(dev, mf(dh), mf(dW), cf(oi->grad)[0], cf(h.value()), cf(W.value()),
+                                  tg.data<int64_t>(), cf(lse), T, D, V, ignore_index);
     });
   }
   return out;
@@ -113,7 +113,7 @@ Var cross_entropy(const Var& h, const Var& W, const Tensor& targets, int64_t ign
 
 std::pair<Var, Var> kda(const Var& q, const Var& k, const Var& v, const Var& g, const Var& beta, const Var& state_in,
                         int64_t chunk) {
-  require_cpu("kda", {&q.value(), &k.value(), &v.value(), &g.value(), &beta.value()});
+  const Device dev = cpu_op_device("kda", {&q.value(), &k.value(), &v.value(), &g.value(), &beta.value()});
   const bool ok = q.value().ndim() == 4 && k.shape() == q.shape() && g.shape() == q.shape() && v.value().ndim() == 4 &&
                   v.shape()[0] == q.shape()[0] && v.shape()[1] == q.shape()[1] && v.shape()[2] == q.shape()[2] &&
                   beta.shape() == Shape{q.shape()[0], q.shape()[1], q.shape()[2]};
@@ -127,13 +127,13 @@ std::pair<Var, Var> kda(const Var& q, const Var& k, const Var& v, const Var& g, 
                    shape_str(state_shape));
   Tensor o = Tensor::empty(v.shape()), st = Tensor::empty(state_shape);
   const float* s0 = state_in.defined() ? cf(state_in.value()) : nullptr;
-  cpu::kda_chunk_forward(mf(o), mf(st), cf(q.value()), cf(k.value()), cf(v.value()), cf(g.value()), cf(beta.value()),
-                         s0, s);
+  ops::kda_chunk_forward(dev, mf(o), mf(st), cf(q.value()), cf(k.value()), cf(v.value()), cf(g.value()),
+                         cf(beta.value()), s0, s);
   const bool needs = needs_grad({&q, &k, &v, &g, &beta, &state_in});
   Var out = make_output(o, needs), state_out = make_output(st, needs);
   if (needs) {
     auto oi = out.impl(), si = state_out.impl();
-    Tape::current().record("kda", {oi, si}, [q, k, v, g, beta, state_in, oi, si, s]() mutable {
+    Tape::current().record("kda", {oi, si}, [q, k, v, g, beta, state_in, oi, si, s, dev]() mutable {
       auto grad_or_scratch = [](const Var& x) {
         return x.requires_grad() ? x.grad_buffer() : Tensor::zeros(x.shape());
       };
@@ -143,7 +143,7 @@ std::pair<Var, Var> kda(const Var& q, const Var& k, const Var& v, const Var& g, 
       // Either output may have no gradient (e.g. the final state is unused): read zeros for it.
       Tensor dout = oi->grad.defined() ? oi->grad : Tensor::zeros(oi->value.shape());
       const float* dsout = si->grad.defined() ? cf(si->grad) : nullptr;
-      cpu::kda_backward(mf(dq), mf(dk), mf(dv), mf(dg), mf(db), ds0, cf(dout), dsout, cf(q.value()), cf(k.value()),
+      ops::kda_backward(dev, mf(dq), mf(dk), mf(dv), mf(dg), mf(db), ds0, cf(dout), dsout, cf(q.value()), cf(k.value()),
                         cf(v.value()), cf(g.value()), cf(beta.value()),
                         state_in.defined() ? cf(state_in.value()) : nullptr, s);
     });
@@ -152,7 +152,7 @@ std::pair<Var, Var> kda(const Var& q, const Var& k, const Var& v, const Var& g, 
 }
 
 Var kda_gate(const Var& f, const Var& A_log, const Var& dt_bias, float lower_bound) {
-  require_cpu("kda_gate", {&f.value(), &A_log.value(), &dt_bias.value()});
+  const Device dev = cpu_op_device("kda_gate", {&f.value(), &A_log.value(), &dt_bias.value()});
   MYRIAD_REQUIRE(f.value().ndim() == 3 && A_log.shape() == Shape{f.shape()[1]} &&
                      dt_bias.shape() == Shape{f.shape()[1] * f.shape()[2]},
                  kShape, "kda_gate: f ", shape_str(f.shape()), " ([T, H, K]), A_log ", shape_str(A_log.shape()),
@@ -162,7 +162,7 @@ Var kda_gate(const Var& f, const Var& A_log, const Var& dt_bias, float lower_bou
   const float* fv = cf(f.value());
   const float* al = cf(A_log.value());
   const float* dt = cf(dt_bias.value());
-  cpu::kda_gate_forward(mf(g), fv, al, dt, T, H, K, lower_bound);
+  ops::kda_gate_forward(dev, mf(g), fv, al, dt, T, H, K, lower_bound);
   const bool needs = needs_grad({&f, &A_log, &dt_bias});
   Var out = make_output(g, needs);
   if (needs) {

@@ -9,25 +9,20 @@
 namespace myriad::ag {
 
 Var slice_last(const Var& x, int64_t start, int64_t end) {
-  require_cpu("slice_last", {&x.value()});
+  const Device dev = op_device("slice_last", {&x.value()});
   MYRIAD_REQUIRE(x.value().ndim() >= 1 && 0 <= start && start <= end && end <= x.shape().back(), kShape,
                  "slice_last: [", start, ", ", end, ") out of range for ", shape_str(x.shape()));
   const int64_t N = x.shape().back(), rows = rows_of(x.shape()), w = end - start;
   Shape os = x.shape();
   os.back() = w;
-  Tensor y = Tensor::empty(os);
-  const float* src = cf(x.value());
-  float* dst = mf(y);
-  for (int64_t r = 0; r < rows; ++r) std::copy(src + r * N + start, src + r * N + end, dst + r * w);
+  Tensor y = Tensor::empty(os, DType::kF32, dev);
+  ops::copy_rows(dev, mf(y), w, cf(x.value()) + start, N, rows, w, false);
   const bool needs = needs_grad({&x});
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("slice_last", {oi}, [x, oi, rows, N, start, w]() {
-      float* g = mf(x.grad_buffer());
-      const float* d = cf(oi->grad);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < w; ++j) g[r * N + start + j] += d[r * w + j];
+    Tape::current().record("slice_last", {oi}, [x, oi, rows, N, start, w, dev]() {
+      ops::copy_rows(dev, mf(x.grad_buffer()) + start, N, cf(oi->grad), w, rows, w, true);
     });
   }
   return out;
@@ -35,10 +30,11 @@ Var slice_last(const Var& x, int64_t start, int64_t end) {
 
 Var concat_last(const std::vector<Var>& parts) {
   MYRIAD_REQUIRE(!parts.empty(), kShape, "concat_last: no parts");
+  const Device dev = op_device("concat_last", {&parts[0].value()});
   Shape lead(parts[0].shape().begin(), parts[0].shape().end() - 1);
   int64_t N = 0;
   for (const Var& p : parts) {
-    require_cpu("concat_last", {&p.value()});
+    op_device("concat_last", {&parts[0].value(), &p.value()});
     const Shape pl(p.shape().begin(), p.shape().end() - 1);
     MYRIAD_REQUIRE(pl == lead, kShape, "concat_last: part ", shape_str(p.shape()), " does not match ",
                    shape_str(parts[0].shape()), " in the leading dims");
@@ -47,30 +43,23 @@ Var concat_last(const std::vector<Var>& parts) {
   const int64_t rows = shape_numel(lead);
   Shape os = lead;
   os.push_back(N);
-  Tensor y = Tensor::empty(os);
-  float* dst = mf(y);
+  Tensor y = Tensor::empty(os, DType::kF32, dev);
   int64_t off = 0;
   bool needs = false;
   for (const Var& p : parts) {
     const int64_t w = p.shape().back();
-    const float* src = cf(p.value());
-    for (int64_t r = 0; r < rows; ++r) std::copy(src + r * w, src + (r + 1) * w, dst + r * N + off);
+    ops::copy_rows(dev, mf(y) + off, N, cf(p.value()), w, rows, w, false);
     off += w;
     needs = needs || needs_grad({&p});
   }
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("concat_last", {oi}, [parts, oi, rows, N]() {
-      const float* d = cf(oi->grad);
+    Tape::current().record("concat_last", {oi}, [parts, oi, rows, N, dev]() {
       int64_t o = 0;
       for (const Var& p : parts) {
         const int64_t w = p.shape().back();
-        if (p.requires_grad()) {
-          float* g = mf(p.grad_buffer());
-          for (int64_t r = 0; r < rows; ++r)
-            for (int64_t j = 0; j < w; ++j) g[r * w + j] += d[r * N + o + j];
-        }
+        if (p.requires_grad()) ops::copy_rows(dev, mf(p.grad_buffer()), w, cf(oi->grad) + o, N, rows, w, true);
         o += w;
       }
     });
@@ -81,14 +70,15 @@ Var concat_last(const std::vector<Var>& parts) {
 Var slice_rows(const Var& x, int64_t start, int64_t end) {
   MYRIAD_REQUIRE(x.value().ndim() == 2 && 0 <= start && start <= end && end <= x.shape()[0], kShape, "slice_rows: [",
                  start, ", ", end, ") out of range for ", shape_str(x.shape()));
+  const Device dev = op_device("slice_rows", {&x.value()});
   const int64_t N = x.shape()[1];
   Tensor y = x.value().slice(0, start, end).contiguous();  // rows are contiguous: a view
   const bool needs = needs_grad({&x});
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("slice_rows", {oi}, [x, oi, start, N]() {
-      cpu::axpy(mf(x.grad_buffer()) + start * N, cf(oi->grad), 1.0f, oi->grad.numel());
+    Tape::current().record("slice_rows", {oi}, [x, oi, start, N, dev]() {
+      ops::axpy(dev, mf(x.grad_buffer()) + start * N, cf(oi->grad), 1.0f, oi->grad.numel());
     });
   }
   return out;
@@ -103,19 +93,21 @@ Var concat_rows(const std::vector<Var>& parts, int64_t N) {
     n += p.shape()[0];
     needs = needs || needs_grad({&p});
   }
-  Tensor y = Tensor::empty({n, N});
+  const Device dev = parts.empty() ? Device::kCPU : op_device("concat_rows", {&parts[0].value()});
+  for (const Var& p : parts) op_device("concat_rows", {&parts[0].value(), &p.value()});
+  Tensor y = Tensor::empty({n, N}, DType::kF32, dev);
   int64_t off = 0;
   for (const Var& p : parts) {
-    if (p.value().numel()) std::copy(cf(p.value()), cf(p.value()) + p.value().numel(), mf(y) + off * N);
+    ops::copy_rows(dev, mf(y) + off * N, N, cf(p.value()), N, p.shape()[0], N, false);
     off += p.shape()[0];
   }
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("concat_rows", {oi}, [parts, oi, N]() {
+    Tape::current().record("concat_rows", {oi}, [parts, oi, N, dev]() {
       int64_t o = 0;
       for (const Var& p : parts) {
-        if (p.requires_grad()) cpu::axpy(mf(p.grad_buffer()), cf(oi->grad) + o * N, 1.0f, p.value().numel());
+        if (p.requires_grad()) ops::axpy(dev, mf(p.grad_buffer()), cf(oi->grad) + o * N, 1.0f, p.value().numel());
         o += p.shape()[0];
       }
     });
@@ -124,7 +116,7 @@ Var concat_rows(const std::vector<Var>& parts, int64_t N) {
 }
 
 Var embedding(const Var& table, const Tensor& ids) {
-  require_cpu("embedding", {&table.value(), &ids});
+  const Device dev = cpu_op_device("embedding", {&table.value(), &ids});
   MYRIAD_REQUIRE(table.value().ndim() == 2 && ids.dtype() == DType::kI64, kShape, "embedding: table ",
                  shape_str(table.shape()), " must be [V, D] and ids I64, got ", dtype_name(ids.dtype()));
   const int64_t V = table.shape()[0], D = table.shape()[1], T = ids.numel();
@@ -132,40 +124,40 @@ Var embedding(const Var& table, const Tensor& ids) {
   os.push_back(D);
   Tensor y = Tensor::empty(os);
   Tensor idc = ids.contiguous();
-  cpu::embedding_forward(mf(y), cf(table.value()), idc.data<int64_t>(), T, V, D);
+  ops::embedding_forward(dev, mf(y), cf(table.value()), idc.data<int64_t>(), T, V, D);
   const bool needs = needs_grad({&table});
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("embedding", {oi}, [table, oi, idc, T, V, D]() mutable {
-      cpu::embedding_backward(mf(table.grad_buffer()), cf(oi->grad), idc.data<int64_t>(), T, V, D);
+    Tape::current().record("embedding", {oi}, [table, oi, idc, T, V, D, dev]() mutable {
+      ops::embedding_backward(dev, mf(table.grad_buffer()), cf(oi->grad), idc.data<int64_t>(), T, V, D);
     });
   }
   return out;
 }
 
 Var gather_rows(const Var& src, const Tensor& idx) {
-  require_cpu("gather_rows", {&src.value(), &idx});
+  const Device dev = cpu_op_device("gather_rows", {&src.value(), &idx});
   MYRIAD_REQUIRE(src.value().ndim() == 2 && idx.dtype() == DType::kI32 && idx.ndim() == 1, kShape, "gather_rows: src ",
                  shape_str(src.shape()), " must be [m, N] and idx I32 [n], got ", dtype_name(idx.dtype()), " ",
                  shape_str(idx.shape()));
   const int64_t m = src.shape()[0], N = src.shape()[1], n = idx.numel();
   Tensor y = Tensor::empty({n, N});
   Tensor ic = idx.contiguous();
-  cpu::gather_rows(mf(y), cf(src.value()), ic.data<int32_t>(), n, m, N);
+  ops::gather_rows(dev, mf(y), cf(src.value()), ic.data<int32_t>(), n, m, N);
   const bool needs = needs_grad({&src});
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("gather_rows", {oi}, [src, oi, ic, n, m, N]() mutable {
-      cpu::scatter_add_rows(mf(src.grad_buffer()), cf(oi->grad), ic.data<int32_t>(), nullptr, n, m, N);
+    Tape::current().record("gather_rows", {oi}, [src, oi, ic, n, m, N, dev]() mutable {
+      ops::scatter_add_rows(dev, mf(src.grad_buffer()), cf(oi->grad), ic.data<int32_t>(), nullptr, n, m, N);
     });
   }
   return out;
 }
 
 Var scatter_add_rows(int64_t rows, const Var& src, const Tensor& idx, const Var& weights) {
-  require_cpu("scatter_add_rows", {&src.value(), &idx});
+  const Device dev = cpu_op_device("scatter_add_rows", {&src.value(), &idx});
   MYRIAD_REQUIRE(src.value().ndim() == 2 && idx.dtype() == DType::kI32 && idx.shape() == Shape{src.shape()[0]}, kShape,
                  "scatter_add_rows: src ", shape_str(src.shape()), " needs I32 indices [", src.shape()[0], "], got ",
                  dtype_name(idx.dtype()), " ", shape_str(idx.shape()));
@@ -175,16 +167,16 @@ Var scatter_add_rows(int64_t rows, const Var& src, const Tensor& idx, const Var&
   const int64_t n = src.shape()[0], N = src.shape()[1];
   Tensor y = Tensor::zeros({rows, N});
   Tensor ic = idx.contiguous();
-  cpu::scatter_add_rows(mf(y), cf(src.value()), ic.data<int32_t>(), weights.defined() ? cf(weights.value()) : nullptr,
-                        n, rows, N);
+  ops::scatter_add_rows(dev, mf(y), cf(src.value()), ic.data<int32_t>(),
+                        weights.defined() ? cf(weights.value()) : nullptr, n, rows, N);
   const bool needs = needs_grad({&src, &weights});
   Var out = make_output(y, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("scatter_add_rows", {oi}, [src, weights, oi, ic, n, rows, N]() mutable {
+    Tape::current().record("scatter_add_rows", {oi}, [src, weights, oi, ic, n, rows, N, dev]() mutable {
       Tensor ds = src.requires_grad() ? src.grad_buffer() : Tensor::zeros(src.shape());
       float* dw = weights.requires_grad() ? mf(weights.grad_buffer()) : nullptr;
-      cpu::scatter_add_rows_backward(mf(ds), dw, cf(oi->grad), cf(src.value()), ic.data<int32_t>(),
+      ops::scatter_add_rows_backward(dev, mf(ds), dw, cf(oi->grad), cf(src.value()), ic.data<int32_t>(),
                                      weights.defined() ? cf(weights.value()) : nullptr, n, rows, N);
     });
   }
@@ -192,7 +184,7 @@ Var scatter_add_rows(int64_t rows, const Var& src, const Tensor& idx, const Var&
 }
 
 Var route_weights(const Var& s, const Tensor& idx, float scale_factor, bool renormalize) {
-  require_cpu("route_weights", {&s.value(), &idx});
+  const Device dev = cpu_op_device("route_weights", {&s.value(), &idx});
   MYRIAD_REQUIRE(
       s.value().ndim() == 2 && idx.dtype() == DType::kI32 && idx.ndim() == 2 && idx.shape()[0] == s.shape()[0], kShape,
       "route_weights: scores ", shape_str(s.shape()), " ([T, E]) and I32 indices ", shape_str(idx.shape()),
@@ -204,7 +196,7 @@ Var route_weights(const Var& s, const Tensor& idx, float scale_factor, bool reno
     MYRIAD_REQUIRE(id[i] >= -1 && id[i] < E, kValue, "route_weights: expert ", id[i], " outside [0, ", E,
                    ") (or -1 for a dropped copy)");
   Tensor p = Tensor::empty({T, k}), denom = Tensor::empty({T});
-  cpu::route_weights_forward(mf(p), mf(denom), cf(s.value()), id, T, E, k, scale_factor, renormalize);
+  ops::route_weights_forward(dev, mf(p), mf(denom), cf(s.value()), id, T, E, k, scale_factor, renormalize);
   const bool needs = needs_grad({&s});
   Var out = make_output(p, needs);
   if (needs) {

@@ -333,18 +333,20 @@ void run_kda_section(const ModelConfig& c, int64_t T, double budget_s, const Pri
       dv(static_cast<size_t>(nv)), dg(static_cast<size_t>(nk)), db(static_cast<size_t>(nb));
 
   auto chunk_fwd = [&] {
-    cpu::kda_chunk_forward(o.data(), nullptr, q.data(), k.data(), v.data(), g.data(), beta.data(), nullptr, s);
+    ops::kda_chunk_forward(Device::kCPU, o.data(), nullptr, q.data(), k.data(), v.data(), g.data(), beta.data(),
+                           nullptr, s);
   };
   auto rec_fwd = [&] {
-    cpu::kda_recurrent_forward(o.data(), nullptr, q.data(), k.data(), v.data(), g.data(), beta.data(), nullptr, s);
+    ops::kda_recurrent_forward(Device::kCPU, o.data(), nullptr, q.data(), k.data(), v.data(), g.data(), beta.data(),
+                               nullptr, s);
   };
   auto backward = [&] {
-    cpu::kda_backward(dq.data(), dk.data(), dv.data(), dg.data(), db.data(), nullptr, dout.data(), nullptr, q.data(),
-                      k.data(), v.data(), g.data(), beta.data(), nullptr, s);
+    ops::kda_backward(Device::kCPU, dq.data(), dk.data(), dv.data(), dg.data(), db.data(), nullptr, dout.data(),
+                      nullptr, q.data(), k.data(), v.data(), g.data(), beta.data(), nullptr, s);
   };
   auto rec_backward = [&] {
-    cpu::kda_recurrent_backward(dq.data(), dk.data(), dv.data(), dg.data(), db.data(), nullptr, dout.data(), nullptr,
-                                q.data(), k.data(), v.data(), g.data(), beta.data(), nullptr, s);
+    ops::kda_recurrent_backward(Device::kCPU, dq.data(), dk.data(), dv.data(), dg.data(), db.data(), nullptr,
+                                dout.data(), nullptr, q.data(), k.data(), v.data(), g.data(), beta.data(), nullptr, s);
   };
   // The reference algorithm per head ([H][T][K] copies, so each head is one B = 1, H = 1 call), heads across threads.
   auto per_head = [&](const std::vector<float>& x, int64_t w) {

@@ -81,11 +81,13 @@ void bench_matmul(Runner& run) {
   std::vector<float> Y(static_cast<size_t>(T * F)), dX(static_cast<size_t>(T * D)), dW(static_cast<size_t>(D * F));
   const double flops = 2.0 * double(T) * double(D) * double(F);
   run.flops("matmul X.W (fwd)", dims({T, D}) + " . " + dims({D, F}), flops,
-            [&] { cpu::gemm(false, false, T, F, D, 1.0f, X.data(), D, W.data(), F, 0.0f, Y.data(), F); });
-  run.flops("matmul dY.W^T (dX)", dims({T, F}) + " . (" + dims({D, F}) + ")^T", flops,
-            [&] { cpu::gemm(false, true, T, D, F, 1.0f, dY.data(), F, W.data(), F, 1.0f, dX.data(), D); });
-  run.flops("matmul X^T.dY (dW)", "(" + dims({T, D}) + ")^T . " + dims({T, F}), flops,
-            [&] { cpu::gemm(true, false, D, F, T, 1.0f, X.data(), D, dY.data(), F, 1.0f, dW.data(), F); });
+            [&] { ops::gemm(Device::kCPU, false, false, T, F, D, 1.0f, X.data(), D, W.data(), F, 0.0f, Y.data(), F); });
+  run.flops("matmul dY.W^T (dX)", dims({T, F}) + " . (" + dims({D, F}) + ")^T", flops, [&] {
+    ops::gemm(Device::kCPU, false, true, T, D, F, 1.0f, dY.data(), F, W.data(), F, 1.0f, dX.data(), D);
+  });
+  run.flops("matmul X^T.dY (dW)", "(" + dims({T, D}) + ")^T . " + dims({T, F}), flops, [&] {
+    ops::gemm(Device::kCPU, true, false, D, F, T, 1.0f, X.data(), D, dY.data(), F, 1.0f, dW.data(), F);
+  });
 }
 
 // Causal attention. FLOP convention (causal: half of the T x T scores): forward = 2 matmuls (Q K^T, P V) of
@@ -101,10 +103,10 @@ void bench_attention(Runner& run) {
   std::vector<float> dq(static_cast<size_t>(nq)), dk(static_cast<size_t>(nk)), dv(static_cast<size_t>(nv));
   const double fwd = double(s.B * s.H) * 2.0 * (double(s.T) * double(s.T) / 2.0) * double(s.Dk + s.Dv);
   const std::string shape = "B1 T1024 H4 Dk=Dv=64 causal";
-  auto forward = [&] { cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s); };
+  auto forward = [&] { ops::attention_forward(Device::kCPU, out.data(), lse.data(), q.data(), k.data(), v.data(), s); };
   auto backward = [&] {
-    cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(), k.data(),
-                            v.data(), s);
+    ops::attention_backward(Device::kCPU, dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(),
+                            q.data(), k.data(), v.data(), s);
   };
   run.flops("attention fwd", shape, fwd, forward);
   run.flops("attention bwd (2.5x fwd)", shape, 2.5 * fwd, backward);
@@ -126,11 +128,14 @@ void bench_rmsnorm(Runner& run) {
   std::vector<float> y(static_cast<size_t>(T * D)), rstd(static_cast<size_t>(T)), dx(static_cast<size_t>(T * D)),
       dw(static_cast<size_t>(D));
   const double fwd = 4.0 * double(2 * T * D + D + T), bwd = 4.0 * double(4 * T * D + T + 3 * D);
-  auto forward = [&] { cpu::rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), nullptr, T, D, 1e-6f); };
+  auto forward = [&] {
+    ops::rmsnorm_forward(Device::kCPU, y.data(), rstd.data(), x.data(), w.data(), nullptr, T, D, 1e-6f);
+  };
   run.bytes("rmsnorm fwd", dims({T, D}), fwd, forward);
   run.bytes("rmsnorm fwd+bwd", dims({T, D}), fwd + bwd, [&] {
     forward();
-    cpu::rmsnorm_backward(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), nullptr, rstd.data(), T, D);
+    ops::rmsnorm_backward(Device::kCPU, dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), nullptr,
+                          rstd.data(), T, D);
   });
 }
 
@@ -144,9 +149,10 @@ void bench_situ(Runner& run) {
   const SituParams p;
   const std::string shape = "g,u halves of " + dims({T, ld});
   run.bytes("situ_glu fwd", shape, 4.0 * 3.0 * double(T * F),
-            [&] { cpu::situ_glu_forward(y.data(), F, gu.data(), ld, gu.data() + F, ld, T, F, p); });
+            [&] { ops::situ_glu_forward(Device::kCPU, y.data(), F, gu.data(), ld, gu.data() + F, ld, T, F, p); });
   run.bytes("situ_glu bwd", shape, 4.0 * 7.0 * double(T * F), [&] {
-    cpu::situ_glu_backward(dgu.data(), ld, dgu.data() + F, ld, dy.data(), F, gu.data(), ld, gu.data() + F, ld, T, F, p);
+    ops::situ_glu_backward(Device::kCPU, dgu.data(), ld, dgu.data() + F, ld, dy.data(), F, gu.data(), ld, gu.data() + F,
+                           ld, T, F, p);
   });
 }
 
@@ -158,7 +164,7 @@ void bench_adamw(Runner& run) {
   AdamWParams hp;
   hp.weight_decay = 0.1f;
   run.bytes("adamw update", std::to_string(n >> 20) + "M params", 4.0 * 7.0 * double(n), [&] {
-    cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), n, hp);
+    ops::adamw_update(Device::kCPU, p.data(), g.data(), m.data(), v.data(), n, hp);
     ++hp.step;
   });
 }
@@ -179,8 +185,10 @@ void bench_moe(Runner& run) {
   std::vector<float> copies(static_cast<size_t>(n * D)), y(static_cast<size_t>(T * D));
   const double gather = 4.0 * double(T * D + n * D + n), scatter = 4.0 * double(n * D + 2 * T * D + 2 * n);
   const std::string shape = dims({T, D}) + " top-" + std::to_string(k) + " -> " + dims({n, D});
-  auto do_gather = [&] { cpu::gather_rows(copies.data(), x.data(), idx.data(), n, T, D); };
-  auto do_scatter = [&] { cpu::scatter_add_rows(y.data(), expert_out.data(), idx.data(), w.data(), n, T, D); };
+  auto do_gather = [&] { ops::gather_rows(Device::kCPU, copies.data(), x.data(), idx.data(), n, T, D); };
+  auto do_scatter = [&] {
+    ops::scatter_add_rows(Device::kCPU, y.data(), expert_out.data(), idx.data(), w.data(), n, T, D);
+  };
   run.bytes("moe gather", shape, gather, do_gather, 0.0);
   run.bytes("moe scatter_add (weighted)", shape, scatter, do_scatter, 0.0);
   run.bytes("moe gather + scatter_add", shape, gather + scatter, [&] {

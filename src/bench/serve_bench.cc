@@ -7,8 +7,8 @@
 #include "infer/inference_model.h"
 #include "io/checkpoint.h"
 #include "model/accounting.h"
-#include "ops/cpu/latent_q8.h"
 #include "ops/kernels.h"
+#include "ops/latent_q8.h"
 #include "serve/engine.h"
 
 namespace myriad::bench {
@@ -240,11 +240,12 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& opt, const MachineLimi
   // Each latent cache has its own verdict (one cache meeting the target says nothing of the others).
   for (const ServeBenchResult::ContextRow& r : res.context) {
     const bool ok = r.ms_long <= kLongContextTarget * r.ms_1k;
-    const char* how = r.cache == DType::kF32    ? "f32 latent cache"
-                      : r.cache == DType::kBF16 ? (cpu::bf16_dot_native() ? "bf16 latent cache (native bf16 products)"
-                                                                          : "bf16 latent cache (widened to f32)")
-                                                : (cpu::latent_q8_native() ? "q8 latent cache (VNNI int8 products)"
-                                                                           : "q8 latent cache (portable int8 loops)");
+    const char* how = r.cache == DType::kF32 ? "f32 latent cache"
+                      : r.cache == DType::kBF16
+                          ? (ops::bf16_dot_native(Device::kCPU) ? "bf16 latent cache (native bf16 products)"
+                                                                : "bf16 latent cache (widened to f32)")
+                          : (ops::latent_q8_native(Device::kCPU) ? "q8 latent cache (VNNI int8 products)"
+                                                                 : "q8 latent cache (portable int8 loops)");
     std::fprintf(out,
                  "decode f32 weights, %s, at %lld tokens of context: %.2f ms, at 1K: %.2f ms: %.2fx (target <= %.1fx: "
                  "%s)\n",

@@ -23,6 +23,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 std::shared_ptr<const DecodeWeights> DecodeWeights::from_model(const ModelWeights& w) {
   auto d = std::make_shared<DecodeWeights>();
   for (const auto& [name, var] : w.all()) {
+    MYRIAD_REQUIRE(var.value().device() == d->device(), kUnsupported, "inference: weight ", name, " is on ",
+                   device_name(var.value().device()), "; the inference layer runs on ", device_name(d->device()),
+                   " only (copy the model to the CPU first)");
     Tensor t = f32_contiguous(var.value());
     if (t.ndim() == 2) d->linear_.emplace(name, LinearWeight::dense(t));
     d->dense_.emplace(name, std::move(t));

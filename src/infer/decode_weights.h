@@ -37,6 +37,10 @@ class DecodeWeights {
   // A 2-D weight as a linear layer (dense or quantized); kFormat when absent.
   const LinearWeight& linear(const std::string& name) const;
   int64_t quantized_count() const { return quantized_; }
+  // The device whose kernels the decoders run (ops/kernels.h dispatch): the CPU. The inference layer keeps its
+  // states, caches and activations in host memory; no CUDA decode path is built yet, so from_model refuses a
+  // model whose weights live elsewhere (kUnsupported) rather than fail inside a kernel.
+  Device device() const { return Device::kCPU; }
 
  private:
   std::map<std::string, Tensor> dense_;

@@ -12,8 +12,8 @@
 #include "io/run_layout.h"
 #include "model/param_spec.h"
 #include "model/routing.h"
-#include "ops/cpu/parallel.h"
 #include "ops/kernels.h"
+#include "ops/serial_blas.h"
 
 namespace myriad {
 
@@ -124,7 +124,7 @@ Tensor InferenceModel::rmsnorm(const Tensor& x_in, const float* weight) const {
   Tensor y = Tensor::empty({N, D});
   thread_local std::vector<float> rstd;
   if (rstd.size() < size_t(N)) rstd.resize(size_t(N));
-  cpu::rmsnorm_forward(y.data<float>(), rstd.data(), x.data<float>(), weight, nullptr, N, D,
+  ops::rmsnorm_forward(w_->device(), y.data<float>(), rstd.data(), x.data<float>(), weight, nullptr, N, D,
                        float(config_.rms_norm_eps));
   return y;
 }
@@ -134,7 +134,7 @@ void InferenceModel::glu_rows(float* g, const float* u, int64_t rows, int64_t F)
     for (int64_t i = 0; i < rows * F; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
     return;
   }
-  cpu::situ_glu_forward(g, F, g, F, u, F, rows, F,
+  ops::situ_glu_forward(w_->device(), g, F, g, F, u, F, rows, F,
                         SituParams{float(config_.activation_situ_beta), float(config_.activation_situ_linear_beta)});
 }
 
@@ -169,7 +169,7 @@ Tensor InferenceModel::attn_res_read(const float* norm, const float* proj, const
     for (float& sc : score) sum += (sc = std::exp(sc - mx));
     float* rt = r + t * D;
     std::fill(rt, rt + D, 0.0f);
-    for (int64_t c = 0; c < C; ++c) cpu::axpy(rt, v[size_t(c)] + t * D, score[size_t(c)] / sum, D);
+    for (int64_t c = 0; c < C; ++c) ops::axpy(w_->device(), rt, v[size_t(c)] + t * D, score[size_t(c)] / sum, D);
   }
   return read;
 }
@@ -196,14 +196,14 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
   // Router scores s [N, E] in f32 (sigmoid or softmax), selection on s + bias, mixture weights from s alone.
   Tensor s = lw.router->apply(x);
   if (c.moe_router_activation_func == RouterActivation::kSoftmax)
-    cpu::softmax_forward(s.data<float>(), s.data<float>(), N, E);
+    ops::softmax_forward(w_->device(), s.data<float>(), s.data<float>(), N, E);
   else
-    cpu::unary_forward(Unary::kSigmoid, s.data<float>(), s.data<float>(), N * E);
+    ops::unary_forward(w_->device(), Unary::kSigmoid, s.data<float>(), s.data<float>(), N * E);
   const Tensor idx = select_experts(c, s, lw.router_bias, std::nullopt).idx;  // serving has no capacity limit
   // p_i = s_i / sum of the chosen s (moe_renormalize) * routed_scaling_factor
   Tensor weights = Tensor::empty({N, k});
-  cpu::route_weights_forward(weights.data<float>(), nullptr, s.data<float>(), idx.data<int32_t>(), N, E, k,
-                             float(c.routed_scaling_factor), c.moe_renormalize);
+  ops::route_weights_forward(w_->device(), weights.data<float>(), nullptr, s.data<float>(), idx.data<int32_t>(), N, E,
+                             k, float(c.routed_scaling_factor), c.moe_renormalize);
   const bool latent = c.routed_expert_hidden_size.has_value();
   const Tensor z = latent ? lw.latent_down->apply(x) : x.contiguous();  // [N, L]
   const int64_t L = z.size(1);
@@ -230,7 +230,7 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
     thread_local std::vector<float> ze, g, up;
     if (ze.size() < size_t(n * L)) ze.resize(size_t(n * L));
     if (g.size() < size_t(n * F)) g.resize(size_t(n * F)), up.resize(size_t(n * F));
-    cpu::gather_rows(ze.data(), z.data<float>(), copy_token.data() + b0, n, N, L);
+    ops::gather_rows(w_->device(), ze.data(), z.data<float>(), copy_token.data() + b0, n, N, L);
     ew[size_t(3 * e)]->apply(ze.data(), n, g.data());                        // w1 (gate)
     ew[size_t(3 * e + 1)]->apply(ze.data(), n, up.data());                   // w3 (up)
     glu_rows(g.data(), up.data(), n, F);                                     // in place into g
@@ -257,14 +257,15 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
     const int64_t e = active[a], b0 = start[size_t(e)], n = start[size_t(e + 1)] - b0;
     std::vector<float> wsel(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) wsel[size_t(i)] = weights.data<float>()[copy_slot[size_t(b0 + i)]];
-    cpu::scatter_add_rows(u.data<float>(), outs.data<float>() + b0 * L, copy_token.data() + b0, wsel.data(), n, N, L);
+    ops::scatter_add_rows(w_->device(), u.data<float>(), outs.data<float>() + b0 * L, copy_token.data() + b0,
+                          wsel.data(), n, N, L);
   }
   Tensor y = u;
   if (latent) {
     if (lw.latent_norm) u = rmsnorm(u, lw.latent_norm);
     y = lw.latent_up->apply(u);
   }
-  if (shared) cpu::axpy(y.data<float>(), ys.data<float>(), 1.0f, y.numel());
+  if (shared) ops::axpy(w_->device(), y.data<float>(), ys.data<float>(), 1.0f, y.numel());
   return y;
 }
 
@@ -289,18 +290,18 @@ Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logit
   // Decode-sized batches run their weight products in skinny_matmul (OpenMP) and only small sgemm calls
   // (attention over a page); OpenBLAS's own threads would spin between those calls and take the cores from the
   // OpenMP threads, so they are kept out of decode steps.
-  std::optional<cpu::BlasSingleThread> single_blas;
+  std::optional<ops::ScopedSerialBlas> single_blas;
   if (N <= 16) single_blas.emplace();
   Tensor running = Tensor::empty({N, D});
   if (N > 0) {
-    cpu::embedding_forward(running.data<float>(), embed_, ids.data(), N, c.vocab_size, D);
+    ops::embedding_forward(w_->device(), running.data<float>(), embed_, ids.data(), N, c.vocab_size, D);
   }
   const bool block = c.attn_res_mode == AttnResMode::kBlock, skip = c.attn_res_mode == AttnResMode::kSkip;
   std::vector<Tensor> sealed;
   Tensor skip_buffer;
   auto add = [](const Tensor& a, const Tensor& b) {
     Tensor r = a.clone();
-    cpu::axpy(r.data<float>(), b.contiguous().data<float>(), 1.0f, r.numel());
+    ops::axpy(r.device(), r.data<float>(), b.contiguous().data<float>(), 1.0f, r.numel());
     return r;
   };
   auto mixer = [&](int64_t l, const Tensor& h) {

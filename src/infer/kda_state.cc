@@ -94,27 +94,27 @@ Tensor KdaDecoder::forward(const Tensor& x_in, std::span<const KdaSegment> segs,
     int64_t r0 = 0;
     for (const KdaSegment& s : segs) {
       Tensor next = Tensor::empty({1, W_ - 1, HK});
-      cpu::conv1d_forward(y.data<float>() + r0 * HK, next.data<float>(), lin.data<float>() + r0 * HK, w.data<float>(),
-                          (s.state->*tail).data<float>(), 1, s.rows, HK, W_);
+      ops::conv1d_forward(w_->device(), y.data<float>() + r0 * HK, next.data<float>(), lin.data<float>() + r0 * HK,
+                          w.data<float>(), (s.state->*tail).data<float>(), 1, s.rows, HK, W_);
       s.state->*tail = next;
       r0 += s.rows;
     }
-    cpu::unary_forward(Unary::kSiLU, y.data<float>(), y.data<float>(), N * HK);
+    ops::unary_forward(w_->device(), Unary::kSiLU, y.data<float>(), y.data<float>(), N * HK);
     return y;
   };
   thread_local std::vector<float> rnorm;  // l2norm's per-row statistics (unused here)
   if (rnorm.size() < size_t(N * H)) rnorm.resize(size_t(N * H));
   Tensor q = short_conv(lin_q, conv_q_, &KdaState::conv_q);  // [N, H, K]
-  cpu::l2norm_forward(q.data<float>(), rnorm.data(), q.data<float>(), N * H, K, kKdaQkL2NormEps);
-  cpu::scale(q.data<float>(), q.data<float>(), 1.0f / std::sqrt(float(K)), N * HK);
+  ops::l2norm_forward(w_->device(), q.data<float>(), rnorm.data(), q.data<float>(), N * H, K, kKdaQkL2NormEps);
+  ops::scale(w_->device(), q.data<float>(), q.data<float>(), 1.0f / std::sqrt(float(K)), N * HK);
   Tensor k = short_conv(lin_k, conv_k_, &KdaState::conv_k);
-  cpu::l2norm_forward(k.data<float>(), rnorm.data(), k.data<float>(), N * H, K, kKdaQkL2NormEps);
+  ops::l2norm_forward(w_->device(), k.data<float>(), rnorm.data(), k.data<float>(), N * H, K, kKdaQkL2NormEps);
   const Tensor v = short_conv(lin_v, conv_v_, &KdaState::conv_v);
   // g = lb * sigmoid(exp(A_log_h) * (f + dt_bias)), in place over f = W_fb W_fa x  [N, H, K]
   Tensor g = f_b_.apply(fa);
-  cpu::kda_gate_forward(g.data<float>(), g.data<float>(), a_log_.data<float>(), dt_bias_.data<float>(), N, H, K,
-                        lower_bound_);
-  cpu::unary_forward(Unary::kSigmoid, beta.data<float>(), beta.data<float>(), N * H);
+  ops::kda_gate_forward(w_->device(), g.data<float>(), g.data<float>(), a_log_.data<float>(), dt_bias_.data<float>(), N,
+                        H, K, lower_bound_);
+  ops::unary_forward(w_->device(), Unary::kSigmoid, beta.data<float>(), beta.data<float>(), N * H);
   Tensor o = Tensor::empty({N, H, V});
   std::vector<int64_t> row0(segs.size() + 1, 0);
   bool all_single = segs.size() > 1;
@@ -129,10 +129,10 @@ Tensor KdaDecoder::forward(const Tensor& x_in, std::span<const KdaSegment> segs,
       Tensor S_next = Tensor::empty(s.state->S.shape());
       const KdaShape shape{1, s.rows, H, K, V, chunk};
       // One token: the recurrent form (decode). More: the chunkwise form (prefill). Same state either way.
-      (s.rows == 1 ? cpu::kda_recurrent_forward : cpu::kda_chunk_forward)(
-          o.data<float>() + r0 * H * V, S_next.data<float>(), q.data<float>() + r0 * HK, k.data<float>() + r0 * HK,
-          v.data<float>() + r0 * H * V, g.data<float>() + r0 * HK, beta.data<float>() + r0 * H,
-          s.state->S.data<float>(), shape);
+      (s.rows == 1 ? ops::kda_recurrent_forward : ops::kda_chunk_forward)(
+          w_->device(), o.data<float>() + r0 * H * V, S_next.data<float>(), q.data<float>() + r0 * HK,
+          k.data<float>() + r0 * HK, v.data<float>() + r0 * H * V, g.data<float>() + r0 * HK,
+          beta.data<float>() + r0 * H, s.state->S.data<float>(), shape);
       s.state->S = S_next;
     }
     s.state->tokens += s.rows;
@@ -147,8 +147,8 @@ Tensor KdaDecoder::forward(const Tensor& x_in, std::span<const KdaSegment> segs,
   Tensor normed = Tensor::empty({N, H * V});
   thread_local std::vector<float> rstd;
   if (rstd.size() < size_t(N * H)) rstd.resize(size_t(N * H));
-  cpu::rmsnorm_forward(normed.data<float>(), rstd.data(), o.data<float>(), o_norm_.data<float>(), gate.data<float>(),
-                       N * H, V, rms_eps_);
+  ops::rmsnorm_forward(w_->device(), normed.data<float>(), rstd.data(), o.data<float>(), o_norm_.data<float>(),
+                       gate.data<float>(), N * H, V, rms_eps_);
   return o_proj_.apply(normed);
 }
 

@@ -7,12 +7,13 @@
 #include <numeric>
 #include <string>
 
+#include "core/parallel.h"
 #include "infer/decode_weights.h"
 #include "model/constants.h"
 #include "model/rope.h"
-#include "ops/cpu/parallel.h"
-#include "ops/cpu/vmath.h"
+#include "ops/fast_math.h"
 #include "ops/kernels.h"
+#include "ops/serial_blas.h"
 
 namespace myriad {
 
@@ -67,7 +68,7 @@ void* MlaCache::next_row() {
   if (r == 0 && size_ / page_tokens_ == num_pages()) {
     if (q8_) {
       pages_.push_back(Tensor::empty({int64_t(q8_->bytes)}, DType::kU8));
-      cpu::latent_q8_init_page(*q8_, pages_.back().data<uint8_t>());
+      ops::latent_q8_init_page(device(), *q8_, pages_.back().data<uint8_t>());
     } else {
       pages_.push_back(Tensor::empty({page_tokens_, row_width()}, dtype_));
     }
@@ -86,7 +87,7 @@ void MlaCache::append(const float* c_kv, const float* k_pe) {
     row.resize(size_t(row_width()));
     std::copy(c_kv, c_kv + C_, row.begin());
     std::copy(k_pe, k_pe + Dr_, row.begin() + C_);
-    cpu::latent_q8_store_row(*q8_, static_cast<uint8_t*>(r), (size_ - 1) % page_tokens_, row.data());
+    ops::latent_q8_store_row(device(), *q8_, static_cast<uint8_t*>(r), (size_ - 1) % page_tokens_, row.data());
     return;
   }
   if (dtype_ == DType::kBF16) {
@@ -134,7 +135,7 @@ void MlaCache::clear() {
 }
 
 size_t MlaCache::page_bytes(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens, DType dtype) {
-  if (dtype == DType::kQ8_0) return cpu::LatentQ8Layout(kv_lora_rank, rope_dim, page_tokens).bytes;
+  if (dtype == DType::kQ8_0) return LatentQ8Layout(kv_lora_rank, rope_dim, page_tokens).bytes;
   return size_t(page_tokens) * size_t(kv_lora_rank + rope_dim) * (dtype == DType::kBF16 ? 2 : 4);
 }
 
@@ -157,7 +158,7 @@ const uint8_t* MlaCache::page_q8(int64_t p) const {
   return pages_[size_t(p)].data<uint8_t>();
 }
 
-const cpu::LatentQ8Layout& MlaCache::q8_layout() const {
+const LatentQ8Layout& MlaCache::q8_layout() const {
   MYRIAD_CHECK(q8_.has_value(), "mla cache: q8_layout() of a ", dtype_name(dtype_), " cache");
   return *q8_;
 }
@@ -178,7 +179,7 @@ void MlaCache::row_f32(int64_t t, float* out) const {
     return;
   }
   if (q8_) {
-    cpu::latent_q8_load_rows(*q8_, page_q8(t / page_tokens_), t % page_tokens_, 1, out, row_width());
+    ops::latent_q8_load_rows(device(), *q8_, page_q8(t / page_tokens_), t % page_tokens_, 1, out, row_width());
     return;
   }
   const uint16_t* b = page_bf16(t / page_tokens_) + (t % page_tokens_) * row_width();
@@ -252,8 +253,8 @@ void MlaDecoder::project(const float* x, int64_t T, const int64_t* positions, fl
     std::vector<float> cq(static_cast<size_t>(T * Cq));
     std::vector<float> rstd(static_cast<size_t>(T));
     linear(cq.data(), Cq, x, T, w_qa_);
-    cpu::rmsnorm_forward(cq.data(), rstd.data(), cq.data(), w_qa_norm_.data<float>(), nullptr, T, Cq,
-                         kMlaLatentNormEps);
+    ops::rmsnorm_forward(weights_->device(), cq.data(), rstd.data(), cq.data(), w_qa_norm_.data<float>(), nullptr, T,
+                         Cq, kMlaLatentNormEps);
     linear(q, H_ * Dq_, cq.data(), T, w_qb_);
   } else {
     linear(q, H_ * Dq_, x, T, w_q_);
@@ -261,16 +262,17 @@ void MlaDecoder::project(const float* x, int64_t T, const int64_t* positions, fl
   linear(rows, W, x, T, w_kva_);  // [T, C + Dr] = [c_kv | k_pe], raw
   for (int64_t t = 0; t < T; ++t) {
     float rstd = 0.0f;  // in place: each output element reads only its own input element
-    cpu::rmsnorm_forward(rows + t * W, &rstd, rows + t * W, w_kv_norm_.data<float>(), nullptr, 1, C_,
-                         kMlaLatentNormEps);
+    ops::rmsnorm_forward(weights_->device(), rows + t * W, &rstd, rows + t * W, w_kv_norm_.data<float>(), nullptr, 1,
+                         C_, kMlaLatentNormEps);
   }
   if (rope_) {
     const std::vector<int64_t> pos(positions, positions + T);
     const RopeTables rt = make_rope_tables(pos, Dr_, rope_theta_, yarn_ ? &*yarn_ : nullptr);
     const float* cs = rt.cos.data<float>();
     const float* sn = rt.sin.data<float>();
-    cpu::rope_forward(q, q, cs, sn, T, H_, Dq_, RopeLayout{Dn_, Dr_, false});    // q_pe of every head
-    cpu::rope_forward(rows, rows, cs, sn, T, 1, W, RopeLayout{C_, Dr_, false});  // k_pe, shared by the heads
+    ops::rope_forward(weights_->device(), q, q, cs, sn, T, H_, Dq_, RopeLayout{Dn_, Dr_, false});  // q_pe of every head
+    ops::rope_forward(weights_->device(), rows, rows, cs, sn, T, 1, W,
+                      RopeLayout{C_, Dr_, false});  // k_pe, shared by the heads
   }
 }
 
@@ -279,7 +281,7 @@ void MlaDecoder::finish(const float* x, int64_t T, float* attn, float* out) cons
   if (gate_) {
     std::vector<float> g(static_cast<size_t>(T * HV));
     linear(g.data(), HV, x, T, w_g_);
-    cpu::unary_forward(Unary::kSigmoid, g.data(), g.data(), T * HV);
+    ops::unary_forward(weights_->device(), Unary::kSigmoid, g.data(), g.data(), T * HV);
     for (int64_t i = 0; i < T * HV; ++i) attn[i] *= g[size_t(i)];
   }
   linear(out, D_, attn, T, w_o_);
@@ -293,24 +295,25 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
   std::vector<float> qcat(static_cast<size_t>(H_ * W));
   // Per head a [1, Dn] x [Dn, C] product: the few-row kernel, not sgemm (whose packing dominated at this size).
   for (int64_t h = 0; h < H_; ++h)
-    cpu::gemm_skinny_nn(1, C_, Dn_, q + h * Dq_, Dq_, w_uk_.data<float>() + h * Dn_ * C_, C_, qcat.data() + h * W, W,
-                        false);
+    ops::gemm_skinny_nn(weights_->device(), 1, C_, Dn_, q + h * Dq_, Dq_, w_uk_.data<float>() + h * Dn_ * C_, C_,
+                        qcat.data() + h * W, W, false);
   for (int64_t h = 0; h < H_; ++h) std::copy(q + h * Dq_ + Dn_, q + (h + 1) * Dq_, qcat.data() + h * W + C_);
-  cpu::scale(qcat.data(), qcat.data(), scale_, H_ * W);  // the softmax scale, once rather than per page
+  ops::scale(weights_->device(), qcat.data(), qcat.data(), scale_,
+             H_ * W);  // the softmax scale, once rather than per page
   // A bf16 cache: with native bf16 dot products the queries are rounded to bf16 too and the page scores run
   // through vdpbf16ps (32 products an instruction, half the bytes read); otherwise each page is widened to f32 and
   // scored by the f32 kernel. Either way the values pass reads the page widened to f32.
-  const bool bf16 = cache.dtype() == DType::kBF16, bf16_dot = bf16 && cpu::bf16_dot_native();
+  const bool bf16 = cache.dtype() == DType::kBF16, bf16_dot = bf16 && ops::bf16_dot_native(weights_->device());
   std::vector<uint16_t> qb;
   if (bf16_dot) {
     qb.resize(static_cast<size_t>(H_ * W));
-    cpu::f32_to_bf16_rows(qb.data(), W, qcat.data(), W, H_, W);
+    ops::f32_to_bf16_rows(weights_->device(), qb.data(), W, qcat.data(), W, H_, W);
   }
   // An int8 cache: the queries are quantized like a cached row (per head and group of 32), and both page products
-  // run on the integer kernels (cpu::latent_q8_scores / latent_q8_values) straight from the page.
+  // run on the integer kernels (ops::latent_q8_scores / latent_q8_values) straight from the page.
   const bool q8 = cache.dtype() == DType::kQ8_0;
-  cpu::LatentQ8Query qq;
-  if (q8) cpu::latent_q8_quantize_query(cache.q8_layout(), qcat.data(), H_, W, qq);
+  LatentQ8Query qq;
+  if (q8) ops::latent_q8_quantize_query(weights_->device(), cache.q8_layout(), qcat.data(), H_, W, qq);
 
   // Pages are split into contiguous ranges, one per part; each part runs an online softmax over its pages (running
   // max m, sum l and unnormalised o_lat per head), and the parts are merged at the end (flash-decoding).
@@ -342,39 +345,43 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
       for (int64_t p = s0; p < s1; ++p) {
         const int64_t n = cache.page_rows(p), off = (p - s0) * P;
         if (q8) {
-          cpu::latent_q8_scores(cache.q8_layout(), cache.page_q8(p), n, qq, S.data() + off, LS,
+          ops::latent_q8_scores(weights_->device(), cache.q8_layout(), cache.page_q8(p), n, qq, S.data() + off, LS,
                                 p + 1 < p1 ? cache.page_q8(p + 1) : nullptr);
         } else {
-          if (bf16) cpu::bf16_to_f32_rows(widened.data() + off * W, W, cache.page_bf16(p), W, n, W);
+          if (bf16) ops::bf16_to_f32_rows(weights_->device(), widened.data() + off * W, W, cache.page_bf16(p), W, n, W);
           if (bf16_dot)
-            cpu::gemm_skinny_bf16(H_, n, W, qb.data(), W, cache.page_bf16(p), W, S.data() + off, LS);
+            ops::gemm_skinny_bf16(weights_->device(), H_, n, W, qb.data(), W, cache.page_bf16(p), W, S.data() + off,
+                                  LS);
           else
-            cpu::gemm_skinny(H_, n, W, qcat.data(), page_f32(p), S.data() + off, LS);  // [H, n] scores
+            ops::gemm_skinny(weights_->device(), H_, n, W, qcat.data(), page_f32(p), S.data() + off,
+                             LS);  // [H, n] scores
         }
         // Only the last page of the cache can be short, so the span's tokens are contiguous in S.
         total = off + n;
       }
       for (int64_t h = 0; h < H_; ++h) {
         float* sr = S.data() + h * LS;
-        const float mx = std::max(mp[h], cpu::max_of(sr, total));
-        const float corr = cpu::fast_exp(mp[h] - mx);  // ~0 on the first span (m = -inf), where l = o = 0
-        lp[h] = lp[h] * corr + cpu::exp_shifted_sum(sr, total, mx);
+        const float mx = std::max(mp[h], ops::max_of(weights_->device(), sr, total));
+        const float corr = fast_exp(mp[h] - mx);  // ~0 on the first span (m = -inf), where l = o = 0
+        lp[h] = lp[h] * corr + ops::exp_shifted_sum(weights_->device(), sr, total, mx);
         mp[h] = mx;
-        if (corr != 1.0f) cpu::scale(op + h * C_, op + h * C_, corr, C_);
+        if (corr != 1.0f) ops::scale(weights_->device(), op + h * C_, op + h * C_, corr, C_);
       }
       for (int64_t p = s0; p < s1; ++p) {
         const int64_t n = cache.page_rows(p), off = (p - s0) * P;
         if (q8)
-          cpu::latent_q8_values(cache.q8_layout(), cache.page_q8(p), n, S.data() + off, LS, H_, op, C_);
+          ops::latent_q8_values(weights_->device(), cache.q8_layout(), cache.page_q8(p), n, S.data() + off, LS, H_, op,
+                                C_);
         else
-          cpu::gemm_skinny_nn(H_, C_, n, S.data() + off, LS, page_f32(p), W, op, C_, true);  // o_lat += p c_kv
+          ops::gemm_skinny_nn(weights_->device(), H_, C_, n, S.data() + off, LS, page_f32(p), W, op, C_,
+                              true);  // o_lat += p c_kv
       }
     }
   };
   if (parts == 1) {
     run_part(0);
   } else {
-    cpu::BlasSingleThread single;
+    ops::ScopedSerialBlas single;
 #pragma omp parallel for num_threads(int(parts)) schedule(static, 1)
     for (int64_t part = 0; part < parts; ++part) run_part(part);
   }
@@ -389,13 +396,14 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
     for (int64_t i = 0; i < parts; ++i) {
       const float f = std::exp(m[size_t(i * H_ + h)] - mx);
       den += f * l[size_t(i * H_ + h)];
-      cpu::axpy(oh, o.data() + (i * H_ + h) * C_, f, C_);
+      ops::axpy(weights_->device(), oh, o.data() + (i * H_ + h) * C_, f, C_);
     }
-    cpu::scale(oh, oh, 1.0f / den, C_);
+    ops::scale(weights_->device(), oh, oh, 1.0f / den, C_);
   }
   // out[h] = W_uv[h] o_lat[h]
   for (int64_t h = 0; h < H_; ++h)
-    cpu::gemm_skinny(1, Dv_, C_, o_lat.data() + h * C_, w_uv_.data<float>() + h * Dv_ * C_, attn + h * Dv_, H_ * Dv_);
+    ops::gemm_skinny(weights_->device(), 1, Dv_, C_, o_lat.data() + h * C_, w_uv_.data<float>() + h * Dv_ * C_,
+                     attn + h * Dv_, H_ * Dv_);
 }
 
 void MlaDecoder::attend_chunk(const float* q, int64_t T, const MlaCache& cache, float* attn_p) const {
@@ -410,9 +418,10 @@ void MlaDecoder::attend_chunk(const float* q, int64_t T, const MlaCache& cache, 
     for (int64_t p = 0; p < cache.num_pages(); ++p) {
       float* dst = widened.data() + p * P * W;
       if (cache.dtype() == DType::kBF16)
-        cpu::bf16_to_f32_rows(dst, W, cache.page_bf16(p), W, cache.page_rows(p), W);
+        ops::bf16_to_f32_rows(weights_->device(), dst, W, cache.page_bf16(p), W, cache.page_rows(p), W);
       else
-        cpu::latent_q8_load_rows(cache.q8_layout(), cache.page_q8(p), 0, cache.page_rows(p), dst, W);
+        ops::latent_q8_load_rows(weights_->device(), cache.q8_layout(), cache.page_q8(p), 0, cache.page_rows(p), dst,
+                                 W);
     }
   }
   auto page_f32 = [&](int64_t p) { return widened.empty() ? cache.page(p) : widened.data() + p * P * W; };
@@ -438,12 +447,12 @@ void MlaDecoder::attend_chunk(const float* q, int64_t T, const MlaCache& cache, 
     float* ol = sc.o_lat.data();
     // [q_lat | q_pe] rows: q_lat = q_nope W_uk[h]  ([m, Dn] x [Dn, C])
     const float* qh = q + i0 * HQ + h * Dq_;
-    cpu::gemm(false, false, m, C_, Dn_, 1.0f, qh, HQ, uk + h * Dn_ * C_, C_, 0.0f, qc, W);
+    ops::gemm(weights_->device(), false, false, m, C_, Dn_, 1.0f, qh, HQ, uk + h * Dn_ * C_, C_, 0.0f, qc, W);
     for (int64_t r = 0; r < m; ++r) std::copy(qh + r * HQ + Dn_, qh + r * HQ + Dq_, qc + r * W + C_);
     // scores against every key the tile may see, one sgemm per page
     for (int64_t k0 = 0; k0 < kend; k0 += P) {
       const int64_t n = std::min(P, kend - k0);
-      cpu::gemm(false, true, m, n, W, scale, qc, W, page_f32(k0 / P), W, 0.0f, S + k0, ldS);
+      ops::gemm(weights_->device(), false, true, m, n, W, scale, qc, W, page_f32(k0 / P), W, 0.0f, S + k0, ldS);
     }
     // causal softmax: row r sees keys [0, base + i0 + r]
     for (int64_t r = 0; r < m; ++r) {
@@ -455,7 +464,7 @@ void MlaDecoder::attend_chunk(const float* q, int64_t T, const MlaCache& cache, 
       float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j < n; ++j) {
-        sr[j] = cpu::fast_exp(sr[j] - mx);
+        sr[j] = fast_exp(sr[j] - mx);
         sum += sr[j];
       }
       const float inv = 1.0f / sum;
@@ -466,17 +475,19 @@ void MlaDecoder::attend_chunk(const float* q, int64_t T, const MlaCache& cache, 
     // o_lat = P c_kv  ([m, kend] x [kend, C]: the first C columns of the cached rows), page by page
     for (int64_t k0 = 0; k0 < kend; k0 += P) {
       const int64_t n = std::min(P, kend - k0);
-      cpu::gemm(false, false, m, C_, n, 1.0f, S + k0, ldS, page_f32(k0 / P), W, k0 == 0 ? 0.0f : 1.0f, ol, C_);
+      ops::gemm(weights_->device(), false, false, m, C_, n, 1.0f, S + k0, ldS, page_f32(k0 / P), W,
+                k0 == 0 ? 0.0f : 1.0f, ol, C_);
     }
     // out[h] = o_lat W_uv[h]^T  ([m, C] x [C, Dv])
-    cpu::gemm(false, true, m, Dv_, C_, 1.0f, ol, C_, uv + h * Dv_ * C_, C_, 0.0f, attn_p + i0 * HV + h * Dv_, HV);
+    ops::gemm(weights_->device(), false, true, m, Dv_, C_, 1.0f, ol, C_, uv + h * Dv_ * C_, C_, 0.0f,
+              attn_p + i0 * HV + h * Dv_, HV);
   };
   const int nt = num_threads();
   if (tasks < 2 * nt || nt == 1) {
     Scratch sc = make_scratch();
     for (int64_t t = 0; t < tasks; ++t) run(t, sc);
   } else {
-    cpu::BlasSingleThread single;
+    ops::ScopedSerialBlas single;
 #pragma omp parallel num_threads(nt)
     {
       Scratch sc = make_scratch();
@@ -524,7 +535,7 @@ Tensor MlaDecoder::forward(const Tensor& x_in, std::span<const MlaSegment> segs,
     all_single = all_single && segs[i].rows == 1;
   }
   if (all_single) {
-    cpu::BlasSingleThread single;
+    ops::ScopedSerialBlas single;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
     for (size_t i = 0; i < segs.size(); ++i)
       attend_one(q.data() + row0[i] * HQ, *segs[i].cache, attn_p + row0[i] * HV, 1);

@@ -25,7 +25,7 @@
 // sees every cached token before it and itself), so for one sequence the position is normally cache.size().
 //
 // Threads and memory traffic:
-//   - prefill runs (head, 64-query tile) tasks in parallel, each with sgemm (cpu::gemm, single-threaded inside a
+//   - prefill runs (head, 64-query tile) tasks in parallel, each with sgemm (ops::gemm, single-threaded inside a
 //     task; with fewer tasks than 2x threads the tasks run in turn with threaded sgemm). Working memory: one
 //     [64, context] score block per task.
 //   - step scores ALL heads against a page with one sgemm ([H, W] x [W, page]): in the absorbed form every head
@@ -34,7 +34,7 @@
 //     memory-bound). Threads split the PAGES (flash-decoding: each part keeps a running max, sum and unnormalised
 //     o_lat per head, merged at the end); small contexts run on one thread. Within a part, spans of 256 tokens are
 //     scored before their softmax update (the max / rescale / sums run once per span per head, not per page).
-//     Working memory: [H, span] per part. A q8 cache scores and sums on the int8 kernels of ops/cpu/latent_q8.h
+//     Working memory: [H, span] per part. A q8 cache scores and sums on the int8 kernels of ops/latent_q8.h
 //     (the queries quantized per head and group of 32 like the rows); bf16 and q8 caches are widened to f32 for
 //     prefill.
 // Inputs are f32 cpu tensors; weights of other dtypes are converted to f32 once, at construction.
@@ -49,7 +49,7 @@
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/weights.h"
-#include "ops/cpu/latent_q8.h"
+#include "ops/latent_q8.h"
 #include "ops/rope_table.h"
 #include "quant/linear_weight.h"
 
@@ -94,6 +94,8 @@ class MlaCache {
   int64_t page_tokens() const { return page_tokens_; }
   int64_t num_pages() const { return int64_t(pages_.size()); }
   DType dtype() const { return dtype_; }
+  // Where the pages live and whose kernels store and load their rows: host memory, the CPU.
+  Device device() const { return Device::kCPU; }
   // Bytes one page holds: page_tokens * W * (4 for f32, 2 for bf16); q8: LatentQ8Layout::bytes.
   static size_t page_bytes(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens, DType dtype);
   // Bytes held by the allocated pages: ceil(size / page_tokens) pages.
@@ -103,8 +105,8 @@ class MlaCache {
   // t / page_tokens, row t % page_tokens. page() for f32 caches, page_bf16() for bf16 ones (MYRIAD_CHECK).
   const float* page(int64_t p) const;
   const uint16_t* page_bf16(int64_t p) const;
-  const uint8_t* page_q8(int64_t p) const;       // kQ8_0 caches: the page in q8_layout()
-  const cpu::LatentQ8Layout& q8_layout() const;  // kQ8_0 caches
+  const uint8_t* page_q8(int64_t p) const;  // kQ8_0 caches: the page in q8_layout()
+  const LatentQ8Layout& q8_layout() const;  // kQ8_0 caches
   int64_t page_rows(int64_t p) const;
   const float* row(int64_t t) const;  // [W], f32 caches
   const float* c_kv(int64_t t) const { return row(t); }
@@ -116,7 +118,7 @@ class MlaCache {
 
   int64_t C_, Dr_, page_tokens_;
   DType dtype_ = DType::kF32;
-  std::optional<cpu::LatentQ8Layout> q8_;  // kQ8_0 only
+  std::optional<LatentQ8Layout> q8_;  // kQ8_0 only
   int64_t size_ = 0;
   std::vector<Tensor> pages_;
 };

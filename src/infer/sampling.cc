@@ -6,7 +6,7 @@
 // nth_element, then exps of the k survivors only; without top_k, one more exp pass, and for top_p a histogram of
 // the mass (two O(V) passes) so that only one bucket of tokens is sorted. Nothing sorts the whole vocabulary.
 //
-// NOTE: exps are cpu::fast_exp (relative error < 2e-7, vectorisable); glibc's expf is a scalar call that makes
+// NOTE: exps are fast_exp (relative error < 2e-7, vectorisable); glibc's expf is a scalar call that makes
 // these passes several times slower at V = 200K. The normaliser is summed in double.
 //
 // NOTE: candidates are ordered by penalised logit (ties to the lowest id), not by probability: exp((x - m) / T) is
@@ -19,7 +19,7 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "ops/cpu/vmath.h"
+#include "ops/fast_math.h"
 
 namespace myriad {
 namespace {
@@ -74,7 +74,7 @@ double uniform01(std::mt19937_64& rng) {
 }
 
 // Sampling weights are exp(-d) with d = (m - x) / T >= 0. NOTE: (m - x) / T, not (m - x) * (1 / T): a denormal T
-// makes 1 / T infinite, and 0 * inf is NaN. Beyond d = kMaxD the weight is exactly 0 (cpu::fast_exp would saturate
+// makes 1 / T infinite, and 0 * inf is NaN. Beyond d = kMaxD the weight is exactly 0 (fast_exp would saturate
 // at ~1e-38 instead), so that a masked (-inf) logit can never be drawn; exp(-87) is negligible next to the max's 1.
 constexpr float kMaxD = 87.0f;
 
@@ -82,7 +82,7 @@ constexpr float kMaxD = 87.0f;
 // these loops ("control flow in loop") and leaves them scalar, ~7x slower.
 inline float weight(float x, float m, float T) {
   const float d = (m - x) / T;
-  return cpu::fast_exp(-d) * float(d <= kMaxD);
+  return fast_exp(-d) * float(d <= kMaxD);
 }
 
 // Sum of exp((x - m) / T) over x[0, V), in double; each term stored in w when w is not null. Vectorised.

@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "ops/cpu/parallel.h"
+#include "core/parallel.h"
 
 namespace myriad {
 
@@ -25,7 +25,7 @@ void check_finite(const char* op, const float* x, int64_t count, const char* wha
 // alpha [m]: the (k+1)-th largest biased score s_tj + b_j of each token.
 std::vector<float> qb_alpha(const float* scores, const float* bias, int64_t m, int64_t n, int64_t k) {
   std::vector<float> alpha(static_cast<size_t>(m));
-  cpu::parallel_for(m, std::max<int64_t>(1, 8192 / n), [&](int64_t t0, int64_t t1) {
+  parallel_for(m, std::max<int64_t>(1, 8192 / n), [&](int64_t t0, int64_t t1) {
     std::vector<float> row(static_cast<size_t>(n));
     std::vector<float> top(static_cast<size_t>(k + 1));
     for (int64_t t = t0; t < t1; ++t) {
@@ -103,7 +103,7 @@ std::vector<float> qb_estimate_bias(const float* scores, const float* bias, int6
   // Its top at the end is the (q + 1)-th largest margin. Each thread owns a range of columns.
   std::vector<double> raw(static_cast<size_t>(n));
   const int64_t h = q + 1;
-  cpu::parallel_for(n, 1, [&](int64_t j0, int64_t j1) {
+  parallel_for(n, 1, [&](int64_t j0, int64_t j1) {
     std::vector<float> heaps(static_cast<size_t>((j1 - j0) * h));  // [j1 - j0, q + 1]
     for (int64_t t = 0; t < m; ++t) {
       const float a = alpha[size_t(t)];
@@ -150,7 +150,7 @@ void qb_histogram_add(QbHistogram& h, const float* scores, const float* bias, in
   // Columns are independent: each thread owns a range of columns (no shared counters).
   std::vector<double> inv_w(static_cast<size_t>(n));
   for (int64_t j = 0; j < n; ++j) inv_w[size_t(j)] = double(h.bins) / (h.hi[size_t(j)] - h.lo[size_t(j)]);
-  cpu::parallel_for(n, 1, [&](int64_t j0, int64_t j1) {
+  parallel_for(n, 1, [&](int64_t j0, int64_t j1) {
     for (int64_t t = 0; t < m; ++t)  // row segments are contiguous reads
       for (int64_t j = j0; j < j1; ++j) {
         const int64_t i = qb_bin(h.lo[size_t(j)], h.hi[size_t(j)], inv_w[size_t(j)], h.bins,

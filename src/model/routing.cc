@@ -30,7 +30,7 @@ ExpertSelection select_experts(const ModelConfig& c, const Tensor& scores, const
   } else {
     sel.idx = Tensor::empty({T, k}, DType::kI32);
     Tensor top = Tensor::empty({T, k});
-    cpu::topk(sel.idx.data<int32_t>(), top.data<float>(), biased.data<float>(), T, E, k);
+    ops::topk(biased.device(), sel.idx.data<int32_t>(), top.data<float>(), biased.data<float>(), T, E, k);
   }
   return sel;
 }

@@ -1,9 +1,14 @@
-// The kernel table: every op of myriad once, as plain functions over raw f32 buffers (row-major,
-// outermost axis first). Three implementations share these signatures:
+// The kernel table: every op of myriad once, as plain functions over raw buffers (row-major, outermost axis
+// first), and the one entry point through which everything above src/ops calls it: ops::NAME(device, ...)
+// runs the kernel of that device (the device of the tensors whose buffers are passed). Implementations:
 //   ref::   the oracle: naive loops, templated on the scalar type (float or double) so finite differences
 //           can run in double (src/ops/ref/);
 //   cpu::   the fast kernels: OpenBLAS, OpenMP threads, AVX2/FMA/AVX-512 vectorisation (src/ops/cpu/);
 //   cuda::  device kernels over device pointers (src/ops/cuda/, built with the `cuda` preset).
+// Dispatch (src/ops/dispatch.cc): an op without a kernel for the device throws Error(kUnsupported) naming the op
+// and the device ("op 'topk' has no kernel for device cuda"); the cuda:: kernels of a build without CUDA throw
+// kUnsupported too (no CUDA tensor can exist there). ops/cpu/* and ops/cuda/* are included only inside src/ops
+// (scripts/check_layers.py refuses them elsewhere).
 // Conventions:
 //   - forward kernels overwrite their outputs;
 //   - backward kernels ACCUMULATE (+=) into every gradient output, so a tensor used twice simply receives
@@ -17,6 +22,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace myriad {
 
 enum class Unary : uint8_t { kSiLU, kSigmoid, kTanh, kSoftplus };
@@ -26,6 +33,18 @@ enum class Binary : uint8_t { kAdd, kMul };
 struct SituParams {
   float beta = 4.0f;          // activation_situ_beta (b1)
   float linear_beta = 25.0f;  // activation_situ_linear_beta (b2)
+};
+
+// The GLU inside each routed expert: SiTU-GLU (DESIGN 1.5), or SwiGLU silu(g) * u (hidden_act "silu").
+enum class GluKind : uint8_t { kSitu, kSwiGlu };
+struct GluParams {
+  GluKind kind = GluKind::kSitu;
+  SituParams situ;  // read for kSitu only
+};
+
+// Grouped experts: E experts, C token copies sorted by expert, L expert input/output width, F expert width.
+struct GroupedGluShape {
+  int64_t E = 0, C = 0, L = 0, F = 0;
 };
 
 struct AdamWParams {
@@ -62,13 +81,16 @@ struct KdaShape {
   int64_t chunk = 64;
 };
 
-namespace cpu {
+namespace ops {
+
+// Throws Error(kUnsupported): op has no kernel for device (what every entry does for a device it lacks).
+[[noreturn]] void missing_kernel(const char* op, Device device);
 
 // Decode-sized products Y = X W^T for a few rows of X (n <= 16 or so): X [n, K], W [N, K] row-major, Y [n, N] at
 // row stride ldy (overwritten). Each row of W is read from memory once and dotted with every row of X while it
 // sits in L1 (four X rows at a time, four independent accumulators), where sgemm would pack (copy) all of W.
 // Threads (OpenMP) split the rows of W when N * K is large enough; single-threaded otherwise.
-void gemm_skinny(int64_t n, int64_t N, int64_t K, const float* X, const float* W, float* Y, int64_t ldy);
+void gemm_skinny(Device device, int64_t n, int64_t N, int64_t K, const float* X, const float* W, float* Y, int64_t ldy);
 
 // Few-row products over bf16 operands (a bf16 MLA latent cache), single-threaded:
 //   gemm_skinny_bf16: Y [n, N] (row stride ldy) = X [n, K] W [N, K]^T, X and W bf16 (row strides ldx, ldw), sums
@@ -76,145 +98,196 @@ void gemm_skinny(int64_t n, int64_t N, int64_t K, const float* X, const float* W
 //                     elsewhere a portable loop (exact products of the bf16 values, f32 sums).
 //   bf16_to_f32_rows: dst [n, K] (stride ldd) = src [n, K] (stride lds) widened to f32 (exact).
 //   f32_to_bf16_rows: dst [n, K] (stride ldd) = src rounded to nearest even, zero-filled from K to ldd.
-void gemm_skinny_bf16(int64_t n, int64_t N, int64_t K, const uint16_t* X, int64_t ldx, const uint16_t* W, int64_t ldw,
-                      float* Y, int64_t ldy);
-bool bf16_dot_native();
-void bf16_to_f32_rows(float* dst, int64_t ldd, const uint16_t* src, int64_t lds, int64_t n, int64_t K);
-void f32_to_bf16_rows(uint16_t* dst, int64_t ldd, const float* src, int64_t lds, int64_t n, int64_t K);
+void gemm_skinny_bf16(Device device, int64_t n, int64_t N, int64_t K, const uint16_t* X, int64_t ldx, const uint16_t* W,
+                      int64_t ldw, float* Y, int64_t ldy);
+
+bool bf16_dot_native(Device device);
+
+void bf16_to_f32_rows(Device device, float* dst, int64_t ldd, const uint16_t* src, int64_t lds, int64_t n, int64_t K);
+
+void f32_to_bf16_rows(Device device, uint16_t* dst, int64_t ldd, const float* src, int64_t lds, int64_t n, int64_t K);
 
 // The two other products of a few rows, single-threaded (callers run many of them in parallel, one per MoE
 // expert), where sgemm would spend its time packing the big operand:
 //   gemm_skinny_nn: Y [n, N] = (accumulate ? Y : 0) + X [n, K] W [K, N]   (W not transposed; read once)
 //   rank_update:    D [M, N] += A^T B, A [n, M], B [n, N]                  (a weight gradient; D read and written once)
-void gemm_skinny_nn(int64_t n, int64_t N, int64_t K, const float* X, int64_t ldx, const float* W, int64_t ldw, float* Y,
-                    int64_t ldy, bool accumulate);
-void rank_update(int64_t M, int64_t N, int64_t n, const float* A, int64_t lda, const float* B, int64_t ldb, float* D,
-                 int64_t ldd);
+void gemm_skinny_nn(Device device, int64_t n, int64_t N, int64_t K, const float* X, int64_t ldx, const float* W,
+                    int64_t ldw, float* Y, int64_t ldy, bool accumulate);
+
+void rank_update(Device device, int64_t M, int64_t N, int64_t n, const float* A, int64_t lda, const float* B,
+                 int64_t ldb, float* D, int64_t ldd);
 
 // C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b]; op = transpose when ta / tb. A is M x K after op, B is K x N.
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
-          int64_t ldb, float beta, float* C, int64_t ldc, int64_t batch = 1, int64_t stride_a = 0, int64_t stride_b = 0,
-          int64_t stride_c = 0);
+void gemm(Device device, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int64_t batch = 1, int64_t stride_a = 0,
+          int64_t stride_b = 0, int64_t stride_c = 0);
 
-void unary_forward(Unary op, float* y, const float* x, int64_t n);
-void unary_backward(Unary op, float* dx, const float* dy, const float* x, int64_t n);
+void unary_forward(Device device, Unary op, float* y, const float* x, int64_t n);
+
+void unary_backward(Device device, Unary op, float* dx, const float* dy, const float* x, int64_t n);
 
 // out[i] = a[i] op b[i] over a broadcast shape: a_strides/b_strides hold 0 on broadcast axes.
-void binary_forward(Binary op, float* out, const float* a, const int64_t* a_strides, const float* b,
+void binary_forward(Device device, Binary op, float* out, const float* a, const int64_t* a_strides, const float* b,
                     const int64_t* b_strides, const int64_t* shape, int ndim);
-void scale(float* y, const float* x, float alpha, int64_t n);  // y = alpha * x (y may be x)
-void axpy(float* y, const float* x, float alpha, int64_t n);   // y += alpha * x
+
+void scale(Device device, float* y, const float* x, float alpha, int64_t n);  // y = alpha * x (y may be x)
+
+void axpy(Device device, float* y, const float* x, float alpha, int64_t n);  // y += alpha * x
+
+// The backward of a broadcast: g[o(i)] += d[i] for every element i of the contiguous d over `shape` (ndim axes,
+// HOST array), o(i) = sum_k c_k(i) g_strides[k] (HOST array, 0 on the axes g was broadcast along).
+void broadcast_reduce_accumulate(Device device, float* g, const int64_t* g_strides, const float* d,
+                                 const int64_t* shape, int ndim);
+// Strided rows: dst[r, j] = src[r, j] (accumulate: +=) for r < rows, j < cols; row strides ldd, lds (slices and
+// concatenations along the last axis, and their backwards).
+void copy_rows(Device device, float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols,
+               bool accumulate);
 
 // RMSNorm over rows of N: y = x * rstd * w (* sigmoid(g) when g != null: the per-head gated form of KDA's
 // output norm, w shared by all rows). rstd [rows] is saved for backward.
-void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, const float* g, int64_t rows, int64_t N,
-                     float eps);
-void rmsnorm_backward(float* dx, float* dw, float* dg, const float* dy, const float* x, const float* w, const float* g,
-                      const float* rstd, int64_t rows, int64_t N);
+void rmsnorm_forward(Device device, float* y, float* rstd, const float* x, const float* w, const float* g, int64_t rows,
+                     int64_t N, float eps);
+
+void rmsnorm_backward(Device device, float* dx, float* dw, float* dg, const float* dy, const float* x, const float* w,
+                      const float* g, const float* rstd, int64_t rows, int64_t N);
 
 // L2 normalisation over rows: y = x / sqrt(sum x^2 + eps); rnorm [rows] saved.
-void l2norm_forward(float* y, float* rnorm, const float* x, int64_t rows, int64_t N, float eps);
-void l2norm_backward(float* dx, const float* dy, const float* y, const float* rnorm, int64_t rows, int64_t N);
+void l2norm_forward(Device device, float* y, float* rnorm, const float* x, int64_t rows, int64_t N, float eps);
+
+void l2norm_backward(Device device, float* dx, const float* dy, const float* y, const float* rnorm, int64_t rows,
+                     int64_t N);
 
 // SiTU-GLU over [rows, F]: g and u rows at strides ldg / ldu, y at ldy.
-void situ_glu_forward(float* y, int64_t ldy, const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t rows,
-                      int64_t F, SituParams p);
-void situ_glu_backward(float* dg, int64_t lddg, float* du, int64_t lddu, const float* dy, int64_t lddy, const float* g,
-                       int64_t ldg, const float* u, int64_t ldu, int64_t rows, int64_t F, SituParams p);
+void situ_glu_forward(Device device, float* y, int64_t ldy, const float* g, int64_t ldg, const float* u, int64_t ldu,
+                      int64_t rows, int64_t F, SituParams p);
+
+void situ_glu_backward(Device device, float* dg, int64_t lddg, float* du, int64_t lddu, const float* dy, int64_t lddy,
+                       const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t rows, int64_t F, SituParams p);
 
 // Pieces of an online softmax (MLA decode), vectorised with tree reductions (a plain loop keeps the max serial):
 //   max_of:          the largest of x [n] (-inf for n = 0; NaNs are skipped, as std::max skips them)
 //   exp_shifted_sum: x[j] = exp(x[j] - shift) in place (cpu::fast_exp), returns their sum
-float max_of(const float* x, int64_t n);
-float exp_shifted_sum(float* x, int64_t n, float shift);
+float max_of(Device device, const float* x, int64_t n);
+
+float exp_shifted_sum(Device device, float* x, int64_t n, float shift);
 
 // Softmax / log-softmax over rows of N.
-void softmax_forward(float* y, const float* x, int64_t rows, int64_t N);
-void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t N);
-void log_softmax_forward(float* y, const float* x, int64_t rows, int64_t N);
-void log_softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t N);
+void softmax_forward(Device device, float* y, const float* x, int64_t rows, int64_t N);
+
+void softmax_backward(Device device, float* dx, const float* dy, const float* y, int64_t rows, int64_t N);
+
+void log_softmax_forward(Device device, float* y, const float* x, int64_t rows, int64_t N);
+
+void log_softmax_backward(Device device, float* dx, const float* dy, const float* y, int64_t rows, int64_t N);
 
 // Causal depthwise conv1d with carried state. x [B, T, C], w [C, W], state_in [B, W-1, C] (null = zeros:
 // a fresh sequence), y [B, T, C], state_out [B, W-1, C] (the last W-1 inputs, for the next piece; may be null).
 // y[b,t,c] = sum_j w[c,j] * xx[b, t+j, c] with xx = concat(state_in, x) along time.
-void conv1d_forward(float* y, float* state_out, const float* x, const float* w, const float* state_in, int64_t B,
-                    int64_t T, int64_t C, int64_t W);
-void conv1d_backward(float* dx, float* dw, float* dstate_in, const float* dy, const float* x, const float* w,
-                     const float* state_in, int64_t B, int64_t T, int64_t C, int64_t W);
+void conv1d_forward(Device device, float* y, float* state_out, const float* x, const float* w, const float* state_in,
+                    int64_t B, int64_t T, int64_t C, int64_t W);
+
+void conv1d_backward(Device device, float* dx, float* dw, float* dstate_in, const float* dy, const float* x,
+                     const float* w, const float* state_in, int64_t B, int64_t T, int64_t C, int64_t W);
 
 // RoPE on rows [T, heads, row] (row width N, rotated columns per layout); cos/sin [T, R/2].
-void rope_forward(float* y, const float* x, const float* cos, const float* sin, int64_t T, int64_t heads, int64_t N,
-                  RopeLayout layout);
-void rope_backward(float* dx, const float* dy, const float* cos, const float* sin, int64_t T, int64_t heads, int64_t N,
-                   RopeLayout layout);
+void rope_forward(Device device, float* y, const float* x, const float* cos, const float* sin, int64_t T, int64_t heads,
+                  int64_t N, RopeLayout layout);
+
+void rope_backward(Device device, float* dx, const float* dy, const float* cos, const float* sin, int64_t T,
+                   int64_t heads, int64_t N, RopeLayout layout);
 
 // Tiled causal attention (memory O(T x tile), never O(T^2)).
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, AttentionShape s);
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
-                        const float* q, const float* k, const float* v, AttentionShape s);
+void attention_forward(Device device, float* out, float* lse, const float* q, const float* k, const float* v,
+                       AttentionShape s);
+
+void attention_backward(Device device, float* dq, float* dk, float* dv, const float* dout, const float* out,
+                        const float* lse, const float* q, const float* k, const float* v, AttentionShape s);
 
 // Fused linear + cross-entropy: logits = h W^T (h [T, D], W [V, D]) are produced a chunk of rows at a time
 // and never stored whole. loss = mean over targets != ignore_index of (lse - logit[target]); returns the
 // number of counted targets. lse [T] is saved. Backward takes dloss (scalar) and accumulates dh, dW.
-int64_t cross_entropy_forward(float* loss, float* lse, const float* h, const float* W, const int64_t* targets,
-                              int64_t T, int64_t D, int64_t V, int64_t ignore_index);
-void cross_entropy_backward(float* dh, float* dW, float dloss, const float* h, const float* W, const int64_t* targets,
-                            const float* lse, int64_t T, int64_t D, int64_t V, int64_t ignore_index);
+int64_t cross_entropy_forward(Device device, float* loss, float* lse, const float* h, const float* W,
+                              const int64_t* targets, int64_t T, int64_t D, int64_t V, int64_t ignore_index);
+
+void cross_entropy_backward(Device device, float* dh, float* dW, float dloss, const float* h, const float* W,
+                            const int64_t* targets, const float* lse, int64_t T, int64_t D, int64_t V,
+                            int64_t ignore_index);
 
 // Top-k per row of N, descending; ties go to the lower index. idx [rows, k] (int32), val [rows, k].
-void topk(int32_t* idx, float* val, const float* x, int64_t rows, int64_t N, int64_t k);
+void topk(Device device, int32_t* idx, float* val, const float* x, int64_t rows, int64_t N, int64_t k);
 // MoE mixture weights from router scores s [T, E] and chosen experts idx [T, k] (-1: a dropped copy, weight 0):
 // p [T, k] = scale * s[t, idx] / denom[t], denom = the sum of the chosen scores when renormalize (and > 0), else 1.
 // denom [T] may be null.
-void route_weights_forward(float* p, float* denom, const float* s, const int32_t* idx, int64_t T, int64_t E, int64_t k,
-                           float scale, bool renormalize);
+void route_weights_forward(Device device, float* p, float* denom, const float* s, const int32_t* idx, int64_t T,
+                           int64_t E, int64_t k, float scale, bool renormalize);
 
 // Row gather / scatter-add (embedding lookup, MoE token permutation):
 //   gather:      out[i, :] = src[idx[i], :]                    (i < n)
 //   scatter_add: dst[idx[i], :] += (w ? w[i] : 1) * src[i, :]  (repeated indices are summed, no races)
 // Indices are checked against the row count of the indexed table (error, not a crash).
-void gather_rows(float* out, const float* src, const int32_t* idx, int64_t n, int64_t src_rows, int64_t N);
-void scatter_add_rows(float* dst, const float* src, const int32_t* idx, const float* w, int64_t n, int64_t dst_rows,
-                      int64_t N);
+void gather_rows(Device device, float* out, const float* src, const int32_t* idx, int64_t n, int64_t src_rows,
+                 int64_t N);
+
+void scatter_add_rows(Device device, float* dst, const float* src, const int32_t* idx, const float* w, int64_t n,
+                      int64_t dst_rows, int64_t N);
 // Backward of the weighted scatter: dsrc[i] += w[i] * ddst[idx[i]], dw[i] += <ddst[idx[i]], src[i]>.
-void scatter_add_rows_backward(float* dsrc, float* dw, const float* ddst, const float* src, const int32_t* idx,
-                               const float* w, int64_t n, int64_t dst_rows, int64_t N);
+void scatter_add_rows_backward(Device device, float* dsrc, float* dw, const float* ddst, const float* src,
+                               const int32_t* idx, const float* w, int64_t n, int64_t dst_rows, int64_t N);
 
 // Embedding: out[t] = table[ids[t]]; backward dtable[ids[t]] += dout[t]. ids are int64 (token ids).
-void embedding_forward(float* out, const float* table, const int64_t* ids, int64_t T, int64_t V, int64_t D);
-void embedding_backward(float* dtable, const float* dout, const int64_t* ids, int64_t T, int64_t V, int64_t D);
+void embedding_forward(Device device, float* out, const float* table, const int64_t* ids, int64_t T, int64_t V,
+                       int64_t D);
+
+void embedding_backward(Device device, float* dtable, const float* dout, const int64_t* ids, int64_t T, int64_t V,
+                        int64_t D);
+
+// The routed experts of an MoE layer as one fused op (DESIGN 1.5). Copies arrive sorted by expert; expert e maps
+// rows [off[e], off[e+1]) of z [C, L] through y = glu(z w1_e^T, z w3_e^T) w2_e^T with w1[e], w3[e] -> [F, L] and
+// w2[e] -> [L, F] (E pointers each; off [E + 1], from 0 to C, non-decreasing). Forward overwrites y [C, L] and the
+// GLU inputs g, u [C, F] (kept for backward). Backward ACCUMULATES into dz [C, L] and each expert's dw1[e], dw3[e]
+// [F, L], dw2[e] [L, F] (null: not wanted); it recomputes the GLU output from g, u. The experts run on their own
+// threads, so every expert's weight gradients must be distinct buffers.
+void grouped_glu_forward(Device device, GroupedGluShape s, const int64_t* off, const float* z, const float* const* w1,
+                         const float* const* w3, const float* const* w2, GluParams glu, float* y, float* g, float* u);
+void grouped_glu_backward(Device device, GroupedGluShape s, const int64_t* off, const float* dy, const float* z,
+                          const float* const* w1, const float* const* w3, const float* const* w2, const float* g,
+                          const float* u, GluParams glu, float* dz, float* const* dw1, float* const* dw3,
+                          float* const* dw2);
 
 // AdamW (decoupled weight decay, bias-corrected), in place on p, m, v.
-void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, AdamWParams hp);
+void adamw_update(Device device, float* p, const float* g, float* m, float* v, int64_t n, AdamWParams hp);
 
 // KDA's per-channel log-decay: g = lower_bound * sigmoid(exp(A_log[h]) * (f + dt_bias[h K + c])) for f [T, H, K],
 // A_log [H], dt_bias [H K]. g may be f (in place).
-void kda_gate_forward(float* g, const float* f, const float* A_log, const float* dt_bias, int64_t T, int64_t H,
-                      int64_t K, float lower_bound);
+void kda_gate_forward(Device device, float* g, const float* f, const float* A_log, const float* dt_bias, int64_t T,
+                      int64_t H, int64_t K, float lower_bound);
 
 // KDA: the recurrent form (decode: one token at a time, fixed-size state) and the chunkwise-parallel form
 // (prefill and training). Both read S0 and write S_out (may be null; for the recurrent form it may equal S0, the
 // state then updated in place); they agree to f32 rounding.
-void kda_recurrent_forward(float* o, float* S_out, const float* q, const float* k, const float* v, const float* g,
-                           const float* beta, const float* S0, KdaShape s);
-void kda_chunk_forward(float* o, float* S_out, const float* q, const float* k, const float* v, const float* g,
-                       const float* beta, const float* S0, KdaShape s);
+void kda_recurrent_forward(Device device, float* o, float* S_out, const float* q, const float* k, const float* v,
+                           const float* g, const float* beta, const float* S0, KdaShape s);
+
+void kda_chunk_forward(Device device, float* o, float* S_out, const float* q, const float* k, const float* v,
+                       const float* g, const float* beta, const float* S0, KdaShape s);
 // Backward through the chunkwise form (accumulates; what training runs): matrix products per chunk, keeping
 // one K x V state per chunk of at most 16 chunks at a time (recomputing that segment's forward), never one per
 // token. dS_out may be null.
-void kda_backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, float* dS0, const float* dout,
-                  const float* dS_out, const float* q, const float* k, const float* v, const float* g,
-                  const float* beta, const float* S0, KdaShape s);
+void kda_backward(Device device, float* dq, float* dk, float* dv, float* dg, float* dbeta, float* dS0,
+                  const float* dout, const float* dS_out, const float* q, const float* k, const float* v,
+                  const float* g, const float* beta, const float* S0, KdaShape s);
 // Backward through the recurrent form (accumulates): chunk-start states from the recurrence, then per token in
 // reverse, recomputing one chunk's per-token states at a time. The recurrent form's training cost, and an
 // independent check of kda_backward.
-void kda_recurrent_backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, float* dS0, const float* dout,
-                            const float* dS_out, const float* q, const float* k, const float* v, const float* g,
-                            const float* beta, const float* S0, KdaShape s);
+void kda_recurrent_backward(Device device, float* dq, float* dk, float* dv, float* dg, float* dbeta, float* dS0,
+                            const float* dout, const float* dS_out, const float* q, const float* k, const float* v,
+                            const float* g, const float* beta, const float* S0, KdaShape s);
 
 // Sum of all elements (double accumulation); sum over rows into [N] (bias/broadcast gradients).
-double sum_all(const float* x, int64_t n);
-void sum_rows_accumulate(float* out, const float* x, int64_t rows, int64_t N);  // out[j] += sum_i x[i, j]
+double sum_all(Device device, const float* x, int64_t n);
 
-}  // namespace cpu
+void sum_rows_accumulate(Device device, float* out, const float* x, int64_t rows,
+                         int64_t N);  // out[j] += sum_i x[i, j]
+
+}  // namespace ops
 }  // namespace myriad

@@ -46,9 +46,9 @@ void LinearWeight::apply(const float* x, int64_t n, float* y, int64_t ldy) const
   if (n == 0) return;
   if (!quant_) {
     if (n <= kSkinnyRows)
-      cpu::gemm_skinny(n, rows_, cols_, x, w_.data<float>(), y, ldy);
+      ops::gemm_skinny(w_.device(), n, rows_, cols_, x, w_.data<float>(), y, ldy);
     else
-      cpu::gemm(false, true, n, rows_, cols_, 1.0f, x, cols_, w_.data<float>(), cols_, 0.0f, y, ldy);
+      ops::gemm(w_.device(), false, true, n, rows_, cols_, 1.0f, x, cols_, w_.data<float>(), cols_, 0.0f, y, ldy);
     return;
   }
   if (ldy == rows_) {

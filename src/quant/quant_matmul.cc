@@ -40,8 +40,8 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/parallel.h"
 #include "core/threads.h"
-#include "ops/cpu/parallel.h"
 #include "quant/quant.h"
 
 #if defined(__AVX2__) || defined(__F16C__)
@@ -473,7 +473,7 @@ void integer_matmul(std::span<const QuantMatrix* const> mats, const float* x, in
   const int64_t strips = first[mats.size()];
   const int nt = num_threads();
   const bool par = nt > 1 && strips > 1 && work >= kParallelWork && !omp_in_parallel();
-  cpu::parallel_region(par ? nt : 1, [&](int part, int parts) {
+  parallel_region(par ? nt : 1, [&](int part, int parts) {
     // Per-thread scale buffers, kept between calls; only their zero padding past G is rewritten here (the strips
     // overwrite the first G of each row).
     thread_local std::vector<float> dw, dwx;
@@ -482,7 +482,7 @@ void integer_matmul(std::span<const QuantMatrix* const> mats, const float* x, in
       std::fill(dw.begin() + i * ws + G, dw.begin() + (i + 1) * ws, 0.0f);
       std::fill(dwx.begin() + i * ws + G, dwx.begin() + (i + 1) * ws, 0.0f);
     }
-    const int64_t sb = cpu::part_begin(strips, part, parts), se = cpu::part_begin(strips, part + 1, parts);
+    const int64_t sb = part_begin(strips, part, parts), se = part_begin(strips, part + 1, parts);
     size_t m = size_t(std::upper_bound(first, first + mats.size() + 1, sb) - first) - 1;
     for (int64_t gs = sb; gs < se; ++gs) {
       while (gs >= first[m + 1]) ++m;

@@ -34,7 +34,7 @@ ServedEval evaluate_served(const InferenceModel& model, const std::vector<int32_
       logits = m.forward(std::span<const BatchEntry>(&e, 1), /*all_logits=*/true);
     }
     Tensor lp = Tensor::empty(logits.shape());
-    cpu::log_softmax_forward(lp.data<float>(), logits.data<float>(), logits.size(0), V);
+    ops::log_softmax_forward(logits.device(), lp.data<float>(), logits.data<float>(), logits.size(0), V);
     return lp;
   };
   for (int64_t begin = 0; begin + 1 < n; begin += window) {

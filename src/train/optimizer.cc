@@ -38,10 +38,10 @@ void AdamW::step(ModelWeights& weights, float lr, float clip_scale) {
     const ag::Var& var = weights.at(name);
     Tensor p = var.value();
     Tensor g = var.has_grad() ? var.grad() : Tensor::zeros(var.shape());  // an unused expert still decays
-    if (clip_scale != 1.0f) cpu::scale(g.data<float>(), g.data<float>(), clip_scale, g.numel());
+    if (clip_scale != 1.0f) ops::scale(g.device(), g.data<float>(), g.data<float>(), clip_scale, g.numel());
     const AdamWParams hp{lr, hp_.beta1, hp_.beta2, hp_.eps, decay ? hp_.weight_decay : 0.0f, step_};
-    cpu::adamw_update(p.data<float>(), g.data<float>(), m_.at(name).data<float>(), v_.at(name).data<float>(), p.numel(),
-                      hp);
+    ops::adamw_update(p.device(), p.data<float>(), g.data<float>(), m_.at(name).data<float>(),
+                      v_.at(name).data<float>(), p.numel(), hp);
   }
 }
 

@@ -146,7 +146,7 @@ void Trainer::balance(const std::vector<RoutingStats>& routing) {
           std::vector<float> val(size_t(c.num_experts_per_token));
           for (int64_t t = 0; t < m; ++t) {
             for (int64_t e = 0; e < E; ++e) row[size_t(e)] = r.scores.data<float>()[t * E + e] + bb[e];
-            cpu::topk(idx.data(), val.data(), row.data(), 1, E, c.num_experts_per_token);
+            ops::topk(Device::kCPU, idx.data(), val.data(), row.data(), 1, E, c.num_experts_per_token);
             for (int32_t i : idx) ++load[size_t(i)];
           }
           const double mean = double(m * c.num_experts_per_token) / double(E);

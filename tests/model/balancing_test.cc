@@ -47,7 +47,7 @@ std::vector<int32_t> select(const std::vector<float>& s, const std::vector<float
     for (int64_t j = 0; j < n; ++j) biased[size_t(t * n + j)] = s[size_t(t * n + j)] + b[size_t(j)];
   std::vector<int32_t> idx(static_cast<size_t>(m * k));
   std::vector<float> val(static_cast<size_t>(m * k));
-  cpu::topk(idx.data(), val.data(), biased.data(), m, n, k);
+  ops::topk(Device::kCPU, idx.data(), val.data(), biased.data(), m, n, k);
   return idx;
 }
 

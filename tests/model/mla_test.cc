@@ -453,7 +453,7 @@ TEST(MlaDecoder, Bf16CacheFollowsTheF32Cache) {
   EXPECT_LE(e.decode, 3e-2);
   EXPECT_GT(e.decode, 0.0);  // the rounding is really there
   std::printf("[ bf16 ] cache vs f32 cache: rel. error prefill %.2e, decode %.2e (bf16 dot products: %s)\n", e.prefill,
-              e.decode, cpu::bf16_dot_native() ? "native" : "widened to f32");
+              e.decode, ops::bf16_dot_native(Device::kCPU) ? "native" : "widened to f32");
 }
 
 TEST(MlaCache, Q8RowsAreWithinHalfAStepAndShareTheirPages) {
@@ -509,7 +509,7 @@ TEST(MlaDecoder, Q8CacheFollowsTheF32Cache) {
   EXPECT_LE(e.decode, 1e-1);
   EXPECT_GT(e.decode, 0.0);
   std::printf("[ q8 ] cache vs f32 cache: rel. error prefill %.2e, decode %.2e (int8 products: %s)\n", e.prefill,
-              e.decode, cpu::latent_q8_native() ? "VNNI" : "portable");
+              e.decode, ops::latent_q8_native(Device::kCPU) ? "VNNI" : "portable");
 }
 
 }  // namespace

@@ -228,7 +228,7 @@ TEST(Transformer, ManyExpertsConfigSteps) {
         m = Tensor::zeros(v.shape());
         s = Tensor::zeros(v.shape());
       }
-      cpu::adamw_update(v.value().data<float>(), v.grad().data<float>(), m.data<float>(), s.data<float>(),
+      ops::adamw_update(Device::kCPU, v.value().data<float>(), v.grad().data<float>(), m.data<float>(), s.data<float>(),
                         v.value().numel(), AdamWParams{3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, step});
     }
   }

@@ -105,7 +105,7 @@ TEST(CudaBackend, RefusesWithUnsupportedWithoutDevice) {
     EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
   }
   try {
-    cuda::softmax_forward(nullptr, nullptr, 0, 0);
+    ops::softmax_forward(Device::kCUDA, nullptr, nullptr, 0, 0);
 #ifndef MYRIAD_WITH_CUDA
     FAIL() << "the stub's softmax_forward returned";
 #endif
@@ -136,7 +136,7 @@ TEST(CudaBackend, BadArgumentsThrowTypedErrors) {
   cuda::init();
   DeviceFloats buf(Floats(64, 1.0f));
   try {  // ldc < N
-    cuda::gemm(false, false, 2, 4, 2, 1.0f, buf.data(), 2, buf.data(), 4, 0.0f, buf.data(), 3);
+    ops::gemm(Device::kCUDA, false, false, 2, 4, 2, 1.0f, buf.data(), 2, buf.data(), 4, 0.0f, buf.data(), 3);
     FAIL() << "gemm accepted ldc < N";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kShape) << e.what();
@@ -147,7 +147,8 @@ TEST(CudaBackend, BadArgumentsThrowTypedErrors) {
   for (int d = 0; d < 9; ++d) as[d] = int64_t(1) << d, bs[d] = int64_t(1) << (8 - d);
   DeviceFloats a(Floats(512, 1.0f)), b(Floats(512, 2.0f)), out(Floats(512, 0.0f));
   try {
-    cuda::binary_forward(Binary::kAdd, out.data(), a.data(), as.data(), b.data(), bs.data(), shape.data(), 9);
+    ops::binary_forward(Device::kCUDA, Binary::kAdd, out.data(), a.data(), as.data(), b.data(), bs.data(), shape.data(),
+                        9);
     FAIL() << "binary_forward accepted 9 unmergeable axes";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
@@ -174,11 +175,11 @@ void check_gemm(std::mt19937& rng, GemmCase s, bool ta, bool tb, int64_t batch, 
   const Floats C0 = random_floats(rng, batch * s.M * ldc);
 
   Floats want = C0;
-  cpu::gemm(ta, tb, s.M, s.N, s.K, alpha, A.data(), lda, B.data(), ldb, beta, want.data(), ldc, batch, stride_a,
-            stride_b, stride_c);
+  ops::gemm(Device::kCPU, ta, tb, s.M, s.N, s.K, alpha, A.data(), lda, B.data(), ldb, beta, want.data(), ldc, batch,
+            stride_a, stride_b, stride_c);
   DeviceFloats dA(A), dB(B), dC(C0);
-  cuda::gemm(ta, tb, s.M, s.N, s.K, alpha, dA.data(), lda, dB.data(), ldb, beta, dC.data(), ldc, batch, stride_a,
-             stride_b, stride_c);
+  ops::gemm(Device::kCUDA, ta, tb, s.M, s.N, s.K, alpha, dA.data(), lda, dB.data(), ldb, beta, dC.data(), ldc, batch,
+            stride_a, stride_b, stride_c);
 
   // NOTE: the tolerance is the f32 error bound of a dot product, not a guess: each result is within
   // K * u * sum_k |a||b| of the exact value whatever the summation order (blocking, split-K, FMA), plus a few u
@@ -188,8 +189,8 @@ void check_gemm(std::mt19937& rng, GemmCase s, bool ta, bool tb, int64_t batch, 
   Floats absA(A.size()), absB(B.size()), abs_C(C0.size(), 0.0f);
   for (size_t i = 0; i < A.size(); ++i) absA[i] = std::fabs(A[i]);
   for (size_t i = 0; i < B.size(); ++i) absB[i] = std::fabs(B[i]);
-  cpu::gemm(ta, tb, s.M, s.N, s.K, std::fabs(alpha), absA.data(), lda, absB.data(), ldb, 0.0f, abs_C.data(), ldc, batch,
-            stride_a, stride_b, stride_c);
+  ops::gemm(Device::kCPU, ta, tb, s.M, s.N, s.K, std::fabs(alpha), absA.data(), lda, absB.data(), ldb, 0.0f,
+            abs_C.data(), ldc, batch, stride_a, stride_b, stride_c);
   const double rel = (2.0 * double(s.K) + 6.0) * kU + (tf32 ? 1.0 / 1024 : 0.0);
   std::vector<double> tol(C0.size(), 0.0);
   for (int64_t b = 0; b < batch; ++b)
@@ -244,9 +245,9 @@ TEST(CudaOps, GemmBetaZeroIgnoresOldC) {
     const int64_t M = 7, N = 5;
     const Floats A = random_floats(rng, M * K), B = random_floats(rng, K * N);
     Floats want(size_t(M * N), 0.0f);
-    cpu::gemm(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, want.data(), N);
+    ops::gemm(Device::kCPU, false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, want.data(), N);
     DeviceFloats dA(A), dB(B), dC(Floats(size_t(M * N), NAN));
-    cuda::gemm(false, false, M, N, K, 1.0f, dA.data(), K, dB.data(), N, 0.0f, dC.data(), N);
+    ops::gemm(Device::kCUDA, false, false, M, N, K, 1.0f, dA.data(), K, dB.data(), N, 0.0f, dC.data(), N);
     // (2K + 6) u * sum |a||b| bounds the difference (see check_gemm); |a|, |b| <= 1 so sum |a||b| <= K.
     expect_close(dC.host(), want, (2.0 * K + 6.0) * kU * double(K), 0.0,
                  "gemm beta 0 over NaN, K " + std::to_string(K));
@@ -286,12 +287,12 @@ TEST(CudaOps, UnaryForwardBackwardMatchCpu) {
       const std::string what = std::string(unary_name(op)) + " n " + std::to_string(n);
 
       Floats y(x.size()), dx = dx0, inc(x.size(), 0.0f);
-      cpu::unary_forward(op, y.data(), x.data(), n);
-      cpu::unary_backward(op, dx.data(), dy.data(), x.data(), n);
-      cpu::unary_backward(op, inc.data(), dy.data(), x.data(), n);
+      ops::unary_forward(Device::kCPU, op, y.data(), x.data(), n);
+      ops::unary_backward(Device::kCPU, op, dx.data(), dy.data(), x.data(), n);
+      ops::unary_backward(Device::kCPU, op, inc.data(), dy.data(), x.data(), n);
       DeviceFloats dx_in(x), d_y(Floats(x.size(), 0.0f)), d_dy(dy), d_dx(dx0);
-      cuda::unary_forward(op, d_y.data(), dx_in.data(), n);
-      cuda::unary_backward(op, d_dx.data(), d_dy.data(), dx_in.data(), n);
+      ops::unary_forward(Device::kCUDA, op, d_y.data(), dx_in.data(), n);
+      ops::unary_backward(Device::kCUDA, op, d_dx.data(), d_dy.data(), dx_in.data(), n);
       // NOTE: CUDA's expf / tanhf / log1pf are within 2 ulp; the CPU kernels use vectorised approximations
       // (cpu/vmath.h: exp ~2e-7 relative, tanh ~1e-7 ABSOLUTE, saturating outside [-87, 88]), so differences
       // are ~1e-7 absolute plus a few 1e-7 relative. atol 1e-6 covers the absolute part (tanh of small x, the
@@ -353,9 +354,9 @@ TEST(CudaOps, BinaryBroadcastMatchesCpuExactly) {
       const int64_t n = numel_of(c.out);
       const int nd = int(c.out.size());
       Floats want(size_t(n), 0.0f);
-      cpu::binary_forward(op, want.data(), a.data(), as.data(), b.data(), bs.data(), c.out.data(), nd);
+      ops::binary_forward(Device::kCPU, op, want.data(), a.data(), as.data(), b.data(), bs.data(), c.out.data(), nd);
       DeviceFloats da(a), db(b), dout(Floats(size_t(n), 0.0f));
-      cuda::binary_forward(op, dout.data(), da.data(), as.data(), db.data(), bs.data(), c.out.data(), nd);
+      ops::binary_forward(Device::kCUDA, op, dout.data(), da.data(), as.data(), db.data(), bs.data(), c.out.data(), nd);
       // NOTE: exact: one IEEE f32 add or multiply per element, correctly rounded on both backends.
       expect_close(dout.host(), want, 0.0, 0.0,
                    std::string(op == Binary::kAdd ? "add" : "mul") + " out " + shape_str(c.out) + " a " +
@@ -372,13 +373,13 @@ TEST(CudaOps, ScaleAndAxpyMatchCpu) {
     const Floats x = random_floats(rng, n, -3.0f, 3.0f), y0 = random_floats(rng, n, -3.0f, 3.0f);
     const float alpha = -0.7f;
     Floats want_scale(x.size()), want_axpy = y0;
-    cpu::scale(want_scale.data(), x.data(), alpha, n);
-    cpu::axpy(want_axpy.data(), x.data(), alpha, n);
+    ops::scale(Device::kCPU, want_scale.data(), x.data(), alpha, n);
+    ops::axpy(Device::kCPU, want_axpy.data(), x.data(), alpha, n);
 
     DeviceFloats dx(x), dy(Floats(x.size(), 0.0f)), dy_axpy(y0), d_inplace(x);
-    cuda::scale(dy.data(), dx.data(), alpha, n);
-    cuda::scale(d_inplace.data(), d_inplace.data(), alpha, n);  // y may be x
-    cuda::axpy(dy_axpy.data(), dx.data(), alpha, n);
+    ops::scale(Device::kCUDA, dy.data(), dx.data(), alpha, n);
+    ops::scale(Device::kCUDA, d_inplace.data(), d_inplace.data(), alpha, n);  // y may be x
+    ops::axpy(Device::kCUDA, dy_axpy.data(), dx.data(), alpha, n);
     // NOTE: scale is one correctly rounded multiply: exact. axpy may or may not be fused into one FMA on either
     // side (nvcc contracts by default; the CPU compiler or OpenBLAS may not): at most 1 ulp of |y0| + |alpha x|
     // apart, 2 u of that magnitude.
@@ -413,16 +414,17 @@ TEST(CudaOps, SituGluForwardBackwardMatchCpu) {
       const Floats dg0 = random_floats(rng, c.rows * ldd), du0 = random_floats(rng, c.rows * ldd);
 
       Floats y = y0, dg = dg0, du = du0, dg_inc(dg0.size(), 0.0f), du_inc(du0.size(), 0.0f);
-      cpu::situ_glu_forward(y.data(), ldy, gu.data(), ld_gu, u_buf.data() + u_off, ld_gu, c.rows, c.F, p);
-      cpu::situ_glu_backward(dg.data(), ldd, du.data(), ldd, dy.data(), ldd, gu.data(), ld_gu, u_buf.data() + u_off,
-                             ld_gu, c.rows, c.F, p);
-      cpu::situ_glu_backward(dg_inc.data(), ldd, du_inc.data(), ldd, dy.data(), ldd, gu.data(), ld_gu,
+      ops::situ_glu_forward(Device::kCPU, y.data(), ldy, gu.data(), ld_gu, u_buf.data() + u_off, ld_gu, c.rows, c.F, p);
+      ops::situ_glu_backward(Device::kCPU, dg.data(), ldd, du.data(), ldd, dy.data(), ldd, gu.data(), ld_gu,
+                             u_buf.data() + u_off, ld_gu, c.rows, c.F, p);
+      ops::situ_glu_backward(Device::kCPU, dg_inc.data(), ldd, du_inc.data(), ldd, dy.data(), ldd, gu.data(), ld_gu,
                              u_buf.data() + u_off, ld_gu, c.rows, c.F, p);
 
       DeviceFloats d_gu(gu), d_u(u_buf), d_y(y0), d_dy(dy), d_dg(dg0), d_du(du0);
-      cuda::situ_glu_forward(d_y.data(), ldy, d_gu.data(), ld_gu, d_u.data() + u_off, ld_gu, c.rows, c.F, p);
-      cuda::situ_glu_backward(d_dg.data(), ldd, d_du.data(), ldd, d_dy.data(), ldd, d_gu.data(), ld_gu,
-                              d_u.data() + u_off, ld_gu, c.rows, c.F, p);
+      ops::situ_glu_forward(Device::kCUDA, d_y.data(), ldy, d_gu.data(), ld_gu, d_u.data() + u_off, ld_gu, c.rows, c.F,
+                            p);
+      ops::situ_glu_backward(Device::kCUDA, d_dg.data(), ldd, d_du.data(), ldd, d_dy.data(), ldd, d_gu.data(), ld_gu,
+                             d_u.data() + u_off, ld_gu, c.rows, c.F, p);
       // NOTE: pointwise, but a product of four rounded factors with b1 * b2 up to 100: the CPU's tanh has ~1e-7
       // ABSOLUTE error, which the factor b1 b2 scales to ~1e-5 near tanh(.) = 0; hence atol 5e-5 (values reach
       // ~b1 b2 = 100), rtol 1e-5 for the ulp-level relative differences. Padding columns hold the same random
@@ -457,11 +459,11 @@ TEST(CudaOps, RmsNormForwardBackwardMatchCpu) {
         const Floats g = gated ? random_floats(rng, rows * N, -4.0f, 4.0f) : Floats();
         const float* g_host = gated ? g.data() : nullptr;
         Floats y(x.size()), rstd(static_cast<size_t>(rows));
-        cpu::rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), g_host, rows, N, eps);
+        ops::rmsnorm_forward(Device::kCPU, y.data(), rstd.data(), x.data(), w.data(), g_host, rows, N, eps);
 
         DeviceFloats d_x(x), d_w(w), d_g(g), d_y(Floats(x.size(), 0.0f)), d_rstd(Floats(size_t(rows), 0.0f));
         float* g_dev = gated ? d_g.data() : nullptr;
-        cuda::rmsnorm_forward(d_y.data(), d_rstd.data(), d_x.data(), d_w.data(), g_dev, rows, N, eps);
+        ops::rmsnorm_forward(Device::kCUDA, d_y.data(), d_rstd.data(), d_x.data(), d_w.data(), g_dev, rows, N, eps);
         // NOTE: rstd comes from an f32 sum of N squares (positive terms) in different orders (CPU SIMD lanes, GPU
         // tree): relative differences ~log2(N) u, 1e-6 at N = 4097; y adds a few u and the CPU's sigmoid (2e-7).
         // rtol 2e-5 leaves 10x headroom; atol 1e-6 covers sigmoid(g)'s absolute differences near 0.
@@ -473,13 +475,13 @@ TEST(CudaOps, RmsNormForwardBackwardMatchCpu) {
         const Floats dw0 = random_floats(rng, N), dg0 = gated ? random_floats(rng, rows * N) : Floats();
         Floats dx = dx0, dw = dw0, dg = dg0, dx_inc(dx0.size(), 0.0f), dw_inc(dw0.size(), 0.0f),
                dg_inc(dg0.size(), 0.0f);
-        cpu::rmsnorm_backward(dx.data(), dw.data(), gated ? dg.data() : nullptr, dy.data(), x.data(), w.data(), g_host,
-                              rstd.data(), rows, N);
-        cpu::rmsnorm_backward(dx_inc.data(), dw_inc.data(), gated ? dg_inc.data() : nullptr, dy.data(), x.data(),
+        ops::rmsnorm_backward(Device::kCPU, dx.data(), dw.data(), gated ? dg.data() : nullptr, dy.data(), x.data(),
                               w.data(), g_host, rstd.data(), rows, N);
+        ops::rmsnorm_backward(Device::kCPU, dx_inc.data(), dw_inc.data(), gated ? dg_inc.data() : nullptr, dy.data(),
+                              x.data(), w.data(), g_host, rstd.data(), rows, N);
         DeviceFloats d_rs(rstd), d_dy(dy), d_dx(dx0), d_dw(dw0), d_dg(dg0);
-        cuda::rmsnorm_backward(d_dx.data(), d_dw.data(), gated ? d_dg.data() : nullptr, d_dy.data(), d_x.data(),
-                               d_w.data(), g_dev, d_rs.data(), rows, N);
+        ops::rmsnorm_backward(Device::kCUDA, d_dx.data(), d_dw.data(), gated ? d_dg.data() : nullptr, d_dy.data(),
+                              d_x.data(), d_w.data(), g_dev, d_rs.data(), rows, N);
 
         // dx, dg: per element, the row's dot product enters divided by N, so its reduction-order error is
         // negligible; what remains is pointwise rounding and the CPU sigmoid, amplified by rstd (up to ~100 for
@@ -514,10 +516,10 @@ TEST(CudaOps, SoftmaxForwardBackwardMatchCpu) {
         const std::string what = "softmax range " + std::to_string(int(range)) + " " + shape_name(rows, N);
         const Floats x = random_floats(rng, rows * N, -range, range);
         Floats y(x.size());
-        cpu::softmax_forward(y.data(), x.data(), rows, N);
+        ops::softmax_forward(Device::kCPU, y.data(), x.data(), rows, N);
         DeviceFloats d_x(x), d_y(Floats(x.size(), 0.0f)), d_inplace(x);
-        cuda::softmax_forward(d_y.data(), d_x.data(), rows, N);
-        cuda::softmax_forward(d_inplace.data(), d_inplace.data(), rows, N);  // y may be x
+        ops::softmax_forward(Device::kCUDA, d_y.data(), d_x.data(), rows, N);
+        ops::softmax_forward(Device::kCUDA, d_inplace.data(), d_inplace.data(), rows, N);  // y may be x
         // NOTE: y = exp(x - max) / sum: relative differences from expf (2 ulp on CUDA, 2e-7 on the CPU), the
         // sum's order (~log2(N) u) and, if the CPU goes through exp(x - lse), u |lse| (lse <= ~250 at range 240:
         // 1.5e-5): rtol 5e-5. atol 1e-9 for the underflowing tail (the CPU's exp flushes below e^-87).
@@ -526,10 +528,10 @@ TEST(CudaOps, SoftmaxForwardBackwardMatchCpu) {
 
         const Floats dy = random_floats(rng, rows * N), dx0 = random_floats(rng, rows * N);
         Floats dx = dx0, dx_inc(dx0.size(), 0.0f);
-        cpu::softmax_backward(dx.data(), dy.data(), y.data(), rows, N);
-        cpu::softmax_backward(dx_inc.data(), dy.data(), y.data(), rows, N);
+        ops::softmax_backward(Device::kCPU, dx.data(), dy.data(), y.data(), rows, N);
+        ops::softmax_backward(Device::kCPU, dx_inc.data(), dy.data(), y.data(), rows, N);
         DeviceFloats d_yy(y), d_dy(dy), d_dx(dx0);
-        cuda::softmax_backward(d_dx.data(), d_dy.data(), d_yy.data(), rows, N);
+        ops::softmax_backward(Device::kCUDA, d_dx.data(), d_dy.data(), d_yy.data(), rows, N);
         // dx += y (dy - <dy, y>): <dy, y> is a convex combination of dy (|.| <= 1), its order error ~u, and
         // dy - dot may cancel: atol 1e-6 (u times |dy| + |dot| <= 2, with headroom), rtol 2e-5 of |d0| + |inc|.
         const std::vector<double> mag = accumulated_mag(dx0, dx_inc);

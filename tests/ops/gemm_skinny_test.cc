@@ -25,7 +25,7 @@ TEST(GemmSkinny, MatchesADoubleLoop) {
     for (float& v : W) v = n01(rng);
     const int64_t ldy = c.N + 3;  // a row stride wider than the output, whose gaps must stay untouched
     std::vector<float> Y(static_cast<size_t>(c.n * ldy), -7.0f);
-    cpu::gemm_skinny(c.n, c.N, c.K, X.data(), W.data(), Y.data(), ldy);
+    ops::gemm_skinny(Device::kCPU, c.n, c.N, c.K, X.data(), W.data(), Y.data(), ldy);
     for (int64_t i = 0; i < c.n; ++i) {
       for (int64_t r = 0; r < c.N; ++r) {
         double ref = 0, mag = 0;
@@ -62,7 +62,7 @@ TEST(GemmSkinnyNN, MatchesADoubleLoop) {
       const std::vector<float> X = randn_vec(rng, c.n * ldx), W = randn_vec(rng, c.K * ldw);
       std::vector<float> Y = randn_vec(rng, c.n * ldy);
       const std::vector<float> Y0 = Y;
-      cpu::gemm_skinny_nn(c.n, c.N, c.K, X.data(), ldx, W.data(), ldw, Y.data(), ldy, accumulate);
+      ops::gemm_skinny_nn(Device::kCPU, c.n, c.N, c.K, X.data(), ldx, W.data(), ldw, Y.data(), ldy, accumulate);
       for (int64_t i = 0; i < c.n; ++i) {
         for (int64_t j = 0; j < c.N; ++j) {
           double ref = accumulate ? Y0[size_t(i * ldy + j)] : 0.0, mag = std::abs(ref);
@@ -91,7 +91,7 @@ TEST(RankUpdate, MatchesADoubleLoop) {
     const std::vector<float> A = randn_vec(rng, c.n * lda), B = randn_vec(rng, c.n * ldb);
     std::vector<float> D = randn_vec(rng, c.M * ldd);
     const std::vector<float> D0 = D;
-    cpu::rank_update(c.M, c.N, c.n, A.data(), lda, B.data(), ldb, D.data(), ldd);
+    ops::rank_update(Device::kCPU, c.M, c.N, c.n, A.data(), lda, B.data(), ldb, D.data(), ldd);
     for (int64_t r = 0; r < c.M; ++r) {
       for (int64_t j = 0; j < c.N; ++j) {
         double ref = D0[size_t(r * ldd + j)], mag = std::abs(ref);
@@ -129,7 +129,7 @@ TEST(GemmSkinnyBf16, MatchesADoubleLoop) {
     for (auto& v : X) v = f32_to_bf16(n01(rng));
     for (auto& v : W) v = f32_to_bf16(n01(rng));
     std::vector<float> Y(static_cast<size_t>(c.n * ldy), -7.0f);
-    cpu::gemm_skinny_bf16(c.n, c.N, c.K, X.data(), ldx, W.data(), ldw, Y.data(), ldy);
+    ops::gemm_skinny_bf16(Device::kCPU, c.n, c.N, c.K, X.data(), ldx, W.data(), ldw, Y.data(), ldy);
     for (int64_t i = 0; i < c.n; ++i) {
       for (int64_t r = 0; r < c.N; ++r) {
         double ref = 0, mag = 0;
@@ -152,9 +152,9 @@ TEST(Bf16Rows, RoundAndWidenAsTheScalarConversions) {
   std::vector<float> src(static_cast<size_t>(n * lds));
   for (float& v : src) v = n01(rng);
   std::vector<uint16_t> b(static_cast<size_t>(n * ldb), 0xFFFF);
-  cpu::f32_to_bf16_rows(b.data(), ldb, src.data(), lds, n, K);
+  ops::f32_to_bf16_rows(Device::kCPU, b.data(), ldb, src.data(), lds, n, K);
   std::vector<float> back(static_cast<size_t>(n * lds), -1.0f);
-  cpu::bf16_to_f32_rows(back.data(), lds, b.data(), ldb, n, K);
+  ops::bf16_to_f32_rows(Device::kCPU, back.data(), lds, b.data(), ldb, n, K);
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t k = 0; k < K; ++k) {
       EXPECT_EQ(b[size_t(i * ldb + k)], f32_to_bf16(src[size_t(i * lds + k)]));

@@ -102,8 +102,8 @@ TEST(OpKda, RecurrentAndChunkwiseMatchReferenceForAnyChunkSize) {
       Guarded q(to_f(in.q)), k(to_f(in.k)), v(to_f(in.v)), g(to_f(in.g)), b(to_f(in.beta)), s0(to_f(in.S0));
       for (bool chunked : {false, true}) {
         Guarded og(sz(no)), Sg(sz(ns));
-        (chunked ? cpu::kda_chunk_forward : cpu::kda_recurrent_forward)(og.data(), Sg.data(), q.data(), k.data(),
-                                                                        v.data(), g.data(), b.data(),
+        (chunked ? ops::kda_chunk_forward : ops::kda_recurrent_forward)(Device::kCPU, og.data(), Sg.data(), q.data(),
+                                                                        k.data(), v.data(), g.data(), b.data(),
                                                                         with_state ? s0.data() : nullptr, s);
         const std::string what = std::string(chunked ? "chunkwise" : "recurrent") + " T=" + std::to_string(s.T) +
                                  " chunk=" + std::to_string(s.chunk);
@@ -127,7 +127,8 @@ TEST(OpKda, StrongDecayStaysFiniteInChunks) {
                                      in.beta.data(), in.S0.data(), s.B, s.T, s.H, s.K, s.V);
   Guarded og(sz(no)), Sg(sz(s.K * s.V));
   const auto q = to_f(in.q), k = to_f(in.k), v = to_f(in.v), g = to_f(in.g), b = to_f(in.beta), s0 = to_f(in.S0);
-  cpu::kda_chunk_forward(og.data(), Sg.data(), q.data(), k.data(), v.data(), g.data(), b.data(), s0.data(), s);
+  ops::kda_chunk_forward(Device::kCPU, og.data(), Sg.data(), q.data(), k.data(), v.data(), g.data(), b.data(),
+                         s0.data(), s);
   expect_close(og.values(), o, 2e-4, 2e-4, "strong decay o");
   expect_close(Sg.values(), S, 2e-4, 2e-4, "strong decay state");
 }
@@ -139,13 +140,16 @@ TEST(OpKda, TwoPiecesWithCarriedStateEqualOnePiece) {
   const auto q = to_f(in.q), k = to_f(in.k), v = to_f(in.v), g = to_f(in.g), b = to_f(in.beta);
   const int64_t H = whole.H, K = whole.K, V = whole.V, t1 = 41;
   std::vector<float> o1(sz(whole.T * H * V)), S1(sz(H * K * V)), o2(o1.size()), mid(S1.size()), S2(S1.size());
-  cpu::kda_chunk_forward(o1.data(), S1.data(), q.data(), k.data(), v.data(), g.data(), b.data(), nullptr, whole);
+  ops::kda_chunk_forward(Device::kCPU, o1.data(), S1.data(), q.data(), k.data(), v.data(), g.data(), b.data(), nullptr,
+                         whole);
   KdaShape first = whole, second = whole;
   first.T = t1;
   second.T = whole.T - t1;
-  cpu::kda_chunk_forward(o2.data(), mid.data(), q.data(), k.data(), v.data(), g.data(), b.data(), nullptr, first);
-  cpu::kda_recurrent_forward(o2.data() + t1 * H * V, S2.data(), q.data() + t1 * H * K, k.data() + t1 * H * K,
-                             v.data() + t1 * H * V, g.data() + t1 * H * K, b.data() + t1 * H, mid.data(), second);
+  ops::kda_chunk_forward(Device::kCPU, o2.data(), mid.data(), q.data(), k.data(), v.data(), g.data(), b.data(), nullptr,
+                         first);
+  ops::kda_recurrent_forward(Device::kCPU, o2.data() + t1 * H * V, S2.data(), q.data() + t1 * H * K,
+                             k.data() + t1 * H * K, v.data() + t1 * H * V, g.data() + t1 * H * K, b.data() + t1 * H,
+                             mid.data(), second);
   // f32 both ways, different association: relative 1e-5 of O(1) values.
   expect_close(o2, Vec(o1.begin(), o1.end()), 1e-5, 1e-5, "split o");
   expect_close(S2, Vec(S1.begin(), S1.end()), 1e-5, 1e-5, "split state");
@@ -176,8 +180,8 @@ TEST(OpKda, RecurrentTokenByTokenInPlaceMatchesReference) {
       std::copy_n(v.begin() + src * V, H * V, vt.begin() + dst * V);
       std::copy_n(b.begin() + src, H, bt.begin() + dst);
     }
-    cpu::kda_recurrent_forward(ot.data(), S.data(), qt.data(), kt.data(), vt.data(), gt.data(), bt.data(), S.data(),
-                               one);
+    ops::kda_recurrent_forward(Device::kCPU, ot.data(), S.data(), qt.data(), kt.data(), vt.data(), gt.data(), bt.data(),
+                               S.data(), one);
     for (int64_t bb = 0; bb < B; ++bb) std::copy_n(ot.begin() + bb * H * V, H * V, o.begin() + (bb * T + t) * H * V);
   }
   // f32 against double over 24 steps: relative 2e-5 of O(1) values.
@@ -206,9 +210,9 @@ TEST(OpKda, BackwardMatchesReference) {
     for (bool chunked : {true, false}) {
       Guarded dqg(in.q.size()), dkg(in.k.size()), dvg(in.v.size()), dgg(in.g.size()), dbg(in.beta.size()),
           dS0g(in.S0.size());
-      (chunked ? cpu::kda_backward : cpu::kda_recurrent_backward)(
-          dqg.data(), dkg.data(), dvg.data(), dgg.data(), dbg.data(), dS0g.data(), dog.data(), dsg.data(), q.data(),
-          k.data(), v.data(), g.data(), b.data(), s0.data(), s);
+      (chunked ? ops::kda_backward : ops::kda_recurrent_backward)(
+          Device::kCPU, dqg.data(), dkg.data(), dvg.data(), dgg.data(), dbg.data(), dS0g.data(), dog.data(), dsg.data(),
+          q.data(), k.data(), v.data(), g.data(), b.data(), s0.data(), s);
       const std::string what = std::string(chunked ? "chunkwise" : "recurrent") + " T=" + std::to_string(s.T) +
                                " chunk=" + std::to_string(s.chunk) + " kda ";
       // Gradients sum over up to T future tokens: atol scaled to 1e-3.
@@ -241,8 +245,8 @@ TEST(OpKda, BackwardAtDecayExtremes) {
     const auto q = to_f(in.q), k = to_f(in.k), v = to_f(in.v), g = to_f(in.g), b = to_f(in.beta), s0 = to_f(in.S0);
     const auto dof = to_f(dout), dsf = to_f(dSout);
     std::vector<float> dqg(q.size()), dkg(k.size()), dvg(v.size()), dgg(g.size()), dbg(b.size()), dS0g(s0.size());
-    cpu::kda_backward(dqg.data(), dkg.data(), dvg.data(), dgg.data(), dbg.data(), dS0g.data(), dof.data(), dsf.data(),
-                      q.data(), k.data(), v.data(), g.data(), b.data(), s0.data(), s);
+    ops::kda_backward(Device::kCPU, dqg.data(), dkg.data(), dvg.data(), dgg.data(), dbg.data(), dS0g.data(), dof.data(),
+                      dsf.data(), q.data(), k.data(), v.data(), g.data(), b.data(), s0.data(), s);
     const std::string what = "g=" + std::to_string(gval) + " kda ";
     // Same reasoning as BackwardMatchesReference: f32 sums over up to T terms.
     expect_close(Vec(dqg.begin(), dqg.end()), dq, 1e-3, 1e-3, what + "dq");

@@ -29,17 +29,18 @@ std::vector<float> random_rows(const Shape& s, std::mt19937& rng) {
 
 // A page of shape s holding n random rows, and those rows as stored (dequantized) [n, W].
 struct FilledPage {
-  cpu::LatentQ8Layout l;
+  LatentQ8Layout l;
   std::vector<float> rows, stored;
   std::vector<uint8_t> page;
 };
 FilledPage fill_page(const Shape& s, std::mt19937& rng) {
-  FilledPage f{cpu::LatentQ8Layout(s.C, s.Dr, s.P), random_rows(s, rng), {}, {}};
+  FilledPage f{LatentQ8Layout(s.C, s.Dr, s.P), random_rows(s, rng), {}, {}};
   f.page.resize(f.l.bytes);
-  cpu::latent_q8_init_page(f.l, f.page.data());
-  for (int64_t t = 0; t < s.n; ++t) cpu::latent_q8_store_row(f.l, f.page.data(), t, f.rows.data() + t * f.l.W);
+  ops::latent_q8_init_page(Device::kCPU, f.l, f.page.data());
+  for (int64_t t = 0; t < s.n; ++t)
+    ops::latent_q8_store_row(Device::kCPU, f.l, f.page.data(), t, f.rows.data() + t * f.l.W);
   f.stored.resize(static_cast<size_t>(s.n * f.l.W));
-  cpu::latent_q8_load_rows(f.l, f.page.data(), 0, s.n, f.stored.data(), f.l.W);
+  ops::latent_q8_load_rows(Device::kCPU, f.l, f.page.data(), 0, s.n, f.stored.data(), f.l.W);
   return f;
 }
 
@@ -50,7 +51,7 @@ TEST(LatentQ8, StoredRowsAreWithinHalfAStepOfTheirGroup) {
   std::mt19937 rng(1);
   for (const Shape& s : kShapes) {
     const FilledPage f = fill_page(s, rng);
-    const cpu::LatentQ8Layout& l = f.l;
+    const LatentQ8Layout& l = f.l;
     const std::vector<float>& rows = f.rows;
     const std::vector<float>& back = f.stored;
     for (int64_t t = 0; t < s.n; ++t)
@@ -71,17 +72,17 @@ TEST(LatentQ8, ScoresMatchADoubleLoopOverTheDequantizedCodes) {
   std::normal_distribution<float> n01(0.0f, 1.0f);
   for (const Shape& s : kShapes) {
     const FilledPage f = fill_page(s, rng);
-    const cpu::LatentQ8Layout& l = f.l;
+    const LatentQ8Layout& l = f.l;
     const std::vector<float>& rows = f.rows;
     const std::vector<uint8_t>& page = f.page;
     const std::vector<float>& keys = f.stored;
     std::vector<float> q(static_cast<size_t>(s.H * l.W));
     for (float& v : q) v = n01(rng);
-    cpu::LatentQ8Query qq;
-    cpu::latent_q8_quantize_query(l, q.data(), s.H, l.W, qq);
+    LatentQ8Query qq;
+    ops::latent_q8_quantize_query(Device::kCPU, l, q.data(), s.H, l.W, qq);
     const int64_t lds = s.n + 5;
     std::vector<float> S(static_cast<size_t>(s.H * lds), -9.0f), Sp(S);
-    cpu::latent_q8_scores(l, page.data(), s.n, qq, S.data(), lds);
+    ops::latent_q8_scores(Device::kCPU, l, page.data(), s.n, qq, S.data(), lds);
     cpu::latent_q8_scores_portable(l, page.data(), s.n, qq, Sp.data(), lds);
     for (int64_t h = 0; h < s.H; ++h) {
       // The query as the kernel sees it: each group's codes times its scale.
@@ -112,7 +113,7 @@ TEST(LatentQ8, ValuesMatchADoubleLoopOverTheDequantizedCodes) {
   std::uniform_real_distribution<float> u01(0.0f, 1.0f);
   for (const Shape& s : kShapes) {
     const FilledPage f = fill_page(s, rng);
-    const cpu::LatentQ8Layout& l = f.l;
+    const LatentQ8Layout& l = f.l;
     const std::vector<uint8_t>& page = f.page;
     const std::vector<float>& vals = f.stored;
     // Softmax-like weights: a few large, most tiny (what a peaked attention gives).
@@ -123,7 +124,7 @@ TEST(LatentQ8, ValuesMatchADoubleLoopOverTheDequantizedCodes) {
     for (float& v : o) v = u01(rng);
     op = o;
     const std::vector<float> o0 = o;
-    cpu::latent_q8_values(l, page.data(), s.n, p.data(), ldp, s.H, o.data(), ldo);
+    ops::latent_q8_values(Device::kCPU, l, page.data(), s.n, p.data(), ldp, s.H, o.data(), ldo);
     cpu::latent_q8_values_portable(l, page.data(), s.n, p.data(), ldp, s.H, op.data(), ldo);
     const float* sc = reinterpret_cast<const float*>(page.data() + l.scale_offset);
     for (int64_t h = 0; h < s.H; ++h) {
@@ -153,19 +154,19 @@ TEST(LatentQ8, ValuesMatchADoubleLoopOverTheDequantizedCodes) {
 TEST(LatentQ8, ANonFiniteValueReachesItsTokensScoresAndTheValues) {
   const Shape s{40, 8, 16, 10, 2};
   std::mt19937 rng(4);
-  const cpu::LatentQ8Layout l(s.C, s.Dr, s.P);
+  const LatentQ8Layout l(s.C, s.Dr, s.P);
   std::vector<float> rows = random_rows(s, rng);
   rows[size_t(3 * l.W + 5)] = std::numeric_limits<float>::quiet_NaN();
   std::vector<uint8_t> page(l.bytes);
-  cpu::latent_q8_init_page(l, page.data());
-  for (int64_t t = 0; t < s.n; ++t) cpu::latent_q8_store_row(l, page.data(), t, rows.data() + t * l.W);
+  ops::latent_q8_init_page(Device::kCPU, l, page.data());
+  for (int64_t t = 0; t < s.n; ++t) ops::latent_q8_store_row(Device::kCPU, l, page.data(), t, rows.data() + t * l.W);
   std::vector<float> q(static_cast<size_t>(s.H * l.W), 0.5f), S(static_cast<size_t>(s.H * s.n));
-  cpu::LatentQ8Query qq;
-  cpu::latent_q8_quantize_query(l, q.data(), s.H, l.W, qq);
-  cpu::latent_q8_scores(l, page.data(), s.n, qq, S.data(), s.n);
+  LatentQ8Query qq;
+  ops::latent_q8_quantize_query(Device::kCPU, l, q.data(), s.H, l.W, qq);
+  ops::latent_q8_scores(Device::kCPU, l, page.data(), s.n, qq, S.data(), s.n);
   for (int64_t j = 0; j < s.n; ++j) EXPECT_EQ(std::isnan(S[size_t(j)]), j == 3) << j;
   std::vector<float> p(static_cast<size_t>(s.H * s.n), 0.1f), o(static_cast<size_t>(s.H * s.C), 0.0f);
-  cpu::latent_q8_values(l, page.data(), s.n, p.data(), s.n, s.H, o.data(), s.C);
+  ops::latent_q8_values(Device::kCPU, l, page.data(), s.n, p.data(), s.n, s.H, o.data(), s.C);
   EXPECT_TRUE(std::isnan(o[5]));    // column 5's group
   EXPECT_FALSE(std::isnan(o[35]));  // another group
 }

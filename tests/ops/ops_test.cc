@@ -1,12 +1,11 @@
 // The op harness: for every op of src/ops/kernels.h, random shapes (odd and degenerate included), the CPU
-// kernel against the double-precision reference (forward and backward, with accumulation into non-zero
-// gradients), sentinels around every output, and the reference backward against central finite differences.
+// kernel (through its dispatched entry point ops::NAME(Device::kCPU, ...)) against the double-precision reference
+// (forward and backward, with accumulation into non-zero gradients), sentinels around every output, and the
+// reference backward against central finite differences. The one-shape-per-op table that `myriad selfcheck` runs
+// on any device is src/ops/op_cases.cc (tests/ops/op_cases_test.cc).
 //
-// Tolerances (CPU f32 vs double reference), stated once here and repeated at each use:
-//   kElem: elementwise ops. f32 rounding of inputs/outputs plus fast_exp/fast_tanh error (< 2e-7 relative,
-//          amplified at most ~10x through compositions like SiTU-GLU) -> rtol 2e-6, atol 1e-6.
-//   kRed:  ops with reductions over N (norms, softmax, GEMM, attention): f32 accumulation error grows like
-//          sqrt(N) * 6e-8 with N up to ~4k, plus BLAS blocking order -> rtol 1e-4, atol 1e-4 on O(1) values.
+// Tolerances (CPU f32 vs double reference): kElem and kRed, defined with their reasons in ops/op_cases.h, which
+// the selfcheck table uses too; repeated at each use.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,7 +17,9 @@
 
 #include "core/error.h"
 #include "harness.h"
+#include "ops/devices.h"
 #include "ops/kernels.h"
+#include "ops/op_cases.h"
 #include "ops/ref/elementwise.h"
 #include "ops/ref/linalg.h"
 #include "ops/ref/misc.h"
@@ -39,8 +40,8 @@ using test::sz;
 using test::to_f;
 using test::Vec;
 
-constexpr double kElemR = 2e-6, kElemA = 1e-6;
-constexpr double kRedR = 1e-4, kRedA = 1e-4;
+constexpr double kElemR = ops::kElemRtol, kElemA = ops::kElemAtol;  // the op-case table's (ops/op_cases.h)
+constexpr double kRedR = ops::kRedRtol, kRedA = ops::kRedAtol;
 
 // ---------------------------------------------------------------------------------------------- GEMM
 TEST(OpGemm, MatchesReferenceAllTransposesBatchedAndDegenerate) {
@@ -60,8 +61,8 @@ TEST(OpGemm, MatchesReferenceAllTransposesBatchedAndDegenerate) {
         ref::gemm<double>(ta, tb, c.M, c.N, c.K, 0.5, A.data(), lda, B.data(), ldb, 2.0, want.data(), ldc, c.batch, sa,
                           sb, sc);
         Guarded Ag(to_f(A)), Bg(to_f(B)), Cg(to_f(C0));
-        cpu::gemm(ta, tb, c.M, c.N, c.K, 0.5f, Ag.data(), lda, Bg.data(), ldb, 2.0f, Cg.data(), ldc, c.batch, sa, sb,
-                  sc);
+        ops::gemm(Device::kCPU, ta, tb, c.M, c.N, c.K, 0.5f, Ag.data(), lda, Bg.data(), ldb, 2.0f, Cg.data(), ldc,
+                  c.batch, sa, sb, sc);
         // kRed: K-long f32 dot products.
         expect_close(Cg.values(), want, kRedR, kRedA, "gemm");
         EXPECT_TRUE(Cg.intact());
@@ -83,12 +84,12 @@ TEST(OpOnlineSoftmax, MaxOfAndExpShiftedSumMatchPlainLoops) {
       if (nan_at >= 0 && nan_at < n) y[size_t(nan_at)] = std::numeric_limits<float>::quiet_NaN();
       float ref = -std::numeric_limits<float>::infinity();
       for (float v : y) ref = std::max(ref, v);
-      EXPECT_EQ(cpu::max_of(y.data(), n), ref) << "n " << n << " NaN at " << nan_at;
+      EXPECT_EQ(ops::max_of(Device::kCPU, y.data(), n), ref) << "n " << n << " NaN at " << nan_at;
     }
     if (n == 0) continue;
     const float shift = *std::max_element(x.begin(), x.end());
     std::vector<float> e = x;
-    const float sum = cpu::exp_shifted_sum(e.data(), n, shift);
+    const float sum = ops::exp_shifted_sum(Device::kCPU, e.data(), n, shift);
     double ref_sum = 0;
     for (int64_t j = 0; j < n; ++j) {
       const double r = std::exp(double(x[size_t(j)]) - shift);
@@ -112,8 +113,8 @@ TEST(OpUnary, ForwardBackwardAllActivations) {
       ref::unary_forward<double>(op, y.data(), x.data(), n);
       ref::unary_backward<double>(op, dx.data(), dy.data(), x.data(), n);
       Guarded xg(to_f(x)), yg(sz(n)), dyg(to_f(dy)), dxg(to_f(dx0));
-      cpu::unary_forward(op, yg.data(), xg.data(), n);
-      cpu::unary_backward(op, dxg.data(), dyg.data(), xg.data(), n);
+      ops::unary_forward(Device::kCPU, op, yg.data(), xg.data(), n);
+      ops::unary_backward(Device::kCPU, op, dxg.data(), dyg.data(), xg.data(), n);
       // kElem; absolute floor scaled by |x| for SiLU/softplus whose outputs reach 30.
       expect_close(yg.values(), y, kElemR, 4 * kElemA, "unary forward");
       expect_close(dxg.values(), dx, kElemR, 4 * kElemA, "unary backward (accumulated)");
@@ -156,11 +157,76 @@ TEST(OpBinary, BroadcastingAddMul) {
       ref::binary_forward<double>(op, want.data(), a.data(), c.a_str.data(), b.data(), c.b_str.data(), c.shape.data(),
                                   int(c.shape.size()));
       Guarded ag(to_f(a)), bg(to_f(b)), out(sz(n));
-      cpu::binary_forward(op, out.data(), ag.data(), c.a_str.data(), bg.data(), c.b_str.data(), c.shape.data(),
-                          int(c.shape.size()));
+      ops::binary_forward(Device::kCPU, op, out.data(), ag.data(), c.a_str.data(), bg.data(), c.b_str.data(),
+                          c.shape.data(), int(c.shape.size()));
       expect_close(out.values(), want, kElemR, kElemA, "binary");  // kElem: one f32 rounding
       EXPECT_TRUE(out.intact());
     }
+}
+
+// The backward of a broadcast against explicit nested loops over a [2, 3, 5] output: g of each broadcast shape
+// receives every element of d whose coordinates it was broadcast to. Sums of at most 30 f32 values of O(1):
+// rtol 1e-5 covers the f32 accumulation (the kernel sums in f32 in index order).
+TEST(OpBroadcastReduce, SumsOverTheBroadcastAxesOnly) {
+  std::mt19937 rng(14);
+  const std::vector<int64_t> shape = {2, 3, 5};
+  struct Case {
+    std::vector<int64_t> g_shape, g_str;  // g at its own shape, and its strides at the output shape
+  };
+  for (const Case& c : {Case{{2, 3, 5}, {15, 5, 1}}, Case{{5}, {0, 0, 1}}, Case{{2, 1, 5}, {5, 0, 1}},
+                        Case{{1}, {0, 0, 0}}, Case{{2, 3, 1}, {3, 1, 0}}, Case{{3, 1}, {0, 1, 0}}}) {
+    int64_t ng = 1;
+    for (int64_t d : c.g_shape) ng *= d;
+    const Vec d = f32_round(random_vec(rng, 30)), g0 = f32_round(random_vec(rng, ng));
+    Vec want = g0;
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 3; ++j)
+        for (int64_t k = 0; k < 5; ++k)
+          want[sz(i * c.g_str[0] + j * c.g_str[1] + k * c.g_str[2])] += d[sz(i * 15 + j * 5 + k)];
+    Guarded g(to_f(g0)), dg(to_f(d));
+    ops::broadcast_reduce_accumulate(Device::kCPU, g.data(), c.g_str.data(), dg.data(), shape.data(), 3);
+    expect_close(g.values(), want, 1e-5, 1e-6, "broadcast_reduce_accumulate");
+    EXPECT_TRUE(g.intact());
+  }
+}
+
+// Strided rows copied or added exactly (no arithmetic but one f32 addition per element: exact comparison with the
+// same f32 addition), the columns outside [0, cols) of the destination untouched.
+TEST(OpCopyRows, CopiesAndAccumulatesAColumnBlock) {
+  std::mt19937 rng(15);
+  for (int64_t rows : {0, 1, 7, 300})
+    for (bool accumulate : {false, true}) {
+      const int64_t lds = 9, ldd = 13, cols = 4, c0 = 3;  // src columns [c0, c0 + cols) -> dst columns [5, 9)
+      const Vec src = f32_round(random_vec(rng, rows * lds)), dst0 = f32_round(random_vec(rng, rows * ldd));
+      std::vector<float> want = to_f(dst0);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < cols; ++j) {
+          float& w = want[sz(r * ldd + 5 + j)];
+          w = (accumulate ? w : 0.0f) + float(src[sz(r * lds + c0 + j)]);
+        }
+      Guarded s(to_f(src)), d(to_f(dst0));
+      ops::copy_rows(Device::kCPU, d.data() + 5, ldd, s.data() + c0, lds, rows, cols, accumulate);
+      EXPECT_EQ(d.values(), want) << "rows " << rows << " accumulate " << accumulate;
+      EXPECT_TRUE(d.intact());
+    }
+}
+
+// The dispatcher: an op without a kernel for the device names the op and the device (kUnsupported); an op with a
+// CUDA kernel in a build or on a machine without CUDA is refused by the backend, never run on a host pointer.
+TEST(OpDispatch, AMissingKernelNamesTheOpAndTheDevice) {
+  std::vector<float> x(8, 1.0f), v(2);
+  std::vector<int32_t> idx(2);
+  try {
+    ops::topk(Device::kCUDA, idx.data(), v.data(), x.data(), 1, 8, 2);
+    ADD_FAILURE() << "topk on cuda did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("op 'topk' has no kernel for device cuda"), std::string::npos) << e.what();
+  }
+  if (!ops::device_available(Device::kCUDA)) {
+    EXPECT_THROW(ops::scale(Device::kCUDA, x.data(), x.data(), 2.0f, 8), Error);
+    EXPECT_EQ(x, std::vector<float>(8, 1.0f));  // nothing ran on the host buffer
+  }
 }
 
 // ---------------------------------------------------------------------------------------------- RMSNorm
@@ -186,9 +252,9 @@ TEST(OpRmsNorm, PlainAndGatedMatchReferenceAndFiniteDifferences) {
       Guarded xg(to_f(x)), wg(to_f(w)), gg(to_f(g)), dyg(to_f(dy)), yg(sz(n)), rg(sz(c.rows));
       Guarded dxg(to_f(dx0)), dwg(to_f(dw0)), dgg(to_f(dg0));
       float* gf = gated ? gg.data() : nullptr;
-      cpu::rmsnorm_forward(yg.data(), rg.data(), xg.data(), wg.data(), gf, c.rows, c.N, float(eps));
-      cpu::rmsnorm_backward(dxg.data(), dwg.data(), gated ? dgg.data() : nullptr, dyg.data(), xg.data(), wg.data(), gf,
-                            rg.data(), c.rows, c.N);
+      ops::rmsnorm_forward(Device::kCPU, yg.data(), rg.data(), xg.data(), wg.data(), gf, c.rows, c.N, float(eps));
+      ops::rmsnorm_backward(Device::kCPU, dxg.data(), dwg.data(), gated ? dgg.data() : nullptr, dyg.data(), xg.data(),
+                            wg.data(), gf, rg.data(), c.rows, c.N);
       // kRed: sum of squares over N; dw sums over rows.
       expect_close(yg.values(), y, kRedR, kRedA, "rmsnorm forward");
       expect_close(dxg.values(), dx, kRedR, kRedA, "rmsnorm dx");
@@ -222,8 +288,8 @@ TEST(OpL2Norm, MatchesReferenceAndFiniteDifferences) {
     ref::l2norm_forward<double>(y.data(), rn.data(), x.data(), rows, N, 1e-6);
     ref::l2norm_backward<double>(dx.data(), dy.data(), y.data(), rn.data(), rows, N);
     Guarded xg(to_f(x)), yg(sz(n)), rg(sz(rows)), dyg(to_f(dy)), dxg(sz(n));
-    cpu::l2norm_forward(yg.data(), rg.data(), xg.data(), rows, N, 1e-6f);
-    cpu::l2norm_backward(dxg.data(), dyg.data(), yg.data(), rg.data(), rows, N);
+    ops::l2norm_forward(Device::kCPU, yg.data(), rg.data(), xg.data(), rows, N, 1e-6f);
+    ops::l2norm_backward(Device::kCPU, dxg.data(), dyg.data(), yg.data(), rg.data(), rows, N);
     expect_close(yg.values(), y, kRedR, kRedA, "l2norm forward");  // kRed
     expect_close(dxg.values(), dx, kRedR, kRedA, "l2norm backward");
     EXPECT_TRUE(yg.intact() && dxg.intact());
@@ -250,9 +316,9 @@ TEST(OpSituGlu, StridedForwardBackwardAndFiniteDifferences) {
     ref::situ_glu_backward<double>(dgu.data(), ld, dgu.data() + F, ld, dy.data(), F, gu.data(), ld, gu.data() + F, ld,
                                    rows, F, p);
     Guarded gug(to_f(gu)), yg(sz(rows * F)), dyg(to_f(dy)), dgug(to_f(dgu0));
-    cpu::situ_glu_forward(yg.data(), F, gug.data(), ld, gug.data() + F, ld, rows, F, p);
-    cpu::situ_glu_backward(dgug.data(), ld, dgug.data() + F, ld, dyg.data(), F, gug.data(), ld, gug.data() + F, ld,
-                           rows, F, p);
+    ops::situ_glu_forward(Device::kCPU, yg.data(), F, gug.data(), ld, gug.data() + F, ld, rows, F, p);
+    ops::situ_glu_backward(Device::kCPU, dgug.data(), ld, dgug.data() + F, ld, dyg.data(), F, gug.data(), ld,
+                           gug.data() + F, ld, rows, F, p);
     // kElem, with atol scaled by the output bound b1*b2 = 100.
     expect_close(yg.values(), y, 1e-5, 1e-4, "situ forward");
     expect_close(dgug.values(), dgu, 1e-5, 1e-4, "situ backward");
@@ -282,7 +348,7 @@ TEST(OpSituGlu, LargeBetasGiveSwiGlu) {
   Vec want(sz(n));
   for (int64_t i = 0; i < n; ++i) want[sz(i)] = g[sz(i)] / (1.0 + std::exp(-g[sz(i)])) * u[sz(i)];
   Guarded gg(to_f(g)), ug(to_f(u)), y(sz(n));
-  cpu::situ_glu_forward(y.data(), n, gg.data(), n, ug.data(), n, 1, n, SituParams{1e6f, 1e6f});
+  ops::situ_glu_forward(Device::kCPU, y.data(), n, gg.data(), n, ug.data(), n, 1, n, SituParams{1e6f, 1e6f});
   // b = 1e6: the SiTU-SwiGLU gap is O(x^3 / b^2) ~ 1e-10; what remains is f32 rounding and fast_exp (kElem).
   expect_close(y.values(), want, 1e-5, 1e-5, "situ(b=1e6) vs swiglu");
 }
@@ -299,8 +365,9 @@ TEST(OpSoftmax, SoftmaxAndLogSoftmax) {
       (log ? ref::log_softmax_backward<double> : ref::softmax_backward<double>)(dx.data(), dy.data(), y.data(), rows,
                                                                                 N);
       Guarded xg(to_f(x)), yg(sz(n)), dyg(to_f(dy)), dxg(to_f(dx0));
-      (log ? cpu::log_softmax_forward : cpu::softmax_forward)(yg.data(), xg.data(), rows, N);
-      (log ? cpu::log_softmax_backward : cpu::softmax_backward)(dxg.data(), dyg.data(), yg.data(), rows, N);
+      (log ? ops::log_softmax_forward : ops::softmax_forward)(Device::kCPU, yg.data(), xg.data(), rows, N);
+      (log ? ops::log_softmax_backward : ops::softmax_backward)(Device::kCPU, dxg.data(), dyg.data(), yg.data(), rows,
+                                                                N);
       expect_close(yg.values(), y, kRedR, kRedA, "softmax forward");  // kRed: sum of exps over N
       expect_close(dxg.values(), dx, kRedR, kRedA, "softmax backward");
       EXPECT_TRUE(yg.intact() && dxg.intact());
@@ -338,9 +405,9 @@ TEST(OpConv1d, CarriedStateForwardBackwardAndSplitEqualsWhole) {
       Guarded xg(to_f(x)), wg(to_f(w)), sg(to_f(st)), yg(sz(nx)), sog(sz(ns)), dyg(to_f(dy));
       Guarded dxg(sz(nx)), dwg(sz(c.C * c.W)), dsg(sz(ns));
       float* spf = with_state ? sg.data() : nullptr;
-      cpu::conv1d_forward(yg.data(), sog.data(), xg.data(), wg.data(), spf, c.B, c.T, c.C, c.W);
-      cpu::conv1d_backward(dxg.data(), dwg.data(), dsg.data(), dyg.data(), xg.data(), wg.data(), spf, c.B, c.T, c.C,
-                           c.W);
+      ops::conv1d_forward(Device::kCPU, yg.data(), sog.data(), xg.data(), wg.data(), spf, c.B, c.T, c.C, c.W);
+      ops::conv1d_backward(Device::kCPU, dxg.data(), dwg.data(), dsg.data(), dyg.data(), xg.data(), wg.data(), spf, c.B,
+                           c.T, c.C, c.W);
       expect_close(yg.values(), y, kElemR * 10, kElemA * 10, "conv forward");  // W-term sums
       expect_close(sog.values(), so, 0, 0, "conv state out");                  // a copy: exact
       expect_close(dxg.values(), dx, kElemR * 10, kElemA * 10, "conv dx");
@@ -362,10 +429,10 @@ TEST(OpConv1d, CarriedStateForwardBackwardAndSplitEqualsWhole) {
     if (c.T >= 2 && c.B == 1) {
       const int64_t t1 = c.T / 2;
       Guarded xg(to_f(x)), wg(to_f(w)), whole(sz(nx)), split(sz(nx)), mid(sz(ns));
-      cpu::conv1d_forward(whole.data(), nullptr, xg.data(), wg.data(), nullptr, 1, c.T, c.C, c.W);
-      cpu::conv1d_forward(split.data(), mid.data(), xg.data(), wg.data(), nullptr, 1, t1, c.C, c.W);
-      cpu::conv1d_forward(split.data() + t1 * c.C, nullptr, xg.data() + t1 * c.C, wg.data(), mid.data(), 1, c.T - t1,
-                          c.C, c.W);
+      ops::conv1d_forward(Device::kCPU, whole.data(), nullptr, xg.data(), wg.data(), nullptr, 1, c.T, c.C, c.W);
+      ops::conv1d_forward(Device::kCPU, split.data(), mid.data(), xg.data(), wg.data(), nullptr, 1, t1, c.C, c.W);
+      ops::conv1d_forward(Device::kCPU, split.data() + t1 * c.C, nullptr, xg.data() + t1 * c.C, wg.data(), mid.data(),
+                          1, c.T - t1, c.C, c.W);
       const auto a = whole.values(), b = split.values();
       expect_close(b, Vec(a.begin(), a.end()), 0, 1e-6, "conv split = whole");  // same sums, same order
     }
@@ -394,8 +461,8 @@ TEST(OpRope, RotatedColumnsOnlyBothPairingsAndInverse) {
     ref::rope_forward<double>(y.data(), x.data(), cs.data(), sn.data(), c.T, c.heads, c.N, c.l);
     ref::rope_backward<double>(dx.data(), dy.data(), cs.data(), sn.data(), c.T, c.heads, c.N, c.l);
     Guarded xg(to_f(x)), yg(sz(n)), dyg(to_f(dy)), dxg(sz(n)), cg(to_f(cs)), sg(to_f(sn));
-    cpu::rope_forward(yg.data(), xg.data(), cg.data(), sg.data(), c.T, c.heads, c.N, c.l);
-    cpu::rope_backward(dxg.data(), dyg.data(), cg.data(), sg.data(), c.T, c.heads, c.N, c.l);
+    ops::rope_forward(Device::kCPU, yg.data(), xg.data(), cg.data(), sg.data(), c.T, c.heads, c.N, c.l);
+    ops::rope_backward(Device::kCPU, dxg.data(), dyg.data(), cg.data(), sg.data(), c.T, c.heads, c.N, c.l);
     expect_close(yg.values(), y, kElemR, kElemA, "rope forward");  // kElem
     expect_close(dxg.values(), dx, kElemR, kElemA, "rope backward");
     EXPECT_TRUE(yg.intact() && dxg.intact());
@@ -432,9 +499,9 @@ TEST(OpAttention, TiledMatchesFullMatrixReferenceWithDifferentVWidthAndGqa) {
                                     k.data(), v.data(), s);
     Guarded qg(to_f(q)), kg(to_f(k)), vg(to_f(v)), og(sz(no)), lg(sz(nl)), dog(to_f(dout));
     Guarded dqg(sz(nq)), dkg(sz(nk)), dvg(sz(nv));
-    cpu::attention_forward(og.data(), lg.data(), qg.data(), kg.data(), vg.data(), s);
-    cpu::attention_backward(dqg.data(), dkg.data(), dvg.data(), dog.data(), og.data(), lg.data(), qg.data(), kg.data(),
-                            vg.data(), s);
+    ops::attention_forward(Device::kCPU, og.data(), lg.data(), qg.data(), kg.data(), vg.data(), s);
+    ops::attention_backward(Device::kCPU, dqg.data(), dkg.data(), dvg.data(), dog.data(), og.data(), lg.data(),
+                            qg.data(), kg.data(), vg.data(), s);
     // kRed: T-long softmax sums and Dk/Dv dot products in f32.
     expect_close(og.values(), out, kRedR, kRedA, "attention out");
     expect_close(lg.values(), lse, kRedR, kRedA, "attention lse");
@@ -474,10 +541,11 @@ TEST(OpCrossEntropy, FusedChunkedMatchesFullLogitsWithIgnoreIndex) {
                                         c.V, -100);
     Guarded hg(to_f(h)), Wg(to_f(W)), lg(sz(c.T)), dhg(sz(c.T * c.D)), dWg(sz(c.V * c.D));
     float lossf = -1;
-    EXPECT_EQ(cpu::cross_entropy_forward(&lossf, lg.data(), hg.data(), Wg.data(), tgt.data(), c.T, c.D, c.V, -100),
+    EXPECT_EQ(ops::cross_entropy_forward(Device::kCPU, &lossf, lg.data(), hg.data(), Wg.data(), tgt.data(), c.T, c.D,
+                                         c.V, -100),
               count);
-    cpu::cross_entropy_backward(dhg.data(), dWg.data(), 1.5f, hg.data(), Wg.data(), tgt.data(), lg.data(), c.T, c.D,
-                                c.V, -100);
+    ops::cross_entropy_backward(Device::kCPU, dhg.data(), dWg.data(), 1.5f, hg.data(), Wg.data(), tgt.data(), lg.data(),
+                                c.T, c.D, c.V, -100);
     EXPECT_NEAR(lossf, loss, 1e-4 * std::max(1.0, std::abs(loss)));  // kRed: V-long sums of exps
     expect_close(lg.values(), lse, kRedR, kRedA, "ce lse");
     expect_close(dhg.values(), dh, kRedR, kRedA, "ce dh");
@@ -497,7 +565,8 @@ TEST(OpCrossEntropy, FusedChunkedMatchesFullLogitsWithIgnoreIndex) {
   std::vector<float> h(4, 0.1f), W(12, 0.1f), lse(1);
   std::vector<int64_t> bad = {7};
   float l;
-  EXPECT_THROW(cpu::cross_entropy_forward(&l, lse.data(), h.data(), W.data(), bad.data(), 1, 4, 3, -100), Error);
+  EXPECT_THROW(ops::cross_entropy_forward(Device::kCPU, &l, lse.data(), h.data(), W.data(), bad.data(), 1, 4, 3, -100),
+               Error);
 }
 
 // ---------------------------------------------------------------------------------------------- top-k
@@ -514,7 +583,7 @@ TEST(OpTopK, ValuesMatchAsSetsAndTiesGoToLowerIndex) {
     std::vector<float> val(sz(rows * k));
     ref::topk<double>(idx_ref.data(), val_ref.data(), x.data(), rows, N, k);
     const auto xf = to_f(x);
-    cpu::topk(idx.data(), val.data(), xf.data(), rows, N, k);
+    ops::topk(Device::kCPU, idx.data(), val.data(), xf.data(), rows, N, k);
     for (int64_t r = 0; r < rows; ++r) {
       // as sets (ties are legal in any order in general) ...
       std::set<int32_t> a(idx.begin() + r * k, idx.begin() + (r + 1) * k),
@@ -527,7 +596,7 @@ TEST(OpTopK, ValuesMatchAsSetsAndTiesGoToLowerIndex) {
   }
   std::vector<float> x(4);
   std::vector<int32_t> i(8);
-  EXPECT_THROW(cpu::topk(i.data(), x.data(), x.data(), 1, 4, 5), Error);  // k > N
+  EXPECT_THROW(ops::topk(Device::kCPU, i.data(), x.data(), x.data(), 1, 4, 5), Error);  // k > N
 }
 
 // ---------------------------------------------------------------------------------------------- gather/scatter
@@ -543,20 +612,20 @@ TEST(OpGatherScatter, PermutationRoundTripRepeatedIndicesAndWeights) {
     Vec g(sz(n * N));
     ref::gather_rows<double>(g.data(), src.data(), idx.data(), n, m, N);
     Guarded sg(to_f(src)), gg(sz(n * N));
-    cpu::gather_rows(gg.data(), sg.data(), idx.data(), n, m, N);
+    ops::gather_rows(Device::kCPU, gg.data(), sg.data(), idx.data(), n, m, N);
     expect_close(gg.values(), g, 0, 0, "gather");  // a copy: exact
     for (bool weighted : {false, true}) {
       Vec dst0 = f32_round(random_vec(rng, m * N)), dst = dst0;
       ref::scatter_add_rows<double>(dst.data(), upd.data(), idx.data(), weighted ? w.data() : nullptr, n, m, N);
       Guarded dg(to_f(dst0)), ug(to_f(upd)), wg(to_f(w));
-      cpu::scatter_add_rows(dg.data(), ug.data(), idx.data(), weighted ? wg.data() : nullptr, n, m, N);
+      ops::scatter_add_rows(Device::kCPU, dg.data(), ug.data(), idx.data(), weighted ? wg.data() : nullptr, n, m, N);
       expect_close(dg.values(), dst, kRedR, kRedA, "scatter_add");  // sums of up to ~1300 repeats
       // backward of the weighted scatter
       Vec ddst = f32_round(random_vec(rng, m * N)), dsrc(sz(n * N), 0.0), dw(sz(n), 0.0);
       ref::scatter_add_rows_backward<double>(dsrc.data(), dw.data(), ddst.data(), upd.data(), idx.data(),
                                              weighted ? w.data() : nullptr, n, m, N);
       Guarded ddg(to_f(ddst)), dsg(sz(n * N)), dwg(sz(n));
-      cpu::scatter_add_rows_backward(dsg.data(), dwg.data(), ddg.data(), ug.data(), idx.data(),
+      ops::scatter_add_rows_backward(Device::kCPU, dsg.data(), dwg.data(), ddg.data(), ug.data(), idx.data(),
                                      weighted ? wg.data() : nullptr, n, m, N);
       expect_close(dsg.values(), dsrc, kElemR, kElemA, "scatter dsrc");
       expect_close(dwg.values(), dw, kRedR, kRedA, "scatter dw");
@@ -573,8 +642,8 @@ TEST(OpGatherScatter, PermutationRoundTripRepeatedIndicesAndWeights) {
   }
   std::vector<float> a(8), b(8);
   std::vector<int32_t> bad = {0, 2};
-  EXPECT_THROW(cpu::gather_rows(a.data(), b.data(), bad.data(), 2, 2, 4), Error);  // index 2 of 2 rows
-  EXPECT_THROW(cpu::scatter_add_rows(a.data(), b.data(), bad.data(), nullptr, 2, 2, 4), Error);
+  EXPECT_THROW(ops::gather_rows(Device::kCPU, a.data(), b.data(), bad.data(), 2, 2, 4), Error);  // index 2 of 2 rows
+  EXPECT_THROW(ops::scatter_add_rows(Device::kCPU, a.data(), b.data(), bad.data(), nullptr, 2, 2, 4), Error);
 }
 
 // ---------------------------------------------------------------------------------------------- embedding
@@ -588,8 +657,8 @@ TEST(OpEmbedding, LookupAndScatterBackward) {
   ref::embedding_forward<double>(out.data(), table.data(), ids.data(), T, V, D);
   ref::embedding_backward<double>(dt.data(), dout.data(), ids.data(), T, V, D);
   Guarded tg(to_f(table)), og(sz(T * D)), dog(to_f(dout)), dtg(sz(V * D));
-  cpu::embedding_forward(og.data(), tg.data(), ids.data(), T, V, D);
-  cpu::embedding_backward(dtg.data(), dog.data(), ids.data(), T, V, D);
+  ops::embedding_forward(Device::kCPU, og.data(), tg.data(), ids.data(), T, V, D);
+  ops::embedding_backward(Device::kCPU, dtg.data(), dog.data(), ids.data(), T, V, D);
   expect_close(og.values(), out, 0, 0, "embedding");  // a copy: exact
   expect_close(dtg.values(), dt, kElemR, kElemA, "embedding backward");
   EXPECT_TRUE(og.intact() && dtg.intact());
@@ -601,7 +670,7 @@ TEST(OpEmbedding, LookupAndScatterBackward) {
       },
       table, dt, "embedding d/dtable");
   std::vector<int64_t> bad = {V};
-  EXPECT_THROW(cpu::embedding_forward(og.data(), tg.data(), bad.data(), 1, V, D), Error);
+  EXPECT_THROW(ops::embedding_forward(Device::kCPU, og.data(), tg.data(), bad.data(), 1, V, D), Error);
 }
 
 // ---------------------------------------------------------------------------------------------- AdamW
@@ -615,7 +684,7 @@ TEST(OpAdamW, MatchesReferenceOverSeveralSteps) {
       const AdamWParams hp{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step};
       ref::adamw_update<double>(p.data(), g.data(), m.data(), v.data(), n, hp);
       const auto gf = to_f(g);
-      cpu::adamw_update(pg.data(), gf.data(), mg.data(), vg.data(), n, hp);
+      ops::adamw_update(Device::kCPU, pg.data(), gf.data(), mg.data(), vg.data(), n, hp);
     }
     // f32 state over 5 steps; the update divides by sqrt(v), so relative error ~1e-6 per step.
     expect_close(pg.values(), p, 1e-5, 1e-6, "adamw p");

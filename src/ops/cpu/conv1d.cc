@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/parallel.h"
-#include "ops/kernels.h"
 
 namespace myriad::cpu {
 

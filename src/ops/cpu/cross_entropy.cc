@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/parallel.h"
-#include "ops/cpu/vmath.h"
-#include "ops/kernels.h"
+#include "ops/fast_math.h"
 
 namespace myriad::cpu {
 

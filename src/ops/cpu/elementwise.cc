@@ -1,10 +1,11 @@
 // Elementwise CPU kernels: activations, broadcasting add/mul, SiTU-GLU. Vectorised through vmath.h and
 // `omp simd`; threaded over large arrays.
+#include <algorithm>
 #include <cmath>
 
+#include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/parallel.h"
-#include "ops/cpu/vmath.h"
-#include "ops/kernels.h"
+#include "ops/fast_math.h"
 
 namespace myriad::cpu {
 
@@ -121,6 +122,36 @@ void axpy(float* y, const float* x, float alpha, int64_t n) {
   parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) y[i] += alpha * x[i];
+  });
+}
+
+void broadcast_reduce_accumulate(float* g, const int64_t* g_strides, const float* d, const int64_t* shape, int ndim) {
+  int64_t n = 1;
+  for (int k = 0; k < ndim; ++k) n *= shape[k];
+  // One thread: several elements of d land on one element of g.
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rem = i, o = 0;
+    for (int k = ndim - 1; k >= 0; --k) {
+      o += (rem % shape[k]) * g_strides[k];
+      rem /= shape[k];
+    }
+    g[o] += d[i];
+  }
+}
+
+void copy_rows(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols, bool accumulate) {
+  if (cols <= 0) return;
+  parallel_for(rows, std::max<int64_t>(1, kGrain / cols), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* o = dst + r * ldd;
+      const float* x = src + r * lds;
+      if (accumulate) {
+#pragma omp simd
+        for (int64_t j = 0; j < cols; ++j) o[j] += x[j];
+      } else {
+        std::copy(x, x + cols, o);
+      }
+    }
   });
 }
 

@@ -17,9 +17,9 @@
 
 #include "core/dtype.h"
 #include "core/threads.h"
+#include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/simd_vec.h"
-#include "ops/kernels.h"
 
 namespace myriad::cpu {
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/parallel.h"
-#include "ops/kernels.h"
 
 namespace myriad::cpu {
 

@@ -21,10 +21,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/simd_vec.h"
-#include "ops/cpu/vmath.h"
-#include "ops/kernels.h"
+#include "ops/fast_math.h"
 
 namespace myriad::cpu {
 

@@ -20,14 +20,10 @@ namespace myriad::cpu {
 
 namespace {
 
-constexpr int64_t kGroup = 32;
-constexpr int64_t kBlock = 16;             // tokens per key block (one 512-bit load)
+constexpr int64_t kGroup = kLatentQ8Group;
+constexpr int64_t kBlock = kLatentQ8Block;
 constexpr int64_t kValueChunkPairs = 128;  // token pairs summed in int32 before a flush: 256 x 32767 x 127 < 2^31
 constexpr float kP16 = 32767.0f;           // the largest 16-bit factor
-
-size_t align64(size_t n) {
-  return (n + 63) / 64 * 64;
-}
 
 // The scalar parts of the scale: s = max|x| / 127 (NaN when x has a non-finite value), codes round(x / s).
 float quantize_group(const float* x, int64_t n, int8_t* codes) {
@@ -254,20 +250,6 @@ void head_tiles(int64_t H, Fn&& fn) {
 #endif
 
 }  // namespace
-
-LatentQ8Layout::LatentQ8Layout(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens)
-    : C(kv_lora_rank), W(kv_lora_rank + rope_dim), P(page_tokens) {
-  MYRIAD_REQUIRE(kv_lora_rank > 0 && rope_dim >= 0 && page_tokens > 0, kValue, "latent q8 page: kv_lora_rank ",
-                 kv_lora_rank, ", rope dim ", rope_dim, ", page tokens ", page_tokens, " (need > 0, >= 0, > 0)");
-  quads = (W + 3) / 4;
-  groups = (W + kGroup - 1) / kGroup;
-  blocks = (P + kBlock - 1) / kBlock;
-  pairs = (P + 1) / 2;
-  value_cols = (C + kGroup - 1) / kGroup * kGroup;
-  value_offset = align64(size_t(blocks * quads * 64));
-  scale_offset = value_offset + align64(size_t(pairs * value_cols * 2));
-  bytes = scale_offset + align64(size_t(groups * blocks * kBlock) * sizeof(float));
-}
 
 void latent_q8_init_page(const LatentQ8Layout& l, uint8_t* page) {
   std::memset(page, 0x80, l.value_offset);  // keys: code 0 stored as 128

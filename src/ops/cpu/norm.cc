@@ -4,9 +4,9 @@
 #include <cmath>
 #include <vector>
 
+#include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/parallel.h"
-#include "ops/cpu/vmath.h"
-#include "ops/kernels.h"
+#include "ops/fast_math.h"
 
 namespace myriad::cpu {
 

@@ -1,8 +1,8 @@
 // AdamW update and reductions on the CPU (one streaming pass; threaded, vectorised).
 #include <cmath>
 
+#include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/parallel.h"
-#include "ops/kernels.h"
 
 namespace myriad::cpu {
 

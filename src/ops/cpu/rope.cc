@@ -1,8 +1,8 @@
 // Rotary position embedding on the rotated columns only (CPU). Rows (token, head) are independent.
 #include <algorithm>
 
+#include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/parallel.h"
-#include "ops/kernels.h"
 
 namespace myriad::cpu {
 

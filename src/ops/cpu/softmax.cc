@@ -2,10 +2,10 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/simd_vec.h"
-#include "ops/cpu/vmath.h"
-#include "ops/kernels.h"
+#include "ops/fast_math.h"
 
 namespace myriad::cpu {
 

@@ -72,6 +72,26 @@ void binary_forward(Binary op, T* out, const T* a, const int64_t* as, const T* b
   }
 }
 
+template <class T>
+void broadcast_reduce_accumulate(T* g, const int64_t* gs, const T* d, const int64_t* shape, int ndim) {
+  int64_t n = 1;
+  for (int k = 0; k < ndim; ++k) n *= shape[k];
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rem = i, o = 0;
+    for (int k = ndim - 1; k >= 0; --k) {
+      o += (rem % shape[k]) * gs[k];
+      rem /= shape[k];
+    }
+    g[o] += d[i];
+  }
+}
+
+template <class T>
+void copy_rows(T* dst, int64_t ldd, const T* src, int64_t lds, int64_t rows, int64_t cols, bool accumulate) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) dst[r * ldd + j] = (accumulate ? dst[r * ldd + j] : T(0)) + src[r * lds + j];
+}
+
 // SiTU-GLU(g, u) = [b1 tanh(g/b1) sigmoid(g)] * [b2 tanh(u/b2)]  (DESIGN 1.5).
 template <class T>
 void situ_glu_forward(T* y, int64_t ldy, const T* g, int64_t ldg, const T* u, int64_t ldu, int64_t rows, int64_t F,

@@ -1,4 +1,5 @@
-// Vectorisable float math for the CPU kernels. glibc's expf/tanhf are scalar calls that stop GCC from
+// Vectorisable float math (portable C++, no intrinsics) for the CPU kernels and for host-side loops above them
+// (the sampler). glibc's expf/tanhf are scalar calls that stop GCC from
 // vectorising a loop (its SIMD variants need -ffast-math, which we do not want globally: it breaks NaN
 // checks). These are branch-free, call-free, so loops under `#pragma omp simd` become AVX2/AVX-512 code.
 // NOTE: fast_exp has a relative error below 2e-7 over [-87, 88] (Cody-Waite range reduction and a
@@ -8,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace myriad::cpu {
+namespace myriad {
 
 #pragma omp declare simd
 inline float fast_exp(float x) {
@@ -61,4 +62,4 @@ inline float fast_softplus(float x) {
   return (x > 0 ? x : 0.0f) + l;
 }
 
-}  // namespace myriad::cpu
+}  // namespace myriad
