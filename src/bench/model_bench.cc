@@ -15,6 +15,7 @@
 #include "core/threads.h"
 #include "model/accounting.h"
 #include "model/init.h"
+#include "model/sequence_context.h"
 #include "model/transformer.h"
 #include "ops/kernels.h"
 #include "ops/ref/kda.h"
@@ -203,17 +204,18 @@ void run_model_sections(const ModelConfig& c, int64_t T, const MachineLimits& li
     return int64_t(-1);
   };
   const ForwardOptions fopt;
+  LocalSequenceContext whole;  // each module on a whole sequence
   if (const int64_t n = acc.kda_mixer.layers; n > 0) {
     const int64_t l = first_layer([&](int64_t i) { return c.mixer(i) == Mixer::kKda; });
     modules.push_back({"KDA mixer (L" + std::to_string(l) + ")", n,
                        6.0 * double(acc.kda_mixer.active) + tf.kda_state / double(n),
-                       [&, l](const ag::Var& x) { return model.kda_mixer(l, x, fopt); }});
+                       [&, l](const ag::Var& x) { return model.kda_mixer(l, x, fopt, whole); }});
   }
   if (const int64_t n = acc.mla_mixer.layers; n > 0) {
     const int64_t l = first_layer([&](int64_t i) { return c.mixer(i) == Mixer::kMla; });
     modules.push_back({"MLA mixer (L" + std::to_string(l) + ")", n,
                        6.0 * double(acc.mla_mixer.active) + tf.mla_attention / double(n),
-                       [&, l](const ag::Var& x) { return model.mla_mixer(l, x); }});
+                       [&, l](const ag::Var& x) { return model.mla_mixer(l, x, whole); }});
   }
   if (const int64_t n = acc.dense_ffn.layers; n > 0) {
     const int64_t l = first_layer([&](int64_t i) { return !c.is_moe_layer(i); });

@@ -10,6 +10,7 @@
 #include "core/threads.h"
 #include "io/checkpoint.h"
 #include "io/run_layout.h"
+#include "model/moe_dispatch.h"
 #include "model/param_spec.h"
 #include "model/routing.h"
 #include "ops/kernels.h"
@@ -207,32 +208,32 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
   const bool latent = c.routed_expert_hidden_size.has_value();
   const Tensor z = latent ? lw.latent_down->apply(x) : x.contiguous();  // [N, L]
   const int64_t L = z.size(1);
-  // copies grouped by expert (counting sort, stable in token order)
+  // The copies of this process's experts (all of them, with the local dispatcher), sorted by expert.
   const ExpertGroups groups = group_by_expert(idx, E);
-  const std::vector<int64_t>& start = groups.start;
-  const std::vector<int32_t>& copy_token = groups.copy_token;
-  const std::vector<int32_t>& copy_slot = groups.copy_slot;
-  Tensor u = Tensor::zeros({N, L});
-  // The experts that received copies. Decode-sized batches give each a handful of rows: too little work to
+  const MoeDispatcher& dispatcher = moe_dispatcher_ ? *moe_dispatcher_ : local_moe_dispatcher();
+  const MoeDispatcher::Range local = dispatcher.local_experts(E);
+  const ExpertBatch batch = dispatcher.dispatch(ag::Var(z, false), groups, ag::Var(weights, false));
+  const Tensor rows = batch.rows.value();  // [copies, L]
+  const std::vector<int64_t>& off = batch.offsets;
+  // The local experts that received copies. Decode-sized batches give each a handful of rows: too little work to
   // split one expert's products over threads, so the experts themselves are spread over the threads (each
-  // computing into its own buffer; the weighted scatter into u stays sequential, as copies of one token go to
-  // different experts). Larger batches run the experts in turn, each product threaded inside.
+  // computing into its own rows of the outputs). Larger batches run the experts in turn, each product threaded
+  // inside.
   std::vector<int64_t> active;
-  for (int64_t e = 0; e < E; ++e)
-    if (start[size_t(e + 1)] > start[size_t(e)]) active.push_back(e);
-  // Expert outputs [N k, L] in copy order: expert e writes rows start[e] .. start[e+1].
-  Tensor outs = Tensor::empty({N * k, L});
+  for (int64_t i = 0; i < local.count; ++i)
+    if (off[size_t(i + 1)] > off[size_t(i)]) active.push_back(i);
+  // Expert outputs [copies, L] in the batch's order: local expert i writes rows off[i] .. off[i+1].
+  Tensor outs = Tensor::empty({rows.size(0), L});
   const int64_t F = c.moe_intermediate_size;
   const std::vector<const LinearWeight*>& ew = lw.experts;
   auto run_expert = [&](size_t a) {
-    const int64_t e = active[a], b0 = start[size_t(e)], n = start[size_t(e + 1)] - b0;
-    // Per-thread buffers: ze [n, L], g and up [n, F].
-    thread_local std::vector<float> ze, g, up;
-    if (ze.size() < size_t(n * L)) ze.resize(size_t(n * L));
+    const int64_t i = active[a], e = local.first + i, b0 = off[size_t(i)], n = off[size_t(i + 1)] - b0;
+    // Per-thread buffers: g and up [n, F].
+    thread_local std::vector<float> g, up;
     if (g.size() < size_t(n * F)) g.resize(size_t(n * F)), up.resize(size_t(n * F));
-    ops::gather_rows(w_->device(), ze.data(), z.data<float>(), copy_token.data() + b0, n, N, L);
-    ew[size_t(3 * e)]->apply(ze.data(), n, g.data());                        // w1 (gate)
-    ew[size_t(3 * e + 1)]->apply(ze.data(), n, up.data());                   // w3 (up)
+    const float* ze = rows.data<float>() + b0 * L;
+    ew[size_t(3 * e)]->apply(ze, n, g.data());                               // w1 (gate)
+    ew[size_t(3 * e + 1)]->apply(ze, n, up.data());                          // w3 (up)
     glu_rows(g.data(), up.data(), n, F);                                     // in place into g
     ew[size_t(3 * e + 2)]->apply(g.data(), n, outs.data<float>() + b0 * L);  // w2 (down)
   };
@@ -253,13 +254,7 @@ Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
     for (size_t a = 0; a < active.size(); ++a) run_expert(a);
     if (shared) ys = glu_ffn(lw.shared, x);
   }
-  for (size_t a = 0; a < active.size(); ++a) {
-    const int64_t e = active[a], b0 = start[size_t(e)], n = start[size_t(e + 1)] - b0;
-    std::vector<float> wsel(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) wsel[size_t(i)] = weights.data<float>()[copy_slot[size_t(b0 + i)]];
-    ops::scatter_add_rows(w_->device(), u.data<float>(), outs.data<float>() + b0 * L, copy_token.data() + b0,
-                          wsel.data(), n, N, L);
-  }
+  Tensor u = dispatcher.combine(ag::Var(outs, false), batch, N).value();  // [N, L]
   Tensor y = u;
   if (latent) {
     if (lw.latent_norm) u = rmsnorm(u, lw.latent_norm);

@@ -38,6 +38,8 @@ struct BatchEntry {
   std::span<const int32_t> tokens;
 };
 
+class MoeDispatcher;
+
 class InferenceModel {
  public:
   // The tokenizer may be empty (not loaded) for uses that never detokenize.
@@ -52,6 +54,9 @@ class InferenceModel {
   const std::string& source() const { return source_; }
   int64_t vocab_size() const { return config_.vocab_size; }
   int64_t kda_chunk = 64;
+  // The MoE dispatch seam (model/moe_dispatch.h): null, every expert in this process; an expert-parallel
+  // dispatcher must outlive the model's forward calls.
+  void set_moe_dispatcher(const MoeDispatcher* dispatcher) { moe_dispatcher_ = dispatcher; }
 
   // cache_dtype: how the MLA latent caches store their rows, kF32 (exact) or kBF16 (half the bytes; MlaCache).
   SequenceState new_sequence(int64_t page_tokens = MlaCache::kDefaultPageTokens, DType cache_dtype = DType::kF32) const;
@@ -96,6 +101,7 @@ class InferenceModel {
   const LinearWeight& lin(const std::string& name) const { return w_->linear(name); }
 
   ModelConfig config_;
+  const MoeDispatcher* moe_dispatcher_ = nullptr;
   std::shared_ptr<const DecodeWeights> w_;
   Tokenizer tokenizer_;
   std::string source_;

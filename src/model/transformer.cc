@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <memory>
 #include <numeric>
@@ -8,8 +9,10 @@
 #include "autograd/grouped_experts.h"
 #include "model/balancing.h"
 #include "model/constants.h"
+#include "model/moe_dispatch.h"
 #include "model/rope.h"
 #include "model/routing.h"
+#include "model/sequence_context.h"
 #include "ops/rope_table.h"
 
 namespace myriad {
@@ -39,34 +42,44 @@ Var Transformer::glu(const Var& g, const Var& u) const {
                       SituParams{float(config_.activation_situ_beta), float(config_.activation_situ_linear_beta)});
 }
 
-// KDA (DESIGN 1.2), chunkwise, from a zero state.
-Var Transformer::kda_mixer(int64_t l, const Var& x, const ForwardOptions& opt) const {
+// KDA (DESIGN 1.2), chunkwise, from the state the sequence context gives (zeros for a whole sequence).
+Var Transformer::kda_mixer(int64_t l, const Var& x, const ForwardOptions& opt, SequenceContext& ctx) const {
   const LinearAttnConfig& la = *config_.linear_attn_config;
   const std::string a = layer_prefix(l) + "self_attn.";
   const int64_t T = x.shape()[0], H = la.num_heads, K = la.head_dim, V = la.head_dim;
-  auto short_conv = [&](const char* name) {  // SiLU(ShortConv(W x)) -> [T, H*K]
+  const int64_t W = la.short_conv_kernel_size, HK = H * K;
+  const bool hand_over = ctx.wants_kda_shard_states();
+  std::array<Var, 3> conv_tails;
+  auto short_conv = [&](const char* name, int which) {  // SiLU(ShortConv(W x)) -> [T, H*K]
     Var lin = ag::linear(x, p(a + name + "_proj.weight"));
-    auto [y, state] = ag::conv1d(ag::reshape(lin, {1, T, H * K}), conv_weight(p(a + name + "_conv1d.weight")), Var());
-    (void)state;
-    return ag::silu(ag::reshape(y, {T, H * K}));
+    const Var state_in = ctx.kda_conv_state_in(l, which);
+    auto [y, tail] = ag::conv1d(ag::reshape(lin, {1, T, HK}), conv_weight(p(a + name + "_conv1d.weight")), state_in);
+    (void)tail;
+    if (hand_over) {  // the last W-1 inputs as a Var (conv1d's tail is a plain value): zeros or state_in, then lin
+      const Var before = state_in.defined() ? ag::reshape(state_in, {W - 1, HK}) : constant(Tensor::zeros({W - 1, HK}));
+      conv_tails[size_t(which)] =
+          ag::reshape(ag::slice_rows(ag::concat_rows({before, lin}, HK), T, T + W - 1), {1, W - 1, HK});
+    }
+    return ag::silu(ag::reshape(y, {T, HK}));
   };
   const float eps_l2 = kKdaQkL2NormEps;
-  Var q = ag::scale(ag::l2norm(ag::reshape(short_conv("q"), {T, H, K}), eps_l2), 1.0f / std::sqrt(float(K)));
-  Var k = ag::l2norm(ag::reshape(short_conv("k"), {T, H, K}), eps_l2);
-  Var v = ag::reshape(short_conv("v"), {T, H, V});
+  Var q = ag::scale(ag::l2norm(ag::reshape(short_conv("q", 0), {T, H, K}), eps_l2), 1.0f / std::sqrt(float(K)));
+  Var k = ag::l2norm(ag::reshape(short_conv("k", 1), {T, H, K}), eps_l2);
+  Var v = ag::reshape(short_conv("v", 2), {T, H, V});
   Var f = ag::reshape(ag::linear(ag::linear(x, p(a + "f_a_proj.weight")), p(a + "f_b_proj.weight")), {T, H, K});
   Var g = ag::kda_gate(f, p(a + "A_log"), p(a + "dt_bias"), float(la.gate_lower_bound));
   Var beta = ag::sigmoid(ag::linear(x, p(a + "b_proj.weight")));  // [T, H]
-  auto [o, state] = ag::kda(ag::reshape(q, {1, T, H, K}), ag::reshape(k, {1, T, H, K}), ag::reshape(v, {1, T, H, V}),
-                            ag::reshape(g, {1, T, H, K}), ag::reshape(beta, {1, T, H}), Var(), opt.kda_chunk);
-  (void)state;
+  auto [o, state] =
+      ag::kda(ag::reshape(q, {1, T, H, K}), ag::reshape(k, {1, T, H, K}), ag::reshape(v, {1, T, H, V}),
+              ag::reshape(g, {1, T, H, K}), ag::reshape(beta, {1, T, H}), ctx.kda_state_in(l), opt.kda_chunk);
+  if (hand_over) ctx.kda_shard_done(l, conv_tails, state);
   Var gate = ag::reshape(ag::linear(x, p(a + "g_proj.weight")), {T, H, V});
   Var normed = ag::rmsnorm_gated(ag::reshape(o, {T, H, V}), p(a + "o_norm.weight"), gate, float(config_.rms_norm_eps));
   return ag::linear(ag::reshape(normed, {T, H * V}), p(a + "o_proj.weight"));
 }
 
 // Gated MLA (DESIGN 1.3), naive form: per-head K and V are materialised.
-Var Transformer::mla_mixer(int64_t l, const Var& x) const {
+Var Transformer::mla_mixer(int64_t l, const Var& x, SequenceContext& ctx) const {
   const std::string a = layer_prefix(l) + "self_attn.";
   const ModelConfig& c = config_;
   const int64_t T = x.shape()[0], H = c.num_attention_heads, Dn = c.qk_nope_head_dim, Dr = c.qk_rope_head_dim,
@@ -78,7 +91,10 @@ Var Transformer::mla_mixer(int64_t l, const Var& x) const {
   } else {
     q = ag::reshape(ag::linear(x, p(a + "q_proj.weight")), {T, H, Dq});
   }
-  Var kv_a = ag::linear(x, p(a + "kv_a_proj_with_mqa.weight"));  // [T, C + Dr]
+  // The latents of this shard and, through the sequence context, of the earlier ones: [Tk, C + Dr].
+  Var kv_a = ctx.mla_latents(l, ag::linear(x, p(a + "kv_a_proj_with_mqa.weight")));
+  MYRIAD_REQUIRE(kv_a.shape()[0] == T, kUnsupported, "mla layer ", l, ": ", kv_a.shape()[0] - T,
+                 " latent rows of earlier shards; attention with more keys than queries is not built yet");
   Var c_kv = ag::slice_last(kv_a, 0, C);
   Var k_pe = ag::reshape(ag::slice_last(kv_a, C, C + Dr), {T, 1, Dr});
   Var kv = ag::reshape(
@@ -89,7 +105,7 @@ Var Transformer::mla_mixer(int64_t l, const Var& x) const {
   Var q_nope = ag::slice_last(q, 0, Dn), q_pe = ag::slice_last(q, Dn, Dq);
   if (!c.mla_use_nope && Dr > 0) {
     std::vector<int64_t> pos(static_cast<size_t>(T));
-    std::iota(pos.begin(), pos.end(), 0);
+    std::iota(pos.begin(), pos.end(), ctx.token_offset());
     const std::optional<YarnParams> yarn = mla_yarn_params(c);
     const RopeTables rt = make_rope_tables(pos, Dr, c.rope_theta, yarn ? &*yarn : nullptr);
     const RopeLayout layout{0, Dr, false};
@@ -131,10 +147,6 @@ Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats, const For
   Var weights = ag::route_weights(s, idx, float(c.routed_scaling_factor), c.moe_renormalize);  // [T, k]
   // Copies grouped by expert (stable in token order); dropped copies (-1) are left out.
   const ExpertGroups groups = group_by_expert(idx, E);
-  const std::vector<int64_t>& start = groups.start;
-  const int64_t served = groups.served();
-  const Tensor copy_token = Tensor::from_vector(groups.copy_token, {served});
-  const Tensor copy_slot = Tensor::from_vector(groups.copy_slot, {served});
   if (stats) {
     // Switch-style balancing acts through the loss: coef E sum_e f_e P_e on the router scores (DESIGN 1.6).
     if (c.balancing == Balancing::kAuxLoss) stats->aux_loss = aux_balance_loss(s, idx, float(c.aux_loss_coef));
@@ -148,20 +160,22 @@ Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats, const For
   }
   const bool latent = c.routed_expert_hidden_size.has_value();
   Var z = latent ? ag::linear(x, p(m + "routed_expert_down_proj.weight")) : x;  // [T, L]
-  Var z_sorted = ag::gather_rows(z, copy_token);                                // [served copies, L]
-  // Every expert at once (one tape node); the copies of expert e are rows [start[e], start[e + 1]).
-  std::vector<Var> w1(static_cast<size_t>(E)), w3(static_cast<size_t>(E)), w2(static_cast<size_t>(E));
-  for (int64_t e = 0; e < E; ++e) {
-    const std::string ex = m + "experts." + std::to_string(e) + ".";
-    w1[size_t(e)] = p(ex + "w1.weight");
-    w3[size_t(e)] = p(ex + "w3.weight");
-    w2[size_t(e)] = p(ex + "w2.weight");
+  // The copies of this process's experts (all of them, with the local dispatcher), sorted by expert.
+  const MoeDispatcher& dispatcher = opt.moe_dispatcher ? *opt.moe_dispatcher : local_moe_dispatcher();
+  const MoeDispatcher::Range local = dispatcher.local_experts(E);
+  const ExpertBatch batch = dispatcher.dispatch(z, groups, weights);
+  // Every local expert at once (one tape node); the copies of local expert i are rows [offsets[i], offsets[i + 1]).
+  std::vector<Var> w1(static_cast<size_t>(local.count)), w3(w1.size()), w2(w1.size());
+  for (int64_t i = 0; i < local.count; ++i) {
+    const std::string ex = m + "experts." + std::to_string(local.first + i) + ".";
+    w1[size_t(i)] = p(ex + "w1.weight");
+    w3[size_t(i)] = p(ex + "w3.weight");
+    w2[size_t(i)] = p(ex + "w2.weight");
   }
   const ag::GluParams glu_params{c.hidden_act == HiddenAct::kSilu ? ag::GluKind::kSwiGlu : ag::GluKind::kSitu,
                                  SituParams{float(c.activation_situ_beta), float(c.activation_situ_linear_beta)}};
-  Var y_sorted = ag::grouped_expert_glu(z_sorted, start, w1, w3, w2, glu_params);  // [served copies, L]
-  Var w_sorted = ag::reshape(ag::gather_rows(ag::reshape(weights, {T * k, 1}), copy_slot), {served});
-  Var u = ag::scatter_add_rows(T, y_sorted, copy_token, w_sorted);  // [T, L]
+  Var y_rows = ag::grouped_expert_glu(batch.rows, batch.offsets, w1, w3, w2, glu_params);  // [copies, L]
+  Var u = dispatcher.combine(y_rows, batch, T);                                            // [T, L]
   Var y = u;
   if (latent) {
     if (c.latent_moe_use_norm) u = ag::rmsnorm(u, p(m + "routed_expert_norm.weight"), float(c.rms_norm_eps));
@@ -194,9 +208,11 @@ Var Transformer::layer_forward(int64_t l, const std::vector<Var>& sealed, const 
   const ModelConfig& c = config_;
   const float eps = float(c.rms_norm_eps);
   const std::string pre = layer_prefix(l);
+  LocalSequenceContext whole;  // the whole sequence, when no context is given
   auto mixer = [&](const Var& h) {
     Var n = ag::rmsnorm(h, p(pre + "input_layernorm.weight"), eps);
-    return c.mixer(l) == Mixer::kKda ? kda_mixer(l, n, opt) : mla_mixer(l, n);
+    SequenceContext& ctx = opt.sequence ? *opt.sequence : whole;
+    return c.mixer(l) == Mixer::kKda ? kda_mixer(l, n, opt, ctx) : mla_mixer(l, n, ctx);
   };
   auto ffn = [&](const Var& h) {
     Var n = ag::rmsnorm(h, p(pre + "post_attention_layernorm.weight"), eps);

@@ -17,6 +17,9 @@
 
 namespace myriad {
 
+class MoeDispatcher;
+class SequenceContext;
+
 struct ForwardOptions {
   int64_t kda_chunk = 64;
   // Gradient checkpointing: each layer runs without keeping its activations and is recomputed during the
@@ -24,6 +27,9 @@ struct ForwardOptions {
   bool checkpoint_layers = false;
   // Training step, for the capacity-factor schedule (capacity_factor_start -> _end over _steps).
   int64_t step = 0;
+  // The two seams through which parallelism is applied from outside (DESIGN §4); null: this process alone.
+  const MoeDispatcher* moe_dispatcher = nullptr;  // model/moe_dispatch.h
+  SequenceContext* sequence = nullptr;            // model/sequence_context.h
 };
 
 // Per-layer routing statistics of one forward (what balancing and the metrics read).
@@ -58,8 +64,8 @@ class Transformer {
 
   // The modules, public so that tests, benchmarks and the decode paths can run one alone. x is the normed
   // input [T, D]; each returns [T, D] (the residual add is the caller's).
-  ag::Var kda_mixer(int64_t layer, const ag::Var& x, const ForwardOptions& opt) const;
-  ag::Var mla_mixer(int64_t layer, const ag::Var& x) const;
+  ag::Var kda_mixer(int64_t layer, const ag::Var& x, const ForwardOptions& opt, SequenceContext& ctx) const;
+  ag::Var mla_mixer(int64_t layer, const ag::Var& x, SequenceContext& ctx) const;
   ag::Var dense_ffn(int64_t layer, const ag::Var& x) const;
   ag::Var moe_ffn(int64_t layer, const ag::Var& x, RoutingStats* stats, const ForwardOptions& opt = {}) const;
   ag::Var glu(const ag::Var& g, const ag::Var& u) const;  // SiTU-GLU, or SwiGLU for hidden_act "silu"

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "infer/kda_state.h"
+#include "model/sequence_context.h"
 #include "model/transformer.h"
 
 namespace myriad {
@@ -22,7 +23,8 @@ TEST(KdaDecode, PiecesAndTokensEqualTheWholeSequence) {
   Tensor whole;
   {
     ag::NoGradGuard ng;
-    whole = model.kda_mixer(layer, ag::Var(x, false), ForwardOptions{}).value();
+    LocalSequenceContext ctx;
+    whole = model.kda_mixer(layer, ag::Var(x, false), ForwardOptions{}, ctx).value();
   }
   double scale = 0;
   for (float v : whole.to_vector()) scale = std::max(scale, double(std::abs(v)));

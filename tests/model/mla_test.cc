@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "infer/mla_cache.h"
+#include "model/sequence_context.h"
 #include "model/transformer.h"
 #include "ops/kernels.h"
 
@@ -103,7 +104,8 @@ Tensor random_input(int64_t T, int64_t D, uint64_t seed) {
 Tensor naive(const ModelConfig& c, const ModelWeights& w, const Tensor& x) {
   Transformer tr(c, w);
   ag::NoGradGuard no_grad;
-  return tr.mla_mixer(kLayer, ag::Var(x)).value().contiguous();
+  LocalSequenceContext ctx;
+  return tr.mla_mixer(kLayer, ag::Var(x), ctx).value().contiguous();
 }
 
 // max |a - b| / max |ref|
