@@ -9,6 +9,7 @@
 #include <span>
 
 #include "model/config.h"
+#include "model/kda_module.h"
 #include "model/weights.h"
 #include "quant/linear_weight.h"
 
@@ -30,6 +31,15 @@ struct KdaSegment {
   int64_t rows = 0;
 };
 
+// A KDA layer's weights for inference, resolved once (the members kda_module.h's execution reads).
+struct KdaDecodeWeights {
+  LinearWeight q_proj, k_proj, v_proj, f_a_proj, f_b_proj, b_proj, g_proj, o_proj;
+  Tensor q_conv, k_conv, v_conv;  // [H*K, W]
+  Tensor A_log, dt_bias, o_norm;
+};
+
+// The mixer of one KDA layer for inference: model/kda_module.h's kda_forward run without the tape, on the
+// kernels, over a batch of sequences each carrying its KdaState.
 class KdaDecoder {
  public:
   KdaDecoder(const ModelConfig& config, const ModelWeights& weights, int64_t layer);
@@ -44,10 +54,9 @@ class KdaDecoder {
 
  private:
   std::shared_ptr<const DecodeWeights> w_;
-  float rms_eps_, lower_bound_;
-  int64_t H_, K_, W_, D_;
-  LinearWeight q_proj_, k_proj_, v_proj_, f_a_, f_b_, b_proj_, g_proj_, o_proj_;
-  Tensor conv_q_, conv_k_, conv_v_, a_log_, dt_bias_, o_norm_;  // convs as [H*K, W]
+  KdaDims dims_;
+  int64_t D_;
+  KdaDecodeWeights weights_;
 };
 
 }  // namespace myriad

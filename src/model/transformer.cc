@@ -9,6 +9,7 @@
 #include "autograd/grouped_experts.h"
 #include "model/balancing.h"
 #include "model/constants.h"
+#include "model/kda_module.h"
 #include "model/moe_dispatch.h"
 #include "model/rope.h"
 #include "model/routing.h"
@@ -42,40 +43,85 @@ Var Transformer::glu(const Var& g, const Var& u) const {
                       SituParams{float(config_.activation_situ_beta), float(config_.activation_situ_linear_beta)});
 }
 
-// KDA (DESIGN 1.2), chunkwise, from the state the sequence context gives (zeros for a whole sequence).
-Var Transformer::kda_mixer(int64_t l, const Var& x, const ForwardOptions& opt, SequenceContext& ctx) const {
-  const LinearAttnConfig& la = *config_.linear_attn_config;
-  const std::string a = layer_prefix(l) + "self_attn.";
-  const int64_t T = x.shape()[0], H = la.num_heads, K = la.head_dim, V = la.head_dim;
-  const int64_t W = la.short_conv_kernel_size, HK = H * K;
-  const bool hand_over = ctx.wants_kda_shard_states();
-  std::array<Var, 3> conv_tails;
-  auto short_conv = [&](const char* name, int which) {  // SiLU(ShortConv(W x)) -> [T, H*K]
-    Var lin = ag::linear(x, p(a + name + "_proj.weight"));
-    const Var state_in = ctx.kda_conv_state_in(l, which);
-    auto [y, tail] = ag::conv1d(ag::reshape(lin, {1, T, HK}), conv_weight(p(a + name + "_conv1d.weight")), state_in);
+namespace {
+
+// kda_module.h's execution on the tape: one sequence of T rows, the chunkwise form; the states entering it come
+// from the sequence context (zeros for a whole sequence) and, when the context continues a shard, what it leaves
+// (the conv tails and the final state, on the tape) goes back there.
+struct TapeKda {
+  using Value = Var;
+  struct Weights {
+    Var q_proj, k_proj, v_proj, f_a_proj, f_b_proj, b_proj, g_proj, o_proj;
+    Var q_conv, k_conv, v_conv;  // [C, W] views of the [C, 1, W] conv weights
+    Var A_log, dt_bias, o_norm;
+  };
+
+  int64_t layer, T, H, K, W, chunk;
+  SequenceContext& ctx;
+  bool hand_over;  // ctx.wants_kda_shard_states()
+  std::array<Var, 3> tails;
+
+  std::array<Var, 6> project(const Var& x, std::array<const Var*, 6> w) const {
+    std::array<Var, 6> y;
+    for (size_t i = 0; i < 6; ++i) y[i] = ag::linear(x, *w[i]);
+    return y;
+  }
+  Var linear(const Var& x, const Var& w) const { return ag::linear(x, w); }
+  Var short_conv(const Var& lin, const Var& w, int which) {
+    const int64_t HK = H * K;
+    const Var state_in = ctx.kda_conv_state_in(layer, which);
+    auto [y, tail] = ag::conv1d(ag::reshape(lin, {1, T, HK}), w, state_in);
     (void)tail;
     if (hand_over) {  // the last W-1 inputs as a Var (conv1d's tail is a plain value): zeros or state_in, then lin
       const Var before = state_in.defined() ? ag::reshape(state_in, {W - 1, HK}) : constant(Tensor::zeros({W - 1, HK}));
-      conv_tails[size_t(which)] =
+      tails[size_t(which)] =
           ag::reshape(ag::slice_rows(ag::concat_rows({before, lin}, HK), T, T + W - 1), {1, W - 1, HK});
     }
     return ag::silu(ag::reshape(y, {T, HK}));
-  };
-  const float eps_l2 = kKdaQkL2NormEps;
-  Var q = ag::scale(ag::l2norm(ag::reshape(short_conv("q", 0), {T, H, K}), eps_l2), 1.0f / std::sqrt(float(K)));
-  Var k = ag::l2norm(ag::reshape(short_conv("k", 1), {T, H, K}), eps_l2);
-  Var v = ag::reshape(short_conv("v", 2), {T, H, V});
-  Var f = ag::reshape(ag::linear(ag::linear(x, p(a + "f_a_proj.weight")), p(a + "f_b_proj.weight")), {T, H, K});
-  Var g = ag::kda_gate(f, p(a + "A_log"), p(a + "dt_bias"), float(la.gate_lower_bound));
-  Var beta = ag::sigmoid(ag::linear(x, p(a + "b_proj.weight")));  // [T, H]
-  auto [o, state] =
-      ag::kda(ag::reshape(q, {1, T, H, K}), ag::reshape(k, {1, T, H, K}), ag::reshape(v, {1, T, H, V}),
-              ag::reshape(g, {1, T, H, K}), ag::reshape(beta, {1, T, H}), ctx.kda_state_in(l), opt.kda_chunk);
-  if (hand_over) ctx.kda_shard_done(l, conv_tails, state);
-  Var gate = ag::reshape(ag::linear(x, p(a + "g_proj.weight")), {T, H, V});
-  Var normed = ag::rmsnorm_gated(ag::reshape(o, {T, H, V}), p(a + "o_norm.weight"), gate, float(config_.rms_norm_eps));
-  return ag::linear(ag::reshape(normed, {T, H * V}), p(a + "o_proj.weight"));
+  }
+  Var l2norm_heads(const Var& x, float eps) const { return ag::l2norm(ag::reshape(x, {T, H, K}), eps); }
+  Var scale(const Var& x, float a) const { return ag::scale(x, a); }
+  Var sigmoid(const Var& x) const { return ag::sigmoid(x); }
+  Var kda_gate(const Var& f, const Var& A_log, const Var& dt_bias, float lower_bound) const {
+    return ag::kda_gate(ag::reshape(f, {T, H, K}), A_log, dt_bias, lower_bound);
+  }
+  Var delta_rule(const Var& q, const Var& k, const Var& v, const Var& g, const Var& beta) {
+    auto [o, state] =
+        ag::kda(ag::reshape(q, {1, T, H, K}), ag::reshape(k, {1, T, H, K}), ag::reshape(v, {1, T, H, K}),
+                ag::reshape(g, {1, T, H, K}), ag::reshape(beta, {1, T, H}), ctx.kda_state_in(layer), chunk);
+    if (hand_over) ctx.kda_shard_done(layer, tails, state);
+    return o;
+  }
+  Var gated_head_norm(const Var& o, const Var& o_norm, const Var& gate, float eps) const {
+    const Var normed = ag::rmsnorm_gated(ag::reshape(o, {T, H, K}), o_norm, ag::reshape(gate, {T, H, K}), eps);
+    return ag::reshape(normed, {T, H * K});
+  }
+};
+
+}  // namespace
+
+// KDA (DESIGN 1.2): model/kda_module.h on the tape.
+Var Transformer::kda_mixer(int64_t l, const Var& x, const ForwardOptions& opt, SequenceContext& ctx) const {
+  const KdaDims d = KdaDims::of(config_);
+  const std::string a = layer_prefix(l) + "self_attn.";
+  TapeKda::Weights w;
+  w.q_proj = p(a + "q_proj.weight");
+  w.k_proj = p(a + "k_proj.weight");
+  w.v_proj = p(a + "v_proj.weight");
+  w.f_a_proj = p(a + "f_a_proj.weight");
+  w.f_b_proj = p(a + "f_b_proj.weight");
+  w.b_proj = p(a + "b_proj.weight");
+  w.g_proj = p(a + "g_proj.weight");
+  w.o_proj = p(a + "o_proj.weight");
+  w.q_conv = conv_weight(p(a + "q_conv1d.weight"));
+  w.k_conv = conv_weight(p(a + "k_conv1d.weight"));
+  w.v_conv = conv_weight(p(a + "v_conv1d.weight"));
+  w.A_log = p(a + "A_log");
+  w.dt_bias = p(a + "dt_bias");
+  w.o_norm = p(a + "o_norm.weight");
+  TapeKda exec{l, x.shape()[0], d.heads, d.head_dim, d.conv_width, opt.kda_chunk, ctx, ctx.wants_kda_shard_states(),
+               {}};
+  return kda_forward(exec, w, x, d);
 }
 
 // Gated MLA (DESIGN 1.3), naive form: per-head K and V are materialised.
