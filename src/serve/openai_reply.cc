@@ -1,0 +1,178 @@
+// The OpenAI API's response side: see openai_reply.h.
+#include "serve/openai_reply.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+#include "serve/text_stream.h"
+
+namespace myriad::serve {
+
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+
+std::string random_id(const char* prefix) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%s%016llx%08llx", prefix, static_cast<unsigned long long>(random_u64()),
+                static_cast<unsigned long long>(random_u64() & 0xffffffffu));
+  return buf;
+}
+
+// The bytes of a token as shown in logprobs (whole characters; a partial one becomes U+FFFD).
+std::string token_string(const Tokenizer& tok, int32_t id) {
+  if (id < 0 || id >= tok.vocab_size()) return "";
+  std::string bytes = tok.token_bytes(id);
+  return take_complete_utf8(bytes, true);
+}
+
+json token_bytes_json(const Tokenizer& tok, int32_t id) {
+  json out = json::array();
+  if (id < 0 || id >= tok.vocab_size()) return out;
+  for (const char c : tok.token_bytes(id)) out.push_back(int(uint8_t(c)));
+  return out;
+}
+
+// OpenAI reports -9999 where a probability underflows to zero (JSON has no -inf).
+double finite_logprob(float lp) {
+  return std::isfinite(lp) ? double(lp) : -9999.0;
+}
+
+}  // namespace
+
+Reply::Reply(const ParsedRequest& p, const Tokenizer& tok, std::string model)
+    : chat_(p.chat),
+      logprobs_(p.logprobs),
+      include_usage_(p.stream && p.include_usage),
+      tok_(tok),
+      model_(std::move(model)),
+      id_(random_id(p.chat ? "chatcmpl-" : "cmpl-")),
+      created_(unix_now()) {
+  reset_delta_logprobs();
+  all_logprobs_ = delta_logprobs_;
+}
+
+void Reply::add(const TokenEvent& e) {
+  delta_text_ += e.text;
+  text_ += e.text;
+  if (e.finish != FinishReason::kNone) {
+    usage_ = json{{"prompt_tokens", e.prompt_tokens},
+                  {"completion_tokens", e.completion_tokens},
+                  {"total_tokens", e.prompt_tokens + e.completion_tokens},
+                  {"prompt_tokens_details", json{{"cached_tokens", e.cached_tokens}}}};
+  }
+  if (!logprobs_ || e.token < 0) return;
+  has_delta_logprobs_ = true;
+  const std::string s = token_string(tok_, e.token);
+  if (chat_) {
+    json top = json::array();
+    for (const TokenLogprob& t : e.top)
+      top.push_back(json{{"token", token_string(tok_, t.token)},
+                         {"logprob", finite_logprob(t.logprob)},
+                         {"bytes", token_bytes_json(tok_, t.token)}});
+    json entry{{"token", s},
+               {"logprob", finite_logprob(e.logprob)},
+               {"bytes", token_bytes_json(tok_, e.token)},
+               {"top_logprobs", std::move(top)}};
+    delta_logprobs_["content"].push_back(entry);
+    all_logprobs_["content"].push_back(std::move(entry));
+  } else {
+    json top = json::object();
+    for (const TokenLogprob& t : e.top) {
+      const std::string k = token_string(tok_, t.token);
+      if (!top.contains(k)) top[k] = finite_logprob(t.logprob);  // the most likely of equal strings
+    }
+    for (json* lp : {&delta_logprobs_, &all_logprobs_}) {
+      (*lp)["tokens"].push_back(s);
+      (*lp)["token_logprobs"].push_back(finite_logprob(e.logprob));
+      (*lp)["top_logprobs"].push_back(top);
+      (*lp)["text_offset"].push_back(text_offset_);
+    }
+    text_offset_ += int64_t(s.size());
+  }
+}
+
+json Reply::role_chunk() const {
+  return chunk(json{{"index", 0},
+                    {"delta", json{{"role", "assistant"}, {"content", ""}}},
+                    {"logprobs", nullptr},
+                    {"finish_reason", nullptr}});
+}
+
+std::optional<json> Reply::take_delta_chunk() {
+  if (delta_text_.empty() && !has_delta_logprobs_) return std::nullopt;
+  json choice =
+      chat_ ? json{{"index", 0}, {"delta", json{{"content", delta_text_}}}} : json{{"index", 0}, {"text", delta_text_}};
+  choice["logprobs"] = has_delta_logprobs_ ? delta_logprobs_ : json(nullptr);
+  choice["finish_reason"] = nullptr;
+  delta_text_.clear();
+  has_delta_logprobs_ = false;
+  reset_delta_logprobs();
+  return chunk(std::move(choice));
+}
+
+json Reply::finish_chunk(const char* reason) const {
+  json choice = chat_ ? json{{"index", 0}, {"delta", json::object()}} : json{{"index", 0}, {"text", ""}};
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = reason;
+  return chunk(std::move(choice));
+}
+
+json Reply::usage_chunk() const {
+  json c = chunk_base();
+  c["choices"] = json::array();
+  c["usage"] = usage_;
+  return c;
+}
+
+json Reply::full(const char* reason) const {
+  json choice = chat_ ? json{{"index", 0}, {"message", json{{"role", "assistant"}, {"content", text_}}}}
+                      : json{{"index", 0}, {"text", text_}};
+  choice["logprobs"] = logprobs_ ? all_logprobs_ : json(nullptr);
+  choice["finish_reason"] = reason;
+  return json{{"id", id_},
+              {"object", chat_ ? "chat.completion" : "text_completion"},
+              {"created", created_},
+              {"model", model_},
+              {"choices", json::array({std::move(choice)})},
+              {"usage", usage_}};
+}
+
+json Reply::chunk_base() const {
+  return json{{"id", id_},
+              {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+              {"created", created_},
+              {"model", model_}};
+}
+
+json Reply::chunk(json choice) const {
+  json c = chunk_base();
+  c["choices"] = json::array({std::move(choice)});
+  if (include_usage_) c["usage"] = nullptr;
+  return c;
+}
+
+void Reply::reset_delta_logprobs() {
+  delta_logprobs_ = chat_ ? json{{"content", json::array()}}
+                          : json{{"tokens", json::array()},
+                                 {"token_logprobs", json::array()},
+                                 {"top_logprobs", json::array()},
+                                 {"text_offset", json::array()}};
+}
+
+ApiError finish_error(const TokenEvent& e, bool stopping) {
+  if (e.finish == FinishReason::kError)
+    return ApiError(500, str("generation failed: ", e.error), "server_error", "", "generation_error");
+  return ApiError(503, stopping ? "the server is stopping" : "the request was cancelled", "server_error", "",
+                  "cancelled");
+}
+
+}  // namespace myriad::serve

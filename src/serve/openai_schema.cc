@@ -1,0 +1,383 @@
+// The OpenAI API's request side: see openai_schema.h.
+#include "serve/openai_schema.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "data/tokenizer.h"
+
+namespace myriad::serve {
+namespace {
+
+constexpr int kMaxJsonDepth = 64;                     // deeper request bodies are refused before parsing
+constexpr int64_t kCompletionsDefaultMaxTokens = 16;  // OpenAI's default for /v1/completions
+constexpr size_t kMaxStopStrings = 16;
+
+json null_if_empty(const std::string& s) {
+  return s.empty() ? json(nullptr) : json(s);
+}
+
+}  // namespace
+
+ApiError bad_request(const std::string& message, const std::string& param, const std::string& code) {
+  return ApiError(400, message, "invalid_request_error", param, code);
+}
+
+json error_json(const ApiError& e) {
+  return json{{"error", json{{"message", e.what()},
+                             {"type", e.type},
+                             {"param", null_if_empty(e.param)},
+                             {"code", null_if_empty(e.code)}}}};
+}
+
+ApiError from_error(const Error& e) {
+  switch (e.kind()) {
+    case ErrorKind::kValue:
+      return bad_request(e.what());
+    case ErrorKind::kBusy:
+      return ApiError(429, str("server is busy: ", e.what()), "rate_limit_error", "", "server_busy");
+    default:
+      return ApiError(500, str("internal error (", error_kind_name(e.kind()), "): ", e.what()), "server_error");
+  }
+}
+
+uint64_t random_u64() {
+  thread_local std::mt19937_64 rng([] {
+    std::random_device rd;
+    return (uint64_t(rd()) << 32) ^ uint64_t(rd());
+  }());
+  return rng();
+}
+
+// ---- JSON request bodies ------------------------------------------------------------------------------------------
+
+namespace {
+
+// Nesting depth of a JSON text (brackets outside strings); checked before parsing so that no body can exhaust a
+// stack.
+int json_depth(const std::string& s) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : s) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+}  // namespace
+
+json parse_body(const std::string& body) {
+  if (json_depth(body) > kMaxJsonDepth)
+    throw bad_request(str("malformed JSON: nested deeper than ", kMaxJsonDepth, " levels"), "", "invalid_json");
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    std::string message = str("malformed JSON: ", e.what());
+    if (body.find("NaN") != std::string::npos || body.find("Infinity") != std::string::npos)
+      message += " (JSON has no NaN or Infinity)";
+    throw bad_request(message, "", "invalid_json");
+  }
+  if (!j.is_object()) throw bad_request(str("the request body must be a JSON object, got ", j.type_name()));
+  return j;
+}
+
+const json* field(const json& obj, const char* name) {
+  const auto it = obj.find(name);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+namespace {
+
+std::string describe(const json& v) {
+  if (v.is_number() || v.is_boolean()) return v.dump();
+  const std::string t = v.type_name();
+  return (t == "object" || t == "array" ? "an " : "a ") + t;
+}
+
+}  // namespace
+
+void type_error(const std::string& param, const char* expected, const json& got) {
+  throw bad_request(str("invalid type for '", param, "': expected ", expected, ", got ", describe(got)), param,
+                    "invalid_type");
+}
+
+double get_number(const json& v, const std::string& param) {
+  if (!v.is_number()) type_error(param, "a number", v);
+  return v.get<double>();
+}
+
+int64_t get_integer(const json& v, const std::string& param) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > uint64_t(std::numeric_limits<int64_t>::max()))
+      throw bad_request(str("'", param, "' = ", u, ": too large"), param);
+    return int64_t(u);
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {  // 5.0 is accepted as 5
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::trunc(d) && std::fabs(d) < 9e15) return int64_t(d);
+  }
+  type_error(param, "an integer", v);
+}
+
+bool get_bool(const json& v, const std::string& param) {
+  if (!v.is_boolean()) type_error(param, "a boolean", v);
+  return v.get<bool>();
+}
+
+const std::string& get_string(const json& v, const std::string& param) {
+  if (!v.is_string()) type_error(param, "a string", v);
+  return v.get_ref<const std::string&>();
+}
+
+std::vector<ChatMessage> parse_messages(const json& v) {
+  if (!v.is_array()) type_error("messages", "an array", v);
+  if (v.empty()) throw bad_request("'messages' must not be empty", "messages");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& m = v[i];
+    const std::string at = str("messages[", i, "]");
+    if (!m.is_object()) type_error(at, "an object", m);
+    const json* role = field(m, "role");
+    if (!role) throw bad_request(str("'", at, ".role' is missing"), at + ".role");
+    ChatMessage msg{get_string(*role, at + ".role"), ""};
+    if (const json* c = field(m, "content")) {
+      if (c->is_string()) {
+        msg.content = c->get<std::string>();
+      } else if (c->is_array()) {
+        for (size_t k = 0; k < c->size(); ++k) {
+          const json& part = (*c)[k];
+          const std::string pat = str(at, ".content[", k, "]");
+          if (!part.is_object()) type_error(pat, "an object", part);
+          const json* type = field(part, "type");
+          const std::string t = type ? get_string(*type, pat + ".type") : "";
+          if (t != "text")
+            throw bad_request(str("'", pat, ".type' = '", t, "': only text content parts are supported"),
+                              pat + ".type");
+          const json* text = field(part, "text");
+          if (!text) throw bad_request(str("'", pat, ".text' is missing"), pat + ".text");
+          msg.content += get_string(*text, pat + ".text");
+        }
+      } else {
+        type_error(at + ".content", "a string or an array of content parts", *c);
+      }
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+// ---- a generation request -----------------------------------------------------------------------------------------
+
+namespace {
+
+// Validates the sampling parameters; a bad one is reported with its own field as `param`.
+void validate_sampling(const SamplingParams& sp, bool chat) {
+  try {
+    validate(sp);
+    return;
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kValue) throw;
+    struct Field {
+      const char* name;
+      void (*copy)(SamplingParams& to, const SamplingParams& from);
+    };
+    static const Field kFields[] = {
+        {"temperature", [](SamplingParams& t, const SamplingParams& f) { t.temperature = f.temperature; }},
+        {"top_k", [](SamplingParams& t, const SamplingParams& f) { t.top_k = f.top_k; }},
+        {"top_p", [](SamplingParams& t, const SamplingParams& f) { t.top_p = f.top_p; }},
+        {"min_p", [](SamplingParams& t, const SamplingParams& f) { t.min_p = f.min_p; }},
+        {"repetition_penalty",
+         [](SamplingParams& t, const SamplingParams& f) { t.repetition_penalty = f.repetition_penalty; }},
+        {"frequency_penalty",
+         [](SamplingParams& t, const SamplingParams& f) { t.frequency_penalty = f.frequency_penalty; }},
+        {"presence_penalty",
+         [](SamplingParams& t, const SamplingParams& f) { t.presence_penalty = f.presence_penalty; }},
+        {"top_logprobs", [](SamplingParams& t, const SamplingParams& f) { t.top_logprobs = f.top_logprobs; }},
+    };
+    for (const Field& f : kFields) {
+      SamplingParams one;
+      f.copy(one, sp);
+      try {
+        validate(one);
+      } catch (const Error& e1) {
+        const std::string param = std::string(f.name) == "top_logprobs" && !chat ? "logprobs" : f.name;
+        throw bad_request(e1.what(), param);
+      }
+    }
+    throw bad_request(e.what());
+  }
+}
+
+// prompt: a string, a list of one string, a list of token ids, or a list of one list of token ids.
+std::vector<int32_t> parse_prompt(const json& v, const Tokenizer& tok) {
+  if (v.is_string()) return tok.encode(v.get_ref<const std::string&>());
+  if (!v.is_array()) type_error("prompt", "a string, an array of strings or an array of token ids", v);
+  if (v.empty()) return {};
+  auto ids = [](const json& a) {
+    std::vector<int32_t> out;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const int64_t id = get_integer(a[i], "prompt");
+      if (id < 0 || id > std::numeric_limits<int32_t>::max())
+        throw bad_request(str("prompt[", i, "] = ", id, ": not a token id"), "prompt");
+      out.push_back(int32_t(id));
+    }
+    return out;
+  };
+  if (v[0].is_number()) return ids(v);
+  if (v.size() != 1)
+    throw bad_request(str("'prompt' holds ", v.size(), " prompts: only one prompt per request is supported"), "prompt");
+  if (v[0].is_string()) return tok.encode(v[0].get_ref<const std::string&>());
+  if (v[0].is_array()) return ids(v[0]);
+  type_error("prompt", "a string, an array of strings or an array of token ids", v[0]);
+}
+
+}  // namespace
+
+void check_model_field(const json& body, const std::string& model_name) {
+  const json* v = field(body, "model");
+  if (!v) return;  // optional here: there is only one model
+  const std::string& m = get_string(*v, "model");
+  if (m != model_name)
+    throw ApiError(404, str("the model '", m, "' does not exist: this server serves '", model_name, "'"),
+                   "invalid_request_error", "model", "model_not_found");
+}
+
+ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m, const ServerOptions& opt) {
+  ParsedRequest p;
+  p.chat = chat;
+  check_model_field(b, opt.model_name);
+  if (const json* v = field(b, "n")) {
+    const int64_t n = get_integer(*v, "n");
+    if (n != 1) throw bad_request(str("n = ", n, ": only n = 1 is supported"), "n");
+  }
+  if (chat) {
+    if (const json* v = field(b, "tools"); v && !(v->is_array() && v->empty()))
+      throw bad_request("'tools' are not supported by this server", "tools");
+    if (field(b, "functions")) throw bad_request("'functions' are not supported by this server", "functions");
+    if (const json* v = field(b, "response_format")) {
+      const json* t = v->is_object() ? field(*v, "type") : nullptr;
+      if (!t || !t->is_string() || t->get<std::string>() != "text")
+        throw bad_request("only response_format {\"type\": \"text\"} is supported", "response_format");
+    }
+  } else {
+    if (const json* v = field(b, "echo"); v && get_bool(*v, "echo"))
+      throw bad_request("'echo' is not supported by this server", "echo");
+    if (const json* v = field(b, "suffix"); v && !get_string(*v, "suffix").empty())
+      throw bad_request("'suffix' is not supported by this server", "suffix");
+    if (const json* v = field(b, "best_of"); v && get_integer(*v, "best_of") != 1)
+      throw bad_request("best_of: only 1 is supported", "best_of");
+  }
+  if (const json* v = field(b, "ignore_eos")) p.gen.stop_at_eos = !get_bool(*v, "ignore_eos");
+  if (const json* v = field(b, "stream")) p.stream = get_bool(*v, "stream");
+  if (const json* v = field(b, "stream_options")) {
+    if (!v->is_object()) type_error("stream_options", "an object", *v);
+    if (const json* u = field(*v, "include_usage")) p.include_usage = get_bool(*u, "stream_options.include_usage");
+  }
+
+  // Sampling.
+  SamplingParams& sp = p.gen.sampling;
+  auto number = [&](const char* name, float& to) {
+    if (const json* v = field(b, name)) {
+      const double d = get_number(*v, name);  // out of float's range: +-inf (a plain cast would be undefined)
+      constexpr float kInf = std::numeric_limits<float>::infinity();
+      to = std::fabs(d) <= double(std::numeric_limits<float>::max()) ? float(d) : (d > 0 ? kInf : -kInf);
+    }
+  };
+  number("temperature", sp.temperature);
+  number("top_p", sp.top_p);
+  number("min_p", sp.min_p);
+  number("frequency_penalty", sp.frequency_penalty);
+  number("presence_penalty", sp.presence_penalty);
+  number("repetition_penalty", sp.repetition_penalty);
+  if (const json* v = field(b, "top_k")) {
+    sp.top_k = get_integer(*v, "top_k");
+    if (sp.top_k == -1) sp.top_k = 0;  // -1: off (vLLM's convention)
+  }
+  if (const json* v = field(b, "seed"))
+    sp.seed = v->is_number_unsigned() ? v->get<uint64_t>() : uint64_t(get_integer(*v, "seed"));
+  else
+    sp.seed = random_u64();
+  if (chat) {
+    if (const json* v = field(b, "logprobs")) p.logprobs = get_bool(*v, "logprobs");
+    if (const json* v = field(b, "top_logprobs")) {
+      sp.top_logprobs = get_integer(*v, "top_logprobs");
+      if (sp.top_logprobs > 0 && !p.logprobs)
+        throw bad_request("top_logprobs needs \"logprobs\": true", "top_logprobs");
+    }
+  } else if (const json* v = field(b, "logprobs")) {
+    p.logprobs = true;
+    sp.top_logprobs = get_integer(*v, "logprobs");
+  }
+  validate_sampling(sp, chat);
+
+  if (const json* v = field(b, "stop")) {
+    if (v->is_string()) {
+      p.gen.stop.push_back(v->get<std::string>());
+    } else if (v->is_array()) {
+      if (v->size() > kMaxStopStrings)
+        throw bad_request(str("'stop' has ", v->size(), " strings: at most ", kMaxStopStrings), "stop");
+      for (const json& s : *v) p.gen.stop.push_back(get_string(s, "stop"));
+    } else {
+      type_error("stop", "a string or an array of strings", *v);
+    }
+  }
+
+  // The prompt.
+  const Tokenizer& tok = m.tokenizer();
+  if (chat) {
+    const json* v = field(b, "messages");
+    if (!v) throw bad_request("'messages' is missing", "messages");
+    const std::vector<ChatMessage> messages = parse_messages(*v);
+    std::string prompt;
+    try {
+      prompt = render_chat(messages);
+    } catch (const Error& e) {
+      throw bad_request(e.what(), "messages");
+    }
+    p.gen.prompt = tok.encode(prompt);
+    for (std::string& s : chat_stop_strings()) p.gen.stop.push_back(std::move(s));
+  } else {
+    const json* v = field(b, "prompt");
+    if (!v) throw bad_request("'prompt' is missing", "prompt");
+    p.gen.prompt = parse_prompt(*v, tok);
+    if (p.gen.prompt.empty()) p.gen.prompt = {kEndOfTextId};  // an empty prompt starts a new document
+  }
+
+  const int64_t context = m.config().max_position_embeddings;
+  const json* mt = field(b, "max_completion_tokens");
+  const char* mt_name = "max_completion_tokens";
+  if (!mt) {
+    mt = field(b, "max_tokens");
+    mt_name = "max_tokens";
+  }
+  if (mt) {
+    const int64_t n = get_integer(*mt, mt_name);
+    if (n <= 0) throw bad_request(str(mt_name, " = ", n, ": must be at least 1"), mt_name);
+    p.gen.max_tokens = n;
+  } else if (chat) {
+    p.gen.max_tokens = std::max<int64_t>(1, std::min(opt.default_max_tokens, context - int64_t(p.gen.prompt.size())));
+  } else {
+    p.gen.max_tokens = kCompletionsDefaultMaxTokens;
+  }
+  return p;
+}
+
+}  // namespace myriad::serve

@@ -1,0 +1,80 @@
+// The OpenAI API's request side (internal to src/serve): errors in OpenAI's shape, request bodies parsed with
+// typed field getters (a wrong type or value is a 400 whose param names the field), and a generation request
+// (/v1/chat/completions, /v1/completions) validated into a GenerationRequest. server.h lists the fields.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "serve/chat_template.h"
+#include "serve/engine.h"
+#include "serve/server.h"
+
+namespace myriad::serve {
+
+using json = nlohmann::json;
+
+// An error answered in OpenAI's shape.
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int http_status, const std::string& message, std::string error_type = "invalid_request_error",
+           std::string error_param = "", std::string error_code = "")
+      : std::runtime_error(message),
+        status(http_status),
+        type(std::move(error_type)),
+        param(std::move(error_param)),
+        code(std::move(error_code)) {}
+  int status;
+  std::string type, param, code;
+};
+
+ApiError bad_request(const std::string& message, const std::string& param = "", const std::string& code = "");
+
+json error_json(const ApiError& e);
+
+// The engine's and the library's errors as HTTP errors.
+ApiError from_error(const Error& e);
+
+// From a per-thread generator seeded by std::random_device: default seeds, response ids.
+uint64_t random_u64();
+
+// ---- JSON request bodies ------------------------------------------------------------------------------------------
+
+// The body as a JSON object; malformed JSON (or nesting deeper than a stack should take) is a 400 invalid_json.
+json parse_body(const std::string& body);
+
+// A field that is present and not null (null means "default", as in OpenAI's API).
+const json* field(const json& obj, const char* name);
+
+[[noreturn]] void type_error(const std::string& param, const char* expected, const json& got);
+double get_number(const json& v, const std::string& param);
+int64_t get_integer(const json& v, const std::string& param);
+bool get_bool(const json& v, const std::string& param);
+const std::string& get_string(const json& v, const std::string& param);
+
+// messages: [{"role": "...", "content": "..." | [{"type": "text", "text": "..."}] | null}]
+std::vector<ChatMessage> parse_messages(const json& v);
+
+// ---- a generation request -----------------------------------------------------------------------------------------
+
+struct ParsedRequest {
+  bool chat = false;
+  GenerationRequest gen;
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;
+};
+
+// "model", when given, must be the served model (404 model_not_found).
+void check_model_field(const json& body, const std::string& model_name);
+
+// A /v1/chat/completions (chat) or /v1/completions body, validated against the model (its context, tokenizer) and
+// the server's options (the served model's name, default_max_tokens).
+ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m, const ServerOptions& opt);
+
+}  // namespace myriad::serve
