@@ -10,6 +10,7 @@
 #include "core/threads.h"
 #include "io/checkpoint.h"
 #include "io/run_layout.h"
+#include "model/ffn_module.h"
 #include "model/moe_dispatch.h"
 #include "model/param_spec.h"
 #include "model/routing.h"
@@ -19,6 +20,22 @@
 namespace myriad {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// glu(g, u) into g over [rows, F]: SiTU-GLU, or SwiGLU silu(g) u, on the same kernels as the training ops.
+void glu_in_place(const ModelConfig& c, Device device, float* g, const float* u, int64_t rows, int64_t F) {
+  if (c.hidden_act == HiddenAct::kSilu) {
+    ops::unary_forward(device, Unary::kSiLU, g, g, rows * F);
+#pragma omp simd
+    for (int64_t i = 0; i < rows * F; ++i) g[i] *= u[i];
+    return;
+  }
+  ops::situ_glu_forward(device, g, F, g, F, u, F, rows, F,
+                        SituParams{float(c.activation_situ_beta), float(c.activation_situ_linear_beta)});
+}
+
+}  // namespace
 
 namespace {
 
@@ -47,8 +64,8 @@ InferenceModel::InferenceModel(ModelConfig config, std::shared_ptr<const DecodeW
   mla_.resize(size_t(Lc));
   auto vec = [&](const std::string& name) { return w_->tensor(name).data<float>(); };
   auto glu = [&](const std::string& prefix) {
-    return GluRefs{&lin(prefix + "gate_proj.weight"), &lin(prefix + "up_proj.weight"),
-                   &lin(prefix + "down_proj.weight")};
+    return GluLinears{&lin(prefix + "gate_proj.weight"), &lin(prefix + "up_proj.weight"),
+                      &lin(prefix + "down_proj.weight")};
   };
   const bool block = config_.attn_res_mode == AttnResMode::kBlock;
   layers_.resize(size_t(Lc));
@@ -130,15 +147,6 @@ Tensor InferenceModel::rmsnorm(const Tensor& x_in, const float* weight) const {
   return y;
 }
 
-void InferenceModel::glu_rows(float* g, const float* u, int64_t rows, int64_t F) const {
-  if (config_.hidden_act == HiddenAct::kSilu) {
-    for (int64_t i = 0; i < rows * F; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-    return;
-  }
-  ops::situ_glu_forward(w_->device(), g, F, g, F, u, F, rows, F,
-                        SituParams{float(config_.activation_situ_beta), float(config_.activation_situ_linear_beta)});
-}
-
 Tensor InferenceModel::attn_res_read(const float* norm, const float* proj, const std::vector<Tensor>& cands) const {
   const int64_t N = cands[0].size(0), D = cands[0].size(1), C = int64_t(cands.size());
   const float eps = float(config_.rms_norm_eps);
@@ -175,93 +183,117 @@ Tensor InferenceModel::attn_res_read(const float* norm, const float* proj, const
   return read;
 }
 
-Tensor InferenceModel::ffn(int64_t l, const Tensor& x) const {
-  if (config_.is_moe_layer(l)) return moe(l, x);
-  return glu_ffn(layers_[size_t(l)].mlp, x);
-}
+namespace {
 
-// down(glu(gate x, up x)): the dense FFN or a shared expert under `prefix`.
-Tensor InferenceModel::glu_ffn(const GluRefs& w, const Tensor& x) const {
-  Tensor g = w.gate->apply(x);
-  const Tensor u = w.up->apply(x);
-  glu_rows(g.data<float>(), u.data<float>(), g.size(0), g.size(1));
-  return w.down->apply(g);
-}
+// ffn_module.h's execution without the tape: LinearWeight products (dense or block-quantized), values are f32
+// tensors changed in place where a step allows.
+struct HostFfn {
+  using Value = Tensor;
+  using Linear = const LinearWeight*;
+  using Glu = GluLinears;
+  struct Moe {
+    const LinearWeight *router = nullptr, *latent_down = nullptr, *latent_up = nullptr;
+    const float* latent_norm = nullptr;
+    GluLinears shared;
+    const std::vector<const LinearWeight*>* experts = nullptr;  // [3 e + 0] w1, [3 e + 1] w3, [3 e + 2] w2
+  };
 
-// Latent MoE as Transformer::moe_ffn (no capacity limit): sigmoid/softmax router in f32, top-k of s + b,
-// renormalised weights times the scaling factor, copies grouped by expert, experts in the latent width.
-Tensor InferenceModel::moe(int64_t l, const Tensor& x) const {
-  const ModelConfig& c = config_;
-  const int64_t N = x.size(0), E = c.num_experts, k = c.num_experts_per_token;
-  const LayerRefs& lw = layers_[size_t(l)];
-  // Router scores s [N, E] in f32 (sigmoid or softmax), selection on s + bias, mixture weights from s alone.
-  Tensor s = lw.router->apply(x);
-  if (c.moe_router_activation_func == RouterActivation::kSoftmax)
-    ops::softmax_forward(w_->device(), s.data<float>(), s.data<float>(), N, E);
-  else
-    ops::unary_forward(w_->device(), Unary::kSigmoid, s.data<float>(), s.data<float>(), N * E);
-  const Tensor idx = select_experts(c, s, lw.router_bias, std::nullopt).idx;  // serving has no capacity limit
-  // p_i = s_i / sum of the chosen s (moe_renormalize) * routed_scaling_factor
-  Tensor weights = Tensor::empty({N, k});
-  ops::route_weights_forward(w_->device(), weights.data<float>(), nullptr, s.data<float>(), idx.data<int32_t>(), N, E,
-                             k, float(c.routed_scaling_factor), c.moe_renormalize);
-  const bool latent = c.routed_expert_hidden_size.has_value();
-  const Tensor z = latent ? lw.latent_down->apply(x) : x.contiguous();  // [N, L]
-  const int64_t L = z.size(1);
-  // The copies of this process's experts (all of them, with the local dispatcher), sorted by expert.
-  const ExpertGroups groups = group_by_expert(idx, E);
-  const MoeDispatcher& dispatcher = moe_dispatcher_ ? *moe_dispatcher_ : local_moe_dispatcher();
-  const MoeDispatcher::Range local = dispatcher.local_experts(E);
-  const ExpertBatch batch = dispatcher.dispatch(ag::Var(z, false), groups, ag::Var(weights, false));
-  const Tensor rows = batch.rows.value();  // [copies, L]
-  const std::vector<int64_t>& off = batch.offsets;
+  const ModelConfig& c;
+  Device device;
+  Tensor shared_out;  // the shared experts' output, when experts() computed it beside the routed ones
+
+  Tensor linear(const Tensor& x, const LinearWeight* w) const { return w->apply(x); }
+  Tensor glu(const Tensor& g, const Tensor& u) const {
+    glu_in_place(c, device, g.data<float>(), u.data<float>(), g.size(0), g.size(1));
+    return g;
+  }
+  Tensor add(const Tensor& a, const Tensor& b) const {
+    ops::axpy(device, a.data<float>(), b.data<float>(), 1.0f, a.numel());
+    return a;
+  }
+  Tensor rmsnorm(const Tensor& x, const float* weight, float eps) const {
+    const int64_t N = x.size(0), D = x.size(1);
+    Tensor y = Tensor::empty({N, D});
+    thread_local std::vector<float> rstd;
+    if (rstd.size() < size_t(N)) rstd.resize(size_t(N));
+    ops::rmsnorm_forward(device, y.data<float>(), rstd.data(), x.data<float>(), weight, nullptr, N, D, eps);
+    return y;
+  }
+  Tensor router_scores(const Tensor& x, const LinearWeight* w) const {
+    Tensor s = w->apply(x);  // [N, E] f32
+    if (c.moe_router_activation_func == RouterActivation::kSoftmax)
+      ops::softmax_forward(device, s.data<float>(), s.data<float>(), s.size(0), s.size(1));
+    else
+      ops::unary_forward(device, Unary::kSigmoid, s.data<float>(), s.data<float>(), s.numel());
+    return s;
+  }
+  const Tensor& values(const Tensor& v) const { return v; }
+  Tensor route_weights(const Tensor& s, const Tensor& idx, float scale, bool renormalize) const {
+    const int64_t N = idx.size(0), k = idx.size(1);
+    Tensor p = Tensor::empty({N, k});
+    ops::route_weights_forward(device, p.data<float>(), nullptr, s.data<float>(), idx.data<int32_t>(), N, s.size(1), k,
+                               scale, renormalize);
+    return p;
+  }
+  void routing_stats(const Tensor&, const ExpertSelection&, const ExpertGroups&) const {}
+  ag::Var as_var(const Tensor& t) const { return ag::Var(t, false); }
+  Tensor from_var(const ag::Var& v) const { return v.value(); }
+
   // The local experts that received copies. Decode-sized batches give each a handful of rows: too little work to
   // split one expert's products over threads, so the experts themselves are spread over the threads (each
-  // computing into its own rows of the outputs). Larger batches run the experts in turn, each product threaded
-  // inside.
-  std::vector<int64_t> active;
-  for (int64_t i = 0; i < local.count; ++i)
-    if (off[size_t(i + 1)] > off[size_t(i)]) active.push_back(i);
-  // Expert outputs [copies, L] in the batch's order: local expert i writes rows off[i] .. off[i+1].
-  Tensor outs = Tensor::empty({rows.size(0), L});
-  const int64_t F = c.moe_intermediate_size;
-  const std::vector<const LinearWeight*>& ew = lw.experts;
-  auto run_expert = [&](size_t a) {
-    const int64_t i = active[a], e = local.first + i, b0 = off[size_t(i)], n = off[size_t(i + 1)] - b0;
-    // Per-thread buffers: g and up [n, F].
-    thread_local std::vector<float> g, up;
-    if (g.size() < size_t(n * F)) g.resize(size_t(n * F)), up.resize(size_t(n * F));
-    const float* ze = rows.data<float>() + b0 * L;
-    ew[size_t(3 * e)]->apply(ze, n, g.data());                               // w1 (gate)
-    ew[size_t(3 * e + 1)]->apply(ze, n, up.data());                          // w3 (up)
-    glu_rows(g.data(), up.data(), n, F);                                     // in place into g
-    ew[size_t(3 * e + 2)]->apply(g.data(), n, outs.data<float>() + b0 * L);  // w2 (down)
-  };
-  // The shared expert reads x, not the routed outputs: in a decode-sized step it is one more task beside the routed
-  // experts (first, being the largest), instead of three products of its own after them.
-  Tensor ys;
-  const bool shared = c.num_shared_experts > 0;
-  if (N * k <= 64 && active.size() > 1) {
-    const size_t tasks = active.size() + (shared ? 1 : 0);
+  // computing into its own rows of the outputs), with the shared experts as one more task (first, being the
+  // largest) instead of three products of their own after them. Larger batches run the experts in turn, each
+  // product threaded inside.
+  Tensor experts(const ExpertBatch& batch, MoeDispatcher::Range local, const Moe& w, const Tensor& x) {
+    const Tensor& rows = batch.rows.value();  // [copies, L]
+    const std::vector<int64_t>& off = batch.offsets;
+    const int64_t L = rows.size(1), F = c.moe_intermediate_size;
+    std::vector<int64_t> active;
+    for (int64_t i = 0; i < local.count; ++i)
+      if (off[size_t(i + 1)] > off[size_t(i)]) active.push_back(i);
+    Tensor outs = Tensor::empty({rows.size(0), L});  // local expert i writes rows off[i] .. off[i+1]
+    const std::vector<const LinearWeight*>& ew = *w.experts;
+    auto run_expert = [&](size_t a) {
+      const int64_t i = active[a], e = local.first + i, b0 = off[size_t(i)], n = off[size_t(i + 1)] - b0;
+      thread_local std::vector<float> g, up;  // [n, F] each
+      if (g.size() < size_t(n * F)) g.resize(size_t(n * F)), up.resize(size_t(n * F));
+      const float* ze = rows.data<float>() + b0 * L;
+      ew[size_t(3 * e)]->apply(ze, n, g.data());       // w1 (gate)
+      ew[size_t(3 * e + 1)]->apply(ze, n, up.data());  // w3 (up)
+      glu_in_place(c, device, g.data(), up.data(), n, F);
+      ew[size_t(3 * e + 2)]->apply(g.data(), n, outs.data<float>() + b0 * L);  // w2 (down)
+    };
+    const bool shared = c.num_shared_experts > 0;
+    if (x.size(0) * c.num_experts_per_token <= 64 && active.size() > 1) {
+      const size_t tasks = active.size() + (shared ? 1 : 0);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
-    for (size_t a = 0; a < tasks; ++a) {
-      if (shared && a == 0)
-        ys = glu_ffn(lw.shared, x);
-      else
-        run_expert(a - (shared ? 1 : 0));
+      for (size_t a = 0; a < tasks; ++a) {
+        if (shared && a == 0)
+          shared_out = glu_ffn(*this, w.shared, x);
+        else
+          run_expert(a - (shared ? 1 : 0));
+      }
+    } else {
+      for (size_t a = 0; a < active.size(); ++a) run_expert(a);
     }
-  } else {
-    for (size_t a = 0; a < active.size(); ++a) run_expert(a);
-    if (shared) ys = glu_ffn(lw.shared, x);
+    return outs;
   }
-  Tensor u = dispatcher.combine(ag::Var(outs, false), batch, N).value();  // [N, L]
-  Tensor y = u;
-  if (latent) {
-    if (lw.latent_norm) u = rmsnorm(u, lw.latent_norm);
-    y = lw.latent_up->apply(u);
+  Tensor shared_experts(const Moe& w, const Tensor& x) {
+    return shared_out.defined() ? shared_out : glu_ffn(*this, w.shared, x);
   }
-  if (shared) ops::axpy(w_->device(), y.data<float>(), ys.data<float>(), 1.0f, y.numel());
-  return y;
+};
+
+}  // namespace
+
+Tensor InferenceModel::ffn(int64_t l, const Tensor& x_in) const {
+  const Tensor x = x_in.contiguous();
+  const LayerRefs& lw = layers_[size_t(l)];
+  HostFfn exec{config_, w_->device(), {}};
+  if (!config_.is_moe_layer(l)) return glu_ffn(exec, lw.mlp, x);
+  const HostFfn::Moe w{lw.router, lw.latent_down, lw.latent_up, lw.latent_norm, lw.shared, &lw.experts};
+  // Serving has no capacity limit.
+  return moe_forward(exec, w, x, config_, lw.router_bias, std::nullopt,
+                     moe_dispatcher_ ? *moe_dispatcher_ : local_moe_dispatcher());
 }
 
 Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logits) const {

@@ -40,6 +40,11 @@ struct BatchEntry {
 
 class MoeDispatcher;
 
+// A GLU FFN's weights for inference (model/ffn_module.h's glu_ffn): down(glu(gate x, up x)).
+struct GluLinears {
+  const LinearWeight *gate = nullptr, *up = nullptr, *down = nullptr;
+};
+
 class InferenceModel {
  public:
   // The tokenizer may be empty (not loaded) for uses that never detokenize.
@@ -76,14 +81,11 @@ class InferenceModel {
  private:
   // Per layer, the weights forward() reads, resolved once at construction (decode would otherwise build and look
   // up every name per token). Entries a layer does not have stay null.
-  struct GluRefs {
-    const LinearWeight *gate = nullptr, *up = nullptr, *down = nullptr;
-  };
   struct LayerRefs {
     const float *input_norm = nullptr, *post_norm = nullptr;         // [D]
     const float *pre_res_norm = nullptr, *pre_res_proj = nullptr;    // AttnRes q_pre [D], [1, D] (block mode)
     const float *post_res_norm = nullptr, *post_res_proj = nullptr;  // q_post
-    GluRefs mlp, shared;                                             // dense FFN; shared experts (MoE layers)
+    GluLinears mlp, shared;                                          // dense FFN; shared experts (MoE layers)
     const LinearWeight *router = nullptr, *latent_down = nullptr, *latent_up = nullptr;
     const float *router_bias = nullptr, *latent_norm = nullptr;
     // Routed experts: [3 e + 0] w1 (gate), [3 e + 1] w3 (up), [3 e + 2] w2 (down).
@@ -92,9 +94,6 @@ class InferenceModel {
 
   size_t weight_bytes_read(int64_t tokens, bool routed_only) const;
   Tensor ffn(int64_t layer, const Tensor& x) const;
-  Tensor moe(int64_t layer, const Tensor& x) const;
-  Tensor glu_ffn(const GluRefs& w, const Tensor& x) const;                 // down(glu(gate x, up x))
-  void glu_rows(float* g, const float* u, int64_t rows, int64_t F) const;  // g = glu(g, u) in place
   // AttnRes read over the candidates [N, D] each: softmax over candidates of (norm * proj) . v / rms(v).
   Tensor attn_res_read(const float* norm, const float* proj, const std::vector<Tensor>& cands) const;
   Tensor rmsnorm(const Tensor& x, const float* weight) const;  // rows of x [N, D] with weight [D], rms_norm_eps

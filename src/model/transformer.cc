@@ -9,6 +9,7 @@
 #include "autograd/grouped_experts.h"
 #include "model/balancing.h"
 #include "model/constants.h"
+#include "model/ffn_module.h"
 #include "model/kda_module.h"
 #include "model/moe_dispatch.h"
 #include "model/rope.h"
@@ -36,12 +37,6 @@ Var conv_weight(const Var& w) {
 }
 
 }  // namespace
-
-Var Transformer::glu(const Var& g, const Var& u) const {
-  if (config_.hidden_act == HiddenAct::kSilu) return ag::mul(ag::silu(g), u);
-  return ag::situ_glu(g, u,
-                      SituParams{float(config_.activation_situ_beta), float(config_.activation_situ_linear_beta)});
-}
 
 namespace {
 
@@ -168,71 +163,103 @@ Var Transformer::mla_mixer(int64_t l, const Var& x, SequenceContext& ctx) const 
   return ag::linear(out, p(a + "o_proj.weight"));
 }
 
-Var Transformer::dense_ffn(int64_t l, const Var& x) const {
-  const std::string m = layer_prefix(l) + "mlp.";
-  return ag::linear(glu(ag::linear(x, p(m + "gate_proj.weight")), ag::linear(x, p(m + "up_proj.weight"))),
-                    p(m + "down_proj.weight"));
-}
+namespace {
 
-// Latent MoE (DESIGN 1.5): router on full-width x, top-k of s + b, renormalised weights; token copies grouped
-// by expert, the experts in the latent width as one grouped op (ag::grouped_expert_glu), weighted scatter back;
-// RMSNorm, up-projection, shared expert.
-Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats, const ForwardOptions& opt) const {
-  const ModelConfig& c = config_;
-  const std::string m = layer_prefix(l) + "block_sparse_moe.";
-  const int64_t T = x.shape()[0], E = c.num_experts, k = c.num_experts_per_token;
-  Var logits = ag::linear(x, p(m + "gate.weight"));  // [T, E], f32
-  Var s = c.moe_router_activation_func == RouterActivation::kSoftmax ? ag::softmax(logits) : ag::sigmoid(logits);
-  // Selection: top-k of s + b (b selects, never weighs), under the capacity limit when there is one.
-  const ExpertSelection sel = select_experts(
-      c, s.value(),
-      c.topk_method == TopkMethod::kNoauxTc ? p(m + "gate.e_score_correction_bias").value().data<float>() : nullptr,
-      c.has_capacity_limit() ? std::optional<double>(c.capacity_factor_at(opt.step)) : std::nullopt);
-  const Tensor& idx = sel.idx;
-  // Mixture weights over the copies actually served (a dropped copy's share vanishes).
-  Var weights = ag::route_weights(s, idx, float(c.routed_scaling_factor), c.moe_renormalize);  // [T, k]
-  // Copies grouped by expert (stable in token order); dropped copies (-1) are left out.
-  const ExpertGroups groups = group_by_expert(idx, E);
-  if (stats) {
+// ffn_module.h's execution on the tape. The routing statistics of the forward go to `stats` (when given), with
+// balancing "aux_loss"'s balance loss on the router scores.
+struct TapeFfn {
+  using Value = Var;
+  using Linear = Var;
+  struct Glu {
+    Var gate, up, down;
+  };
+  struct Moe {
+    Var router, latent_down, latent_up, latent_norm;
+    Glu shared;
+    std::vector<Var> w1, w3, w2;  // every routed expert's gate, up, down
+  };
+
+  const ModelConfig& c;
+  int64_t layer;
+  RoutingStats* stats;
+
+  Var linear(const Var& x, const Var& w) const { return ag::linear(x, w); }
+  Var glu(const Var& g, const Var& u) const {
+    if (c.hidden_act == HiddenAct::kSilu) return ag::mul(ag::silu(g), u);
+    return ag::situ_glu(g, u, SituParams{float(c.activation_situ_beta), float(c.activation_situ_linear_beta)});
+  }
+  Var add(const Var& a, const Var& b) const { return ag::add(a, b); }
+  Var rmsnorm(const Var& x, const Var& w, float eps) const { return ag::rmsnorm(x, w, eps); }
+  Var router_scores(const Var& x, const Var& w) const {
+    const Var logits = ag::linear(x, w);  // [T, E], f32
+    return c.moe_router_activation_func == RouterActivation::kSoftmax ? ag::softmax(logits) : ag::sigmoid(logits);
+  }
+  const Tensor& values(const Var& v) const { return v.value(); }
+  Var route_weights(const Var& s, const Tensor& idx, float scale, bool renormalize) const {
+    return ag::route_weights(s, idx, scale, renormalize);
+  }
+  void routing_stats(const Var& s, const ExpertSelection& sel, const ExpertGroups& groups) const {
+    if (!stats) return;
+    const int64_t E = c.num_experts;
     // Switch-style balancing acts through the loss: coef E sum_e f_e P_e on the router scores (DESIGN 1.6).
-    if (c.balancing == Balancing::kAuxLoss) stats->aux_loss = aux_balance_loss(s, idx, float(c.aux_loss_coef));
-    stats->layer = l;
+    if (c.balancing == Balancing::kAuxLoss) stats->aux_loss = aux_balance_loss(s, sel.idx, float(c.aux_loss_coef));
+    stats->layer = layer;
     stats->load.resize(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e) stats->load[size_t(e)] = groups.load(e);
     stats->scores = s.value().clone();
-    stats->copies = T * k;
+    stats->copies = sel.idx.numel();
     stats->dropped = sel.dropped;
     stats->rerouted = sel.rerouted;
   }
-  const bool latent = c.routed_expert_hidden_size.has_value();
-  Var z = latent ? ag::linear(x, p(m + "routed_expert_down_proj.weight")) : x;  // [T, L]
-  // The copies of this process's experts (all of them, with the local dispatcher), sorted by expert.
-  const MoeDispatcher& dispatcher = opt.moe_dispatcher ? *opt.moe_dispatcher : local_moe_dispatcher();
-  const MoeDispatcher::Range local = dispatcher.local_experts(E);
-  const ExpertBatch batch = dispatcher.dispatch(z, groups, weights);
+  Var as_var(const Var& v) const { return v; }
+  Var from_var(const Var& v) const { return v; }
   // Every local expert at once (one tape node); the copies of local expert i are rows [offsets[i], offsets[i + 1]).
-  std::vector<Var> w1(static_cast<size_t>(local.count)), w3(w1.size()), w2(w1.size());
-  for (int64_t i = 0; i < local.count; ++i) {
-    const std::string ex = m + "experts." + std::to_string(local.first + i) + ".";
-    w1[size_t(i)] = p(ex + "w1.weight");
-    w3[size_t(i)] = p(ex + "w3.weight");
-    w2[size_t(i)] = p(ex + "w2.weight");
+  Var experts(const ExpertBatch& batch, MoeDispatcher::Range local, const Moe& w, const Var&) const {
+    auto slice = [&](const std::vector<Var>& all) {
+      return std::vector<Var>(all.begin() + local.first, all.begin() + local.first + local.count);
+    };
+    const ag::GluParams glu_params{c.hidden_act == HiddenAct::kSilu ? ag::GluKind::kSwiGlu : ag::GluKind::kSitu,
+                                   SituParams{float(c.activation_situ_beta), float(c.activation_situ_linear_beta)}};
+    return ag::grouped_expert_glu(batch.rows, batch.offsets, slice(w.w1), slice(w.w3), slice(w.w2), glu_params);
   }
-  const ag::GluParams glu_params{c.hidden_act == HiddenAct::kSilu ? ag::GluKind::kSwiGlu : ag::GluKind::kSitu,
-                                 SituParams{float(c.activation_situ_beta), float(c.activation_situ_linear_beta)}};
-  Var y_rows = ag::grouped_expert_glu(batch.rows, batch.offsets, w1, w3, w2, glu_params);  // [copies, L]
-  Var u = dispatcher.combine(y_rows, batch, T);                                            // [T, L]
-  Var y = u;
-  if (latent) {
-    if (c.latent_moe_use_norm) u = ag::rmsnorm(u, p(m + "routed_expert_norm.weight"), float(c.rms_norm_eps));
-    y = ag::linear(u, p(m + "routed_expert_up_proj.weight"));
+  Var shared_experts(const Moe& w, const Var& x) { return glu_ffn(*this, w.shared, x); }
+};
+
+}  // namespace
+
+Var Transformer::dense_ffn(int64_t l, const Var& x) const {
+  const std::string m = layer_prefix(l) + "mlp.";
+  TapeFfn exec{config_, l, nullptr};
+  return glu_ffn(exec, {p(m + "gate_proj.weight"), p(m + "up_proj.weight"), p(m + "down_proj.weight")}, x);
+}
+
+// Latent MoE (DESIGN 1.5): model/ffn_module.h on the tape.
+Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats, const ForwardOptions& opt) const {
+  const ModelConfig& c = config_;
+  const std::string m = layer_prefix(l) + "block_sparse_moe.";
+  TapeFfn::Moe w;
+  w.router = p(m + "gate.weight");
+  if (c.routed_expert_hidden_size.has_value()) {
+    w.latent_down = p(m + "routed_expert_down_proj.weight");
+    w.latent_up = p(m + "routed_expert_up_proj.weight");
+    if (c.latent_moe_use_norm) w.latent_norm = p(m + "routed_expert_norm.weight");
   }
   if (c.num_shared_experts > 0) {
     const std::string sh = m + "shared_experts.";
-    y = ag::add(y, ag::linear(glu(ag::linear(x, p(sh + "gate_proj.weight")), ag::linear(x, p(sh + "up_proj.weight"))),
-                              p(sh + "down_proj.weight")));
+    w.shared = {p(sh + "gate_proj.weight"), p(sh + "up_proj.weight"), p(sh + "down_proj.weight")};
   }
-  return y;
+  for (int64_t e = 0; e < c.num_experts; ++e) {
+    const std::string ex = m + "experts." + std::to_string(e) + ".";
+    w.w1.push_back(p(ex + "w1.weight"));
+    w.w3.push_back(p(ex + "w3.weight"));
+    w.w2.push_back(p(ex + "w2.weight"));
+  }
+  const float* bias =
+      c.topk_method == TopkMethod::kNoauxTc ? p(m + "gate.e_score_correction_bias").value().data<float>() : nullptr;
+  const std::optional<double> capacity =
+      c.has_capacity_limit() ? std::optional<double>(c.capacity_factor_at(opt.step)) : std::nullopt;
+  TapeFfn exec{c, l, stats};
+  return moe_forward(exec, w, x, c, bias, capacity, opt.moe_dispatcher ? *opt.moe_dispatcher : local_moe_dispatcher());
 }
 
 // AttnRes read (DESIGN 1.4): score_c = sum_d (w_norm * w_proj)_d V_c,d / rms(V_c); softmax over candidates.

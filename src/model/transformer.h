@@ -68,7 +68,6 @@ class Transformer {
   ag::Var mla_mixer(int64_t layer, const ag::Var& x, SequenceContext& ctx) const;
   ag::Var dense_ffn(int64_t layer, const ag::Var& x) const;
   ag::Var moe_ffn(int64_t layer, const ag::Var& x, RoutingStats* stats, const ForwardOptions& opt = {}) const;
-  ag::Var glu(const ag::Var& g, const ag::Var& u) const;  // SiTU-GLU, or SwiGLU for hidden_act "silu"
   // One layer: AttnRes state in (the sealed snapshots, the running sum), new running sum out. When
   // l % attn_res_block_size == 0 the caller appends running_in to the snapshots afterwards.
   // mixer_out (may be null) receives the mixer's output (AttnRes "skip" mode holds it).
