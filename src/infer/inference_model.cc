@@ -11,6 +11,7 @@
 #include "io/checkpoint.h"
 #include "io/run_layout.h"
 #include "model/ffn_module.h"
+#include "model/layer_module.h"
 #include "model/moe_dispatch.h"
 #include "model/param_spec.h"
 #include "model/routing.h"
@@ -296,6 +297,42 @@ Tensor InferenceModel::ffn(int64_t l, const Tensor& x_in) const {
                      moe_dispatcher_ ? *moe_dispatcher_ : local_moe_dispatcher());
 }
 
+// model/layer_module.h's execution without the tape: the mixers as decoders over each sequence's state (the
+// batch's segments), the FFN through ffn_module.h, the fused AttnRes read.
+struct InferenceModel::Stack {
+  using Value = Tensor;
+
+  const InferenceModel& m;
+  std::span<const BatchEntry> batch;
+
+  Tensor mixer(int64_t l, const Tensor& h) const {
+    const Tensor n = m.rmsnorm(h, m.layers_[size_t(l)].input_norm);
+    if (m.kda_[size_t(l)]) {
+      std::vector<KdaSegment> segs;
+      for (const BatchEntry& b : batch) segs.push_back({&b.seq->kda[size_t(l)], int64_t(b.tokens.size())});
+      return m.kda_[size_t(l)]->forward(n, segs, m.kda_chunk);
+    }
+    std::vector<MlaSegment> segs;
+    for (const BatchEntry& b : batch) segs.push_back({&b.seq->mla[size_t(l)], int64_t(b.tokens.size()), b.seq->tokens});
+    return m.mla_[size_t(l)]->forward(n, segs);
+  }
+  Tensor ffn(int64_t l, const Tensor& h) const { return m.ffn(l, m.rmsnorm(h, m.layers_[size_t(l)].post_norm)); }
+  Tensor add(const Tensor& a, const Tensor& b) const {
+    Tensor r = a.clone();
+    ops::axpy(r.device(), r.data<float>(), b.contiguous().data<float>(), 1.0f, r.numel());
+    return r;
+  }
+  Tensor res_read(int64_t l, ResRead which, const std::vector<Tensor>& cands) const {
+    if (which == ResRead::kOutputRead) return m.attn_res_read(m.out_res_norm_, m.out_res_proj_, cands);
+    const LayerRefs& lr = m.layers_[size_t(l)];
+    return which == ResRead::kMixerRead ? m.attn_res_read(lr.pre_res_norm, lr.pre_res_proj, cands)
+                                        : m.attn_res_read(lr.post_res_norm, lr.post_res_proj, cands);
+  }
+  Tensor layer(int64_t l, const std::vector<Tensor>& sealed, const Tensor& running, Tensor* mixer_out) {
+    return attn_res_layer(*this, l, m.config_, sealed, running, mixer_out);
+  }
+};
+
 Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logits) const {
   ag::NoGradGuard no_grad;
   const ModelConfig& c = config_;
@@ -323,63 +360,9 @@ Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logit
   if (N > 0) {
     ops::embedding_forward(w_->device(), running.data<float>(), embed_, ids.data(), N, c.vocab_size, D);
   }
-  const bool block = c.attn_res_mode == AttnResMode::kBlock, skip = c.attn_res_mode == AttnResMode::kSkip;
-  std::vector<Tensor> sealed;
-  Tensor skip_buffer;
-  auto add = [](const Tensor& a, const Tensor& b) {
-    Tensor r = a.clone();
-    ops::axpy(r.device(), r.data<float>(), b.contiguous().data<float>(), 1.0f, r.numel());
-    return r;
-  };
-  auto mixer = [&](int64_t l, const Tensor& h) {
-    const Tensor n = rmsnorm(h, layers_[size_t(l)].input_norm);
-    if (kda_[size_t(l)]) {
-      std::vector<KdaSegment> segs;
-      for (const BatchEntry& b : batch) segs.push_back({&b.seq->kda[size_t(l)], int64_t(b.tokens.size())});
-      return kda_[size_t(l)]->forward(n, segs, kda_chunk);
-    }
-    std::vector<MlaSegment> segs;
-    for (const BatchEntry& b : batch) segs.push_back({&b.seq->mla[size_t(l)], int64_t(b.tokens.size()), b.seq->tokens});
-    return mla_[size_t(l)]->forward(n, segs);
-  };
-  auto ffn_of = [&](int64_t l, const Tensor& h) { return ffn(l, rmsnorm(h, layers_[size_t(l)].post_norm)); };
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const LayerRefs& lr = layers_[size_t(l)];
-    if (!block) {  // as Transformer::layer_forward / forward for "none" and "skip"
-      const Tensor mixed = mixer(l, running);
-      const Tensor r = add(running, mixed);
-      Tensor next = add(r, ffn_of(l, r));
-      if (skip) {
-        const int64_t B = c.attn_res_block_size;
-        if (l % B == 0) skip_buffer = mixed;
-        if ((l + 1) % B == 0 && skip_buffer.defined()) next = add(next, skip_buffer);
-      }
-      running = next;
-      continue;
-    }
-    auto with = [](std::vector<Tensor> base, const Tensor& r) {
-      base.push_back(r);
-      return base;
-    };
-    const Tensor h = sealed.empty() ? running : attn_res_read(lr.pre_res_norm, lr.pre_res_proj, with(sealed, running));
-    const Tensor mixed = mixer(l, h);
-    Tensor run2;
-    if (l % c.attn_res_block_size == 0) {
-      sealed.push_back(running);
-      run2 = mixed;
-    } else {
-      run2 = add(running, mixed);
-    }
-    const Tensor hf = attn_res_read(lr.post_res_norm, lr.post_res_proj, with(sealed, run2));
-    running = add(run2, ffn_of(l, hf));
-  }
+  Stack stack{*this, batch};
+  const Tensor h = layer_stack(stack, c, running);
   for (const BatchEntry& b : batch) b.seq->tokens += int64_t(b.tokens.size());
-  Tensor h = running;
-  if (block) {
-    std::vector<Tensor> cands = sealed;
-    cands.push_back(running);
-    h = attn_res_read(out_res_norm_, out_res_proj_, cands);
-  }
   Tensor rows = h;
   if (!all_logits) {  // the last row of each entry
     rows = Tensor::empty({int64_t(batch.size()), D});

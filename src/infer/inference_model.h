@@ -79,6 +79,8 @@ class InferenceModel {
   size_t routed_expert_bytes(int64_t tokens = 1) const;
 
  private:
+  struct Stack;  // model/layer_module.h's execution without the tape (inference_model.cc)
+
   // Per layer, the weights forward() reads, resolved once at construction (decode would otherwise build and look
   // up every name per token). Entries a layer does not have stay null.
   struct LayerRefs {

@@ -10,6 +10,7 @@
 #include "core/parallel.h"
 #include "infer/decode_weights.h"
 #include "model/constants.h"
+#include "model/mla_module.h"
 #include "model/rope.h"
 #include "ops/fast_math.h"
 #include "ops/kernels.h"
@@ -41,11 +42,6 @@ LinearWeight linear_weight(const DecodeWeights& w, const std::string& name, int6
 void check_input(const Tensor& x, const char* what) {
   MYRIAD_REQUIRE(x.defined() && x.device() == Device::kCPU && x.dtype() == DType::kF32, kValue, "mla decoder: ", what,
                  " must be a defined f32 cpu tensor");
-}
-
-// y = x W^T for x [T, in] and W [out, in], y [T, out] at row stride ldy.
-void linear(float* y, int64_t ldy, const float* x, int64_t T, const LinearWeight& w) {
-  w.apply(x, T, y, ldy);
 }
 
 }  // namespace
@@ -193,7 +189,7 @@ MlaDecoder::MlaDecoder(const ModelConfig& c, const ModelWeights& w, int64_t laye
     : MlaDecoder(c, DecodeWeights::from_model(w), layer) {}
 
 MlaDecoder::MlaDecoder(const ModelConfig& c, std::shared_ptr<const DecodeWeights> weights, int64_t layer)
-    : layer_(layer), weights_(std::move(weights)) {
+    : layer_(layer), config_(c), weights_(std::move(weights)) {
   MYRIAD_REQUIRE(layer >= 0 && layer < c.num_hidden_layers, kValue, "mla decoder: layer ", layer, " outside [0, ",
                  c.num_hidden_layers, ")");
   MYRIAD_REQUIRE(c.mixer(layer) == Mixer::kMla, kValue, "mla decoder: layer ", layer, " is a ",
@@ -244,47 +240,6 @@ MlaCache MlaDecoder::make_cache(int64_t page_tokens, DType dtype) const {
 void MlaDecoder::check_cache(const MlaCache& cache) const {
   MYRIAD_REQUIRE(cache.kv_lora_rank() == C_ && cache.rope_dim() == Dr_, kShape, "mla decoder: cache rows are [",
                  cache.kv_lora_rank(), " | ", cache.rope_dim(), "], layer ", layer_, " needs [", C_, " | ", Dr_, "]");
-}
-
-void MlaDecoder::project(const float* x, int64_t T, const int64_t* positions, float* q, float* rows) const {
-  const int64_t W = C_ + Dr_;
-  if (w_qa_.defined()) {
-    const int64_t Cq = w_qa_.rows();
-    std::vector<float> cq(static_cast<size_t>(T * Cq));
-    std::vector<float> rstd(static_cast<size_t>(T));
-    linear(cq.data(), Cq, x, T, w_qa_);
-    ops::rmsnorm_forward(weights_->device(), cq.data(), rstd.data(), cq.data(), w_qa_norm_.data<float>(), nullptr, T,
-                         Cq, kMlaLatentNormEps);
-    linear(q, H_ * Dq_, cq.data(), T, w_qb_);
-  } else {
-    linear(q, H_ * Dq_, x, T, w_q_);
-  }
-  linear(rows, W, x, T, w_kva_);  // [T, C + Dr] = [c_kv | k_pe], raw
-  for (int64_t t = 0; t < T; ++t) {
-    float rstd = 0.0f;  // in place: each output element reads only its own input element
-    ops::rmsnorm_forward(weights_->device(), rows + t * W, &rstd, rows + t * W, w_kv_norm_.data<float>(), nullptr, 1,
-                         C_, kMlaLatentNormEps);
-  }
-  if (rope_) {
-    const std::vector<int64_t> pos(positions, positions + T);
-    const RopeTables rt = make_rope_tables(pos, Dr_, rope_theta_, yarn_ ? &*yarn_ : nullptr);
-    const float* cs = rt.cos.data<float>();
-    const float* sn = rt.sin.data<float>();
-    ops::rope_forward(weights_->device(), q, q, cs, sn, T, H_, Dq_, RopeLayout{Dn_, Dr_, false});  // q_pe of every head
-    ops::rope_forward(weights_->device(), rows, rows, cs, sn, T, 1, W,
-                      RopeLayout{C_, Dr_, false});  // k_pe, shared by the heads
-  }
-}
-
-void MlaDecoder::finish(const float* x, int64_t T, float* attn, float* out) const {
-  const int64_t HV = H_ * Dv_;
-  if (gate_) {
-    std::vector<float> g(static_cast<size_t>(T * HV));
-    linear(g.data(), HV, x, T, w_g_);
-    ops::unary_forward(weights_->device(), Unary::kSigmoid, g.data(), g.data(), T * HV);
-    for (int64_t i = 0; i < T * HV; ++i) attn[i] *= g[size_t(i)];
-  }
-  linear(out, D_, attn, T, w_o_);
 }
 
 void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, int max_parts) const {
@@ -497,12 +452,96 @@ void MlaDecoder::attend_chunk(const float* q, int64_t T, const MlaCache& cache, 
   }
 }
 
+// mla_module.h's execution without the tape, the absorbed form: the latent rows [normed c_kv | rotated k_pe] of
+// the batch's tokens are appended to their sequences' caches, and each sequence's queries attend over its cache
+// (attend_one / attend_chunk). Values are f32 tensors changed in place where a step allows.
+struct MlaDecoder::Exec {
+  using Value = Tensor;
+  struct Weights {
+    const LinearWeight *q_a_proj, *q_b_proj, *q_proj, *kv_a_proj, *g_proj, *o_proj;
+    const Tensor *q_a_layernorm, *kv_a_layernorm;
+  };
+  using Latents = Tensor;  // [N, C + Dr]
+
+  const MlaDecoder& d;
+  std::span<const MlaSegment> segs;
+  const std::vector<int64_t>& positions;  // of each row
+  Tensor* attn_out;                       // receives the attention before the gate (may be null)
+
+  Tensor linear(const Tensor& x, const LinearWeight* w) const { return w->apply(x); }
+  Tensor latent_norm(const Tensor& x, const Tensor* w) const {
+    std::vector<float> rstd(static_cast<size_t>(x.size(0)));
+    ops::rmsnorm_forward(d.weights_->device(), x.data<float>(), rstd.data(), x.data<float>(), w->data<float>(), nullptr,
+                         x.size(0), x.size(1), kMlaLatentNormEps);
+    return x;
+  }
+  Tensor mul(const Tensor& a, const Tensor& b) const {
+    float* ap = a.data<float>();
+    const float* bp = b.data<float>();
+    for (int64_t i = 0; i < a.numel(); ++i) ap[i] *= bp[i];
+    return a;
+  }
+  Tensor sigmoid(const Tensor& x) const {
+    ops::unary_forward(d.weights_->device(), Unary::kSigmoid, x.data<float>(), x.data<float>(), x.numel());
+    return x;
+  }
+  Tensor latents(const Tensor& rows, const Tensor* norm) const {
+    const int64_t N = rows.size(0), W = d.C_ + d.Dr_;
+    float* r = rows.data<float>();
+    for (int64_t t = 0; t < N; ++t) {
+      float rstd = 0.0f;  // in place: each output element reads only its own input element
+      ops::rmsnorm_forward(d.weights_->device(), r + t * W, &rstd, r + t * W, norm->data<float>(), nullptr, 1, d.C_,
+                           kMlaLatentNormEps);
+    }
+    return rows;
+  }
+  Tensor attend(const Tensor& q_in, const Tensor& rows_in) const {
+    const int64_t N = q_in.size(0), W = d.C_ + d.Dr_, HV = d.H_ * d.Dv_, HQ = d.H_ * d.Dq_;
+    float* q = q_in.data<float>();
+    float* rows = rows_in.data<float>();
+    if (d.rope_) {
+      const RopeTables rt = make_rope_tables(positions, d.Dr_, d.rope_theta_, d.yarn_ ? &*d.yarn_ : nullptr);
+      const float* cs = rt.cos.data<float>();
+      const float* sn = rt.sin.data<float>();
+      const Device dev = d.weights_->device();
+      ops::rope_forward(dev, q, q, cs, sn, N, d.H_, d.Dq_, RopeLayout{d.Dn_, d.Dr_, false});  // q_pe of every head
+      ops::rope_forward(dev, rows, rows, cs, sn, N, 1, W, RopeLayout{d.C_, d.Dr_, false});    // k_pe, shared by heads
+    }
+    Tensor attn = Tensor::empty({N, HV});
+    float* attn_p = attn.data<float>();
+    // Append every segment's rows, then attend. Decode batches (one row per segment) run the segments in parallel,
+    // each on one thread; chunks run one after the other with the threads inside.
+    bool all_single = segs.size() > 1;
+    std::vector<int64_t> row0(segs.size());
+    for (size_t i = 0, r = 0; i < segs.size(); r += size_t(segs[i].rows), ++i) {
+      row0[i] = int64_t(r);
+      for (int64_t t = 0; t < segs[i].rows; ++t)
+        segs[i].cache->append(rows + (int64_t(r) + t) * W, rows + (int64_t(r) + t) * W + d.C_);
+      all_single = all_single && segs[i].rows == 1;
+    }
+    if (all_single) {
+      ops::ScopedSerialBlas single;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
+      for (size_t i = 0; i < segs.size(); ++i) d.attend_one(q + row0[i] * HQ, *segs[i].cache, attn_p + row0[i] * HV, 1);
+    } else {
+      for (size_t i = 0; i < segs.size(); ++i) {
+        if (segs[i].rows == 1)
+          d.attend_one(q + row0[i] * HQ, *segs[i].cache, attn_p + row0[i] * HV, num_threads());
+        else if (segs[i].rows > 1)
+          d.attend_chunk(q + row0[i] * HQ, segs[i].rows, *segs[i].cache, attn_p + row0[i] * HV);
+      }
+    }
+    if (attn_out) *attn_out = attn.clone();
+    return attn;
+  }
+};
+
 Tensor MlaDecoder::forward(const Tensor& x_in, std::span<const MlaSegment> segs, Tensor* attn_out) const {
   check_input(x_in, "x");
   MYRIAD_REQUIRE(x_in.ndim() == 2 && x_in.shape()[1] == D_, kShape, "mla decoder: input ", shape_str(x_in.shape()),
                  " must be [N, ", D_, "]");
   const Tensor x = x_in.contiguous();
-  const int64_t N = x.shape()[0], W = C_ + Dr_, HV = H_ * Dv_, HQ = H_ * Dq_;
+  const int64_t N = x.shape()[0];
   int64_t total = 0;
   std::vector<int64_t> positions;
   positions.reserve(size_t(N));
@@ -514,42 +553,13 @@ Tensor MlaDecoder::forward(const Tensor& x_in, std::span<const MlaSegment> segs,
     total += s.rows;
   }
   MYRIAD_REQUIRE(total == N, kShape, "mla decoder: the segments cover ", total, " rows, the input has ", N);
-  Tensor out = Tensor::empty({N, D_});
-  Tensor attn = Tensor::empty({N, HV});
   if (N == 0) {
-    if (attn_out) *attn_out = attn;
-    return out;
+    if (attn_out) *attn_out = Tensor::empty({0, H_ * Dv_});
+    return Tensor::empty({0, D_});
   }
-  std::vector<float> q(static_cast<size_t>(N * HQ));
-  std::vector<float> rows(static_cast<size_t>(N * W));
-  project(x.data<float>(), N, positions.data(), q.data(), rows.data());
-  float* attn_p = attn.data<float>();
-  // Append every segment's rows, then attend. Decode batches (one row per segment) run the segments in parallel,
-  // each on one thread; chunks run one after the other with the threads inside.
-  bool all_single = segs.size() > 1;
-  std::vector<int64_t> row0(segs.size());
-  for (size_t i = 0, r = 0; i < segs.size(); r += size_t(segs[i].rows), ++i) {
-    row0[i] = int64_t(r);
-    for (int64_t t = 0; t < segs[i].rows; ++t)
-      segs[i].cache->append(rows.data() + (int64_t(r) + t) * W, rows.data() + (int64_t(r) + t) * W + C_);
-    all_single = all_single && segs[i].rows == 1;
-  }
-  if (all_single) {
-    ops::ScopedSerialBlas single;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
-    for (size_t i = 0; i < segs.size(); ++i)
-      attend_one(q.data() + row0[i] * HQ, *segs[i].cache, attn_p + row0[i] * HV, 1);
-  } else {
-    for (size_t i = 0; i < segs.size(); ++i) {
-      if (segs[i].rows == 1)
-        attend_one(q.data() + row0[i] * HQ, *segs[i].cache, attn_p + row0[i] * HV, num_threads());
-      else if (segs[i].rows > 1)
-        attend_chunk(q.data() + row0[i] * HQ, segs[i].rows, *segs[i].cache, attn_p + row0[i] * HV);
-    }
-  }
-  if (attn_out) *attn_out = attn.clone();
-  finish(x.data<float>(), N, attn_p, out.data<float>());
-  return out;
+  const Exec::Weights w{&w_qa_, &w_qb_, &w_q_, &w_kva_, &w_g_, &w_o_, &w_qa_norm_, &w_kv_norm_};
+  Exec exec{*this, segs, positions, attn_out};
+  return mla_forward(exec, w, x, config_);
 }
 
 Tensor MlaDecoder::step(const Tensor& x_in, int64_t position, MlaCache& cache, Tensor* attn_out) const {

@@ -166,18 +166,16 @@ class MlaDecoder {
   int64_t layer() const { return layer_; }
 
  private:
-  // Shared front end for T tokens: q [T, H, Dn + Dr] (q_pe rotated) and the rows [T, W] to cache
-  // (normed c_kv | rotated k_pe).
-  void project(const float* x, int64_t T, const int64_t* positions, float* q, float* rows) const;
+  struct Exec;  // model/mla_module.h's execution over the latent caches (mla_cache.cc)
+
   // The attention of one query q [H * Dq] (already in the cache) over the whole cache -> attn [H * Dv], splitting
   // the pages over at most max_parts threads; and of the last T cached tokens' queries q [T, H * Dq] -> [T, H Dv].
   void attend_one(const float* q, const MlaCache& cache, float* attn, int max_parts) const;
   void attend_chunk(const float* q, int64_t T, const MlaCache& cache, float* attn) const;
-  // attn [T, H*Dv] (gated in place when the gate is on) -> out [T, D].
-  void finish(const float* x, int64_t T, float* attn, float* out) const;
   void check_cache(const MlaCache& cache) const;
 
   int64_t layer_;
+  ModelConfig config_;  // the switches mla_forward reads (q_lora_rank, mla_use_output_gate)
   int64_t D_, H_, Dn_, Dr_, Dv_, C_, Dq_;
   bool rope_ = false;
   bool gate_ = false;

@@ -11,6 +11,8 @@
 #include "model/constants.h"
 #include "model/ffn_module.h"
 #include "model/kda_module.h"
+#include "model/layer_module.h"
+#include "model/mla_module.h"
 #include "model/moe_dispatch.h"
 #include "model/rope.h"
 #include "model/routing.h"
@@ -119,48 +121,85 @@ Var Transformer::kda_mixer(int64_t l, const Var& x, const ForwardOptions& opt, S
   return kda_forward(exec, w, x, d);
 }
 
-// Gated MLA (DESIGN 1.3), naive form: per-head K and V are materialised.
+namespace {
+
+// mla_module.h's execution on the tape, the naive form: per-head K and V are materialised from the latents, and
+// ag::attention runs over them. The latents of earlier shards come from the sequence context.
+struct TapeMla {
+  using Value = Var;
+  struct Weights {
+    Var q_a_proj, q_a_layernorm, q_b_proj, q_proj, kv_a_proj, kv_a_layernorm, kv_b_proj, g_proj, o_proj;
+  };
+  struct Latents {
+    Var c_kv;  // [Tk, C], normed
+    Var k_pe;  // [Tk, 1, Dr], not rotated yet
+  };
+
+  const ModelConfig& c;
+  const Weights& w;
+  int64_t layer, T;
+  SequenceContext& ctx;
+
+  Var linear(const Var& x, const Var& weight) const { return ag::linear(x, weight); }
+  Var latent_norm(const Var& x, const Var& weight) const { return ag::rmsnorm(x, weight, kMlaLatentNormEps); }
+  Var mul(const Var& a, const Var& b) const { return ag::mul(a, b); }
+  Var sigmoid(const Var& x) const { return ag::sigmoid(x); }
+  Latents latents(const Var& kv_a_local, const Var& norm) const {
+    // This shard's latents and, through the sequence context, the earlier ones: [Tk, C + Dr].
+    const Var kv_a = ctx.mla_latents(layer, kv_a_local);
+    MYRIAD_REQUIRE(kv_a.shape()[0] == T, kUnsupported, "mla layer ", layer, ": ", kv_a.shape()[0] - T,
+                   " latent rows of earlier shards; attention with more keys than queries is not built yet");
+    const int64_t C = c.kv_lora_rank, Dr = c.qk_rope_head_dim;
+    const Var c_kv = ag::slice_last(kv_a, 0, C);
+    const Var k_pe = ag::reshape(ag::slice_last(kv_a, C, C + Dr), {T, 1, Dr});
+    return {ag::rmsnorm(c_kv, norm, kMlaLatentNormEps), k_pe};
+  }
+  Var attend(const Var& q_rows, const Latents& lat) const {
+    const int64_t H = c.num_attention_heads, Dn = c.qk_nope_head_dim, Dr = c.qk_rope_head_dim, Dv = c.v_head_dim,
+                  Dq = Dn + Dr;
+    const Var q = ag::reshape(q_rows, {T, H, Dq});
+    const Var kv = ag::reshape(ag::linear(lat.c_kv, w.kv_b_proj), {T, H, Dn + Dv});
+    const Var k_nope = ag::slice_last(kv, 0, Dn), v = ag::slice_last(kv, Dn, Dn + Dv);
+    Var q_nope = ag::slice_last(q, 0, Dn), q_pe = ag::slice_last(q, Dn, Dq), k_pe = lat.k_pe;
+    if (!c.mla_use_nope && Dr > 0) {
+      std::vector<int64_t> pos(static_cast<size_t>(T));
+      std::iota(pos.begin(), pos.end(), ctx.token_offset());
+      const std::optional<YarnParams> yarn = mla_yarn_params(c);
+      const RopeTables rt = make_rope_tables(pos, Dr, c.rope_theta, yarn ? &*yarn : nullptr);
+      const RopeLayout layout{0, Dr, false};
+      q_pe = ag::rope(q_pe, rt.cos, rt.sin, layout);
+      k_pe = ag::rope(k_pe, rt.cos, rt.sin, layout);
+    }
+    // k_pe is shared by every head: broadcast it over H through an add (its gradient sums over heads).
+    const Var k_pe_h = ag::add(constant(Tensor::zeros({T, H, Dr})), k_pe);
+    const Var qf = ag::concat_last({q_nope, q_pe}), kf = ag::concat_last({k_nope, k_pe_h});
+    const Var att = ag::attention(ag::reshape(qf, {1, T, H, Dq}), ag::reshape(kf, {1, T, H, Dq}),
+                                  ag::reshape(v, {1, T, H, Dv}), mla_score_scale(c));
+    return ag::reshape(att, {T, H * Dv});
+  }
+};
+
+}  // namespace
+
+// Gated MLA (DESIGN 1.3): model/mla_module.h on the tape.
 Var Transformer::mla_mixer(int64_t l, const Var& x, SequenceContext& ctx) const {
   const std::string a = layer_prefix(l) + "self_attn.";
   const ModelConfig& c = config_;
-  const int64_t T = x.shape()[0], H = c.num_attention_heads, Dn = c.qk_nope_head_dim, Dr = c.qk_rope_head_dim,
-                Dv = c.v_head_dim, C = c.kv_lora_rank, Dq = Dn + Dr;
-  Var q;
+  TapeMla::Weights w;
   if (c.q_lora_rank) {
-    Var cq = ag::rmsnorm(ag::linear(x, p(a + "q_a_proj.weight")), p(a + "q_a_layernorm.weight"), kMlaLatentNormEps);
-    q = ag::reshape(ag::linear(cq, p(a + "q_b_proj.weight")), {T, H, Dq});
+    w.q_a_proj = p(a + "q_a_proj.weight");
+    w.q_a_layernorm = p(a + "q_a_layernorm.weight");
+    w.q_b_proj = p(a + "q_b_proj.weight");
   } else {
-    q = ag::reshape(ag::linear(x, p(a + "q_proj.weight")), {T, H, Dq});
+    w.q_proj = p(a + "q_proj.weight");
   }
-  // The latents of this shard and, through the sequence context, of the earlier ones: [Tk, C + Dr].
-  Var kv_a = ctx.mla_latents(l, ag::linear(x, p(a + "kv_a_proj_with_mqa.weight")));
-  MYRIAD_REQUIRE(kv_a.shape()[0] == T, kUnsupported, "mla layer ", l, ": ", kv_a.shape()[0] - T,
-                 " latent rows of earlier shards; attention with more keys than queries is not built yet");
-  Var c_kv = ag::slice_last(kv_a, 0, C);
-  Var k_pe = ag::reshape(ag::slice_last(kv_a, C, C + Dr), {T, 1, Dr});
-  Var kv = ag::reshape(
-      ag::linear(ag::rmsnorm(c_kv, p(a + "kv_a_layernorm.weight"), kMlaLatentNormEps), p(a + "kv_b_proj.weight")),
-      {T, H, Dn + Dv});
-  Var k_nope = ag::slice_last(kv, 0, Dn), v = ag::slice_last(kv, Dn, Dn + Dv);
-  const float scale = mla_score_scale(c);
-  Var q_nope = ag::slice_last(q, 0, Dn), q_pe = ag::slice_last(q, Dn, Dq);
-  if (!c.mla_use_nope && Dr > 0) {
-    std::vector<int64_t> pos(static_cast<size_t>(T));
-    std::iota(pos.begin(), pos.end(), ctx.token_offset());
-    const std::optional<YarnParams> yarn = mla_yarn_params(c);
-    const RopeTables rt = make_rope_tables(pos, Dr, c.rope_theta, yarn ? &*yarn : nullptr);
-    const RopeLayout layout{0, Dr, false};
-    q_pe = ag::rope(q_pe, rt.cos, rt.sin, layout);
-    k_pe = ag::rope(k_pe, rt.cos, rt.sin, layout);
-  }
-  // k_pe is shared by every head: broadcast it over H through an add (its gradient sums over heads).
-  Var k_pe_h = ag::add(constant(Tensor::zeros({T, H, Dr})), k_pe);
-  Var qf = ag::concat_last({q_nope, q_pe}), kf = ag::concat_last({k_nope, k_pe_h});
-  Var att = ag::attention(ag::reshape(qf, {1, T, H, Dq}), ag::reshape(kf, {1, T, H, Dq}), ag::reshape(v, {1, T, H, Dv}),
-                          scale);
-  Var out = ag::reshape(att, {T, H * Dv});
-  if (c.mla_use_output_gate) out = ag::mul(out, ag::sigmoid(ag::linear(x, p(a + "g_proj.weight"))));
-  return ag::linear(out, p(a + "o_proj.weight"));
+  w.kv_a_proj = p(a + "kv_a_proj_with_mqa.weight");
+  w.kv_a_layernorm = p(a + "kv_a_layernorm.weight");
+  w.kv_b_proj = p(a + "kv_b_proj.weight");
+  if (c.mla_use_output_gate) w.g_proj = p(a + "g_proj.weight");
+  w.o_proj = p(a + "o_proj.weight");
+  TapeMla exec{c, w, l, x.shape()[0], ctx};
+  return mla_forward(exec, w, x, c);
 }
 
 namespace {
@@ -276,49 +315,64 @@ Var Transformer::attn_res_read(const std::string& norm, const std::string& proj,
   return read;
 }
 
-Var Transformer::layer_forward(int64_t l, const std::vector<Var>& sealed, const Var& running_in,
-                               const ForwardOptions& opt, RoutingStats* stats, Var* mixer_out) const {
-  const ModelConfig& c = config_;
-  const float eps = float(c.rms_norm_eps);
-  const std::string pre = layer_prefix(l);
-  LocalSequenceContext whole;  // the whole sequence, when no context is given
-  auto mixer = [&](const Var& h) {
-    Var n = ag::rmsnorm(h, p(pre + "input_layernorm.weight"), eps);
+// model/layer_module.h's execution on the tape: the layer's norms and modules, AttnRes reads by their weight names,
+// and per layer the routing statistics (with gradient checkpointing, each layer runs inside ag::checkpoint and is
+// recomputed in the backward).
+struct Transformer::Stack {
+  using Value = Var;
+
+  const Transformer& m;
+  ForwardOptions opt;
+  ForwardResult* result = nullptr;  // receives each layer's routing statistics and balance loss
+  RoutingStats* stats = nullptr;    // the running layer's
+  LocalSequenceContext whole;       // the whole sequence, when no context is given
+
+  Var mixer(int64_t l, const Var& h) {
+    const Var n = ag::rmsnorm(h, m.p(layer_prefix(l) + "input_layernorm.weight"), float(m.config_.rms_norm_eps));
     SequenceContext& ctx = opt.sequence ? *opt.sequence : whole;
-    return c.mixer(l) == Mixer::kKda ? kda_mixer(l, n, opt, ctx) : mla_mixer(l, n, ctx);
-  };
-  auto ffn = [&](const Var& h) {
-    Var n = ag::rmsnorm(h, p(pre + "post_attention_layernorm.weight"), eps);
-    return c.is_moe_layer(l) ? moe_ffn(l, n, stats, opt) : dense_ffn(l, n);
-  };
-  if (c.attn_res_mode != AttnResMode::kBlock) {  // plain pre-norm residual ("none"; "skip" adds to it outside)
-    Var m = mixer(running_in);
-    if (mixer_out) *mixer_out = m;
-    Var r = ag::add(running_in, m);
-    return ag::add(r, ffn(r));
+    return m.config_.mixer(l) == Mixer::kKda ? m.kda_mixer(l, n, opt, ctx) : m.mla_mixer(l, n, ctx);
   }
-  auto candidates = [&](std::vector<Var> base, const Var& r) {
-    base.push_back(r);
-    return base;
-  };
-  // 1. the mixer's input: the running sum until something is sealed, then a read over everything
-  Var h = sealed.empty() ? running_in
-                         : attn_res_read(pre + "self_attention_res_norm.weight", pre + "self_attention_res_proj.weight",
-                                         candidates(sealed, running_in));
-  Var mixed = mixer(h);
-  // 2. at a block boundary the running sum is sealed (by the caller) and restarts from the mixer's output
-  std::vector<Var> snapshots = sealed;
-  Var running;
-  if (l % c.attn_res_block_size == 0) {
-    snapshots.push_back(running_in);
-    running = mixed;
-  } else {
-    running = ag::add(running_in, mixed);
+  Var ffn(int64_t l, const Var& h) {
+    const Var n =
+        ag::rmsnorm(h, m.p(layer_prefix(l) + "post_attention_layernorm.weight"), float(m.config_.rms_norm_eps));
+    return m.config_.is_moe_layer(l) ? m.moe_ffn(l, n, stats, opt) : m.dense_ffn(l, n);
   }
-  // 3. the FFN reads over the snapshots and the running sum
-  h = attn_res_read(pre + "mlp_res_norm.weight", pre + "mlp_res_proj.weight", candidates(snapshots, running));
-  return ag::add(running, ffn(h));
-}
+  Var add(const Var& a, const Var& b) const { return ag::add(a, b); }
+  Var res_read(int64_t l, ResRead which, const std::vector<Var>& cands) const {
+    if (which == ResRead::kOutputRead)
+      return m.attn_res_read("model.output_attn_res_norm.weight", "model.output_attn_res_proj.weight", cands);
+    const std::string pre = layer_prefix(l) + (which == ResRead::kMixerRead ? "self_attention_res_" : "mlp_res_");
+    return m.attn_res_read(pre + "norm.weight", pre + "proj.weight", cands);
+  }
+  Var layer(int64_t l, const std::vector<Var>& sealed, const Var& running, Var* mixer_out) {
+    auto st = std::make_shared<RoutingStats>();
+    Var next;
+    if (!mixer_out && opt.checkpoint_layers && ag::grad_enabled()) {
+      std::vector<Var> inputs = sealed;
+      inputs.push_back(running);
+      auto first = std::make_shared<bool>(true);
+      const Transformer* self = this->m_ptr();
+      const ForwardOptions o = opt;
+      next = ag::checkpoint(
+          [self, l, o, st, first](const std::vector<Var>& in) {
+            Stack inner{*self, o, nullptr, *first ? st.get() : nullptr, {}};  // statistics from the first pass only
+            *first = false;
+            return attn_res_layer(inner, l, self->config_, std::vector<Var>(in.begin(), in.end() - 1), in.back(),
+                                  nullptr);
+          },
+          inputs);
+    } else {
+      stats = st.get();
+      next = attn_res_layer(*this, l, m.config_, sealed, running, mixer_out);
+      stats = nullptr;
+    }
+    if (st->aux_loss.defined())
+      result->aux_loss = result->aux_loss.defined() ? ag::add(result->aux_loss, st->aux_loss) : st->aux_loss;
+    if (st->layer >= 0) result->routing.push_back(std::move(*st));
+    return next;
+  }
+  const Transformer* m_ptr() const { return &m; }
+};
 
 ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets, const ForwardOptions& opt) const {
   const ModelConfig& c = config_;
@@ -334,9 +388,7 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets, 
   }
   ForwardResult result;
   const float eps = float(c.rms_norm_eps);
-  Var running = ag::embedding(p("model.embed_tokens.weight"), tokens);  // [T, D]
-  std::vector<Var> sealed;
-  const bool block = c.attn_res_mode == AttnResMode::kBlock;
+  const Var running = ag::embedding(p("model.embed_tokens.weight"), tokens);  // [T, D]
   const bool skip = c.attn_res_mode == AttnResMode::kSkip;
   MYRIAD_REQUIRE(!(skip && opt.checkpoint_layers), kUnsupported,
                  "attn_res_mode \"skip\" with gradient checkpointing: the held mixer output would need a second "
@@ -345,44 +397,8 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets, 
                  "balancing \"aux_loss\" with gradient checkpointing: the balance loss is computed inside the "
                  "recomputed layer and would get no gradient; use balancing \"qb\" or \"sign_update\", or turn "
                  "gradient_checkpointing off");
-  Var skip_buffer;  // "skip": the mixer output of a block's first layer, added again after its last layer
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    auto stats = std::make_shared<RoutingStats>();
-    Var next;
-    if (skip) {
-      Var m;
-      next = layer_forward(l, sealed, running, opt, stats.get(), &m);
-      const int64_t B = c.attn_res_block_size;
-      if (l % B == 0) skip_buffer = m;
-      if ((l + 1) % B == 0 && skip_buffer.defined()) next = ag::add(next, skip_buffer);
-    } else if (opt.checkpoint_layers && ag::grad_enabled()) {
-      std::vector<Var> inputs = sealed;
-      inputs.push_back(running);
-      auto first = std::make_shared<bool>(true);
-      const Transformer* self = this;
-      next = ag::checkpoint(
-          [self, l, opt, stats, first](const std::vector<Var>& in) {
-            RoutingStats* sp = *first ? stats.get() : nullptr;  // statistics from the first pass only
-            *first = false;
-            return self->layer_forward(l, std::vector<Var>(in.begin(), in.end() - 1), in.back(), opt, sp);
-          },
-          inputs);
-    } else {
-      next = layer_forward(l, sealed, running, opt, stats.get());
-    }
-    if (stats->aux_loss.defined())
-      result.aux_loss = result.aux_loss.defined() ? ag::add(result.aux_loss, stats->aux_loss) : stats->aux_loss;
-    if (stats->layer >= 0) result.routing.push_back(std::move(*stats));
-    if (block && l % c.attn_res_block_size == 0) sealed.push_back(running);
-    running = next;
-  }
-  Var h = running;
-  if (block)
-    h = attn_res_read("model.output_attn_res_norm.weight", "model.output_attn_res_proj.weight", [&] {
-      std::vector<Var> cands = sealed;
-      cands.push_back(running);
-      return cands;
-    }());
+  Stack stack{*this, opt, &result, nullptr, {}};
+  const Var h = layer_stack(stack, c, running);
   result.hidden = ag::rmsnorm(h, p("model.norm.weight"), eps);
   if (targets.defined()) {
     const Var& head = c.tie_word_embeddings ? p("model.embed_tokens.weight") : p("lm_head.weight");

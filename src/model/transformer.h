@@ -68,15 +68,12 @@ class Transformer {
   ag::Var mla_mixer(int64_t layer, const ag::Var& x, SequenceContext& ctx) const;
   ag::Var dense_ffn(int64_t layer, const ag::Var& x) const;
   ag::Var moe_ffn(int64_t layer, const ag::Var& x, RoutingStats* stats, const ForwardOptions& opt = {}) const;
-  // One layer: AttnRes state in (the sealed snapshots, the running sum), new running sum out. When
-  // l % attn_res_block_size == 0 the caller appends running_in to the snapshots afterwards.
-  // mixer_out (may be null) receives the mixer's output (AttnRes "skip" mode holds it).
-  ag::Var layer_forward(int64_t l, const std::vector<ag::Var>& sealed, const ag::Var& running,
-                        const ForwardOptions& opt, RoutingStats* stats, ag::Var* mixer_out = nullptr) const;
   ag::Var attn_res_read(const std::string& norm, const std::string& proj, const std::vector<ag::Var>& cands) const;
   const ag::Var& p(const std::string& name) const { return w_.at(name); }
 
  private:
+  struct Stack;  // model/layer_module.h's execution on the tape (transformer.cc)
+
   ModelConfig config_;
   ModelWeights w_;
 };

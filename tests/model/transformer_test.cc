@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "model/config.h"
+#include "model/sequence_context.h"
 #include "ops/kernels.h"
 
 namespace myriad {
@@ -171,12 +173,20 @@ TEST(Transformer, SkipModeAddsTheHeldMixerOutputAfterEachBlock) {
   Transformer skip(c, ModelWeights::random(c, 8));
   ag::NoGradGuard ng;
   const Tensor tokens = Tensor::from_vector(std::vector<int64_t>{3, 1, 4, 1, 5, 9, 2, 6}, {8});
-  // By hand, with the "none" model's layers: h_{l+1} = layer(h_l) (+ mixer output of layer l-1 when l is odd).
+  // By hand, from the "none" model's modules: r = h + mixer(norm(h)), h' = r + ffn(norm(r)) (+ the mixer output of
+  // layer l-1 when l is odd).
+  const float eps = float(c.rms_norm_eps);
+  LocalSequenceContext whole;
   Var h = ag::embedding(none.p("model.embed_tokens.weight"), tokens);
   Var held;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    Var m;
-    h = none.layer_forward(l, {}, h, ForwardOptions{}, nullptr, &m);
+    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    const Var n = ag::rmsnorm(h, none.p(pre + "input_layernorm.weight"), eps);
+    const Var m =
+        c.mixer(l) == Mixer::kKda ? none.kda_mixer(l, n, ForwardOptions{}, whole) : none.mla_mixer(l, n, whole);
+    const Var r = ag::add(h, m);
+    const Var f = ag::rmsnorm(r, none.p(pre + "post_attention_layernorm.weight"), eps);
+    h = ag::add(r, c.is_moe_layer(l) ? none.moe_ffn(l, f, nullptr) : none.dense_ffn(l, f));
     if (l % 2 == 0) held = m;
     if (l % 2 == 1) h = ag::add(h, held);
   }
@@ -284,6 +294,48 @@ TEST(Transformer, AuxLossBalancingReturnsTheBalanceLossOnTheTape) {
   ForwardOptions ck;
   ck.checkpoint_layers = true;
   EXPECT_THROW(model.forward(tokens, targets, ck), Error);
+}
+
+// Gradient checkpointing recomputes each layer in the backward: the same loss, routing statistics once per MoE
+// layer (from the first pass), and the same gradients. The recomputed layer runs the same operations on the same
+// values, but its gradients reach the layer's inputs in another order relative to the rest of the tape: f32
+// reassociation, ~1e-6 relative, up to ~1e-5 for KDA's A_log, whose gradient sums T x K terms of both signs
+// (cancellation). Bound 1e-4 per weight (relative L2); a layer missing from the recomputation would leave its
+// weights with no gradient at all, a wrong one with O(1) errors.
+TEST(Transformer, GradientCheckpointingGivesTheSameLossStatisticsAndGradients) {
+  const ModelConfig c = load("tiny.json");
+  Transformer model(c, ModelWeights::random(c, 12));
+  std::vector<int64_t> ids(48), tg(48);
+  for (int64_t t = 0; t < 48; ++t) ids[size_t(t)] = (t * 29 + 3) % c.vocab_size;
+  for (int64_t t = 0; t < 48; ++t) tg[size_t(t)] = t + 1 < 48 ? ids[size_t(t + 1)] : -100;
+  const Tensor tokens = Tensor::from_vector(ids, {48}), targets = Tensor::from_vector(tg, {48});
+  auto run = [&](bool checkpoint, std::map<std::string, std::vector<float>>& grads, size_t& routing) {
+    model.weights().zero_grad();
+    ForwardOptions o;
+    o.checkpoint_layers = checkpoint;
+    ForwardResult r = model.forward(tokens, targets, o);
+    routing = r.routing.size();
+    ag::backward(r.loss);
+    for (const auto& [name, w] : model.weights().all())
+      if (w.has_grad()) grads[name] = w.grad().to_vector();
+    return r.loss.value().data<float>()[0];
+  };
+  std::map<std::string, std::vector<float>> plain, ck;
+  size_t plain_routing = 0, ck_routing = 0;
+  const float plain_loss = run(false, plain, plain_routing), ck_loss = run(true, ck, ck_routing);
+  EXPECT_EQ(ck_loss, plain_loss);
+  EXPECT_EQ(ck_routing, plain_routing);
+  ASSERT_EQ(ck.size(), plain.size());
+  for (const auto& [name, g] : plain) {
+    ASSERT_TRUE(ck.count(name)) << name;
+    const std::vector<float>& h = ck[name];
+    double num = 0, den = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      num += double(h[i] - g[i]) * double(h[i] - g[i]);
+      den += double(g[i]) * g[i];
+    }
+    EXPECT_LE(std::sqrt(num / std::max(den, 1e-30)), 1e-4) << name;
+  }
 }
 
 }  // namespace
