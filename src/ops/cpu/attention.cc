@@ -14,6 +14,7 @@
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/parallel.h"
 #include "ops/fast_math.h"
+#include "ops/serial_blas.h"
 
 namespace myriad::cpu {
 
@@ -90,7 +91,7 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
     for (int64_t t = 0; t < tasks; ++t) run(t, S.data());
     return;
   }
-  BlasSingleThread single;
+  ops::ScopedSerialBlas single;
 #pragma omp parallel num_threads(nt)
   {
     std::vector<float> S(size_t(kTile * s.T));
@@ -146,7 +147,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     for (int64_t t = 0; t < tasks; ++t) run(t, P.data(), dS.data(), delta.data());
     return;
   }
-  BlasSingleThread single;
+  ops::ScopedSerialBlas single;
 #pragma omp parallel num_threads(nt)
   {
     std::vector<float> P(size_t(kTile * s.T)), dS(size_t(kTile * s.T)), delta(static_cast<size_t>(kTile));

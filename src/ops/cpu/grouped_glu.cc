@@ -10,6 +10,7 @@
 
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/parallel.h"
+#include "ops/serial_blas.h"
 
 namespace myriad::cpu {
 
@@ -99,7 +100,7 @@ void for_each_expert(const std::vector<int64_t>& off, Fn&& fn) {
     return;
   }
   std::stable_sort(rest.begin(), rest.end(), [&](int64_t a, int64_t b) { return rows(a) > rows(b); });
-  BlasSingleThread single;
+  ops::ScopedSerialBlas single;
 #pragma omp parallel num_threads(nt)
   {
     std::vector<float> s;

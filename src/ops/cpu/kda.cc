@@ -25,6 +25,7 @@
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/simd_vec.h"
 #include "ops/fast_math.h"
+#include "ops/serial_blas.h"
 
 namespace myriad::cpu {
 
@@ -118,7 +119,7 @@ void for_each_head(const KdaShape& s, F&& fn) {
   // Below ~0.25 MFLOP in all a fork/join costs more than it saves (a decode token's 8 heads of 64 x 64 are above).
   const bool worth_it = double(n) * double(s.T) * double(s.K) * double(s.V) * 8.0 > 2.5e5;
   if (n >= nt && nt > 1 && worth_it) {
-    BlasSingleThread single;
+    ops::ScopedSerialBlas single;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int64_t i = 0; i < n; ++i) fn(i / s.H, i % s.H);
   } else {
