@@ -24,7 +24,7 @@ int run_serve(const myriad::cli::Args& args) {
                  "'");
   myriad::ServerOptions opt;
   opt.model_dir = *dir;
-  opt.model_name = args.get_or("model-name", "");
+  opt.model_name = args.get_or("served-model-name", args.get_or("model-name", ""));
   opt.host = args.get_or("host", "127.0.0.1");
   opt.port = int(args.get_int("port", 8080, 0, 65535));
   opt.api_key = args.get_or("api-key", "");
@@ -95,7 +95,9 @@ MYRIAD_COMMAND("serve", "serve a model over an OpenAI-compatible HTTP API (chat,
                "myriad serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--cache-mb N] "
                "[--max-batch N]",
                {{"model", "DIR", "model directory (config.json, safetensors, tokenizer/) or a training run"},
-                {"model-name", "NAME", "the model id clients use (default: DIR's base name)"},
+                {"model-name", "NAME",
+                 "the model id clients use (default: DIR's base name; for a run's checkpoint, the run's name)"},
+                {"served-model-name", "NAME", "the same as --model-name (vLLM's spelling)"},
                 {"host", "HOST", "address to bind (default 127.0.0.1: this machine only)"},
                 {"port", "PORT", "port (default 8080; 0: any free port, printed at start)"},
                 {"api-key", "KEY", "require 'Authorization: Bearer KEY' on /v1/* (default: $MYRIAD_API_KEY)"},

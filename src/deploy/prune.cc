@@ -56,7 +56,7 @@ void add_routing_weights(const Transformer& model, const RoutingStats& st, std::
                      c.has_capacity_limit() ? std::optional<double>(c.capacity_factor_at(0)) : std::nullopt)
           .idx;
   const Tensor p_Tk =
-      ag::route_weights(ag::Var(scores_TE), idx_Tk, float(c.routed_scaling_factor), c.moe_renormalize).value();
+      ag::route_weights(ag::Var(scores_TE), idx_Tk, float(c.routed_scaling_factor), renormalizes_weights(c)).value();
   const int32_t* id = idx_Tk.data<int32_t>();
   const float* p = p_Tk.data<float>();
   for (int64_t i = 0; i < T * k; ++i)

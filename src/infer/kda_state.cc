@@ -38,7 +38,12 @@ KdaDecoder::KdaDecoder(const ModelConfig& c, std::shared_ptr<const DecodeWeights
   o.f_a_proj = w.linear(a + "f_a_proj.weight");
   o.f_b_proj = w.linear(a + "f_b_proj.weight");
   o.b_proj = w.linear(a + "b_proj.weight");
-  o.g_proj = w.linear(a + "g_proj.weight");
+  if (dims_.full_rank_gate) {
+    o.g_proj = w.linear(a + "g_proj.weight");
+  } else {
+    o.g_a_proj = w.linear(a + "g_a_proj.weight");
+    o.g_b_proj = w.linear(a + "g_b_proj.weight");
+  }
   o.o_proj = w.linear(a + "o_proj.weight");
   auto conv = [&](const char* n) { return w.tensor(a + n + "_conv1d.weight").view({HK, dims_.conv_width}); };
   o.q_conv = conv("q");

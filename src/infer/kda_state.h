@@ -34,7 +34,8 @@ struct KdaSegment {
 // A KDA layer's weights for inference, resolved once (the members kda_module.h's execution reads).
 struct KdaDecodeWeights {
   LinearWeight q_proj, k_proj, v_proj, f_a_proj, f_b_proj, b_proj, g_proj, o_proj;
-  Tensor q_conv, k_conv, v_conv;  // [H*K, W]
+  LinearWeight g_a_proj, g_b_proj;  // the low-rank output gate (use_full_rank_gate false) instead of g_proj
+  Tensor q_conv, k_conv, v_conv;    // [H*K, W]
   Tensor A_log, dt_bias, o_norm;
 };
 

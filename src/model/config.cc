@@ -330,7 +330,11 @@ void parse_text(Obj& o, ModelConfig& c) {
   c.num_expert_group = o.int_or("num_expert_group", c.num_expert_group);
   c.topk_group = o.int_or("topk_group", c.topk_group);
   c.activation_situ_beta = o.double_or("activation_situ_beta", c.activation_situ_beta);
-  c.activation_situ_linear_beta = o.double_or("activation_situ_linear_beta", c.activation_situ_linear_beta);
+  // null is the upstream reading "no clamp on the up projection" (h(u) = u): b2 = +infinity.
+  if (const nlohmann::json* b2 = o.find("activation_situ_linear_beta"); b2 && b2->is_null())
+    c.activation_situ_linear_beta = std::numeric_limits<double>::infinity();
+  else
+    c.activation_situ_linear_beta = o.double_or("activation_situ_linear_beta", c.activation_situ_linear_beta);
   c.num_nextn_predict_layers = o.int_or("num_nextn_predict_layers", 0);
   c.router_init_std = o.double_or("router_init_std", c.router_init_std);
   if (any_moe) {
@@ -359,7 +363,8 @@ void parse_text(Obj& o, ModelConfig& c) {
                        "group-limited routing (use_grouped_topk with more than one group) is not supported");
   }
   o.positive("activation_situ_beta", c.activation_situ_beta);
-  o.positive("activation_situ_linear_beta", c.activation_situ_linear_beta);
+  if (!std::isinf(c.activation_situ_linear_beta))
+    o.positive("activation_situ_linear_beta", c.activation_situ_linear_beta);
   o.non_negative("num_nextn_predict_layers", c.num_nextn_predict_layers);
   if (c.num_nextn_predict_layers > 0) {
     warn(o.source(), str(o.path("num_nextn_predict_layers"), " = ", c.num_nextn_predict_layers,

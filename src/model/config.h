@@ -73,7 +73,7 @@ struct LinearAttnConfig {
   int64_t head_dim = 0;                   // K = V
   int64_t short_conv_kernel_size = 4;     // ShortConv width
   double gate_lower_bound = -5.0;         // lb < 0: alpha = exp(g) in (e^lb, 1)
-  bool use_full_rank_gate = true;         // output gate W_g: D -> H*V
+  bool use_full_rank_gate = true;         // output gate W_g: D -> H*V; false: low rank W_gb [H*V, K] W_ga [K, D]
 };
 
 // vision_config (§1.7), K3's names. Everything the file gives is kept; the ViT is not built yet.
@@ -162,14 +162,14 @@ struct ModelConfig {
   std::optional<int64_t> routed_expert_hidden_size;  // L (latent MoE); absent: experts act on D
   bool latent_moe_use_norm = true;                   // RMSNorm on the latent sum before W_up
   double routed_scaling_factor = 1.0;
-  bool moe_renormalize = true;
+  bool moe_renormalize = true;  // mixture weights over the chosen scores; as upstream, only when top_k > 1
   RouterActivation moe_router_activation_func = RouterActivation::kSigmoid;  // config "sigmoid" | "softmax"
   TopkMethod topk_method = TopkMethod::kNoauxTc;  // config "noaux_tc": e_score_correction_bias selects | "greedy"
   bool use_grouped_topk = false;
   int64_t num_expert_group = 1;
   int64_t topk_group = 1;
   double activation_situ_beta = 4.0;          // b1
-  double activation_situ_linear_beta = 25.0;  // b2
+  double activation_situ_linear_beta = 25.0;  // b2; +infinity (JSON null): no clamp, h(u) = u
   int64_t num_nextn_predict_layers = 0;       // MTP layers (not built by myriad)
 
   // AttnRes (§1.4).

@@ -5,8 +5,8 @@
 // GLU FFN:    y = W_down glu(W_gate x, W_up x),   glu = SiTU-GLU, or SwiGLU silu(g) u (hidden_act "silu")
 // Latent MoE: s = act(W_router x) [T, E] (sigmoid or softmax); the copies of each token go to the top-k of s + b
 //             (model/routing.h: b selects, never weighs; capacity limits reroute or drop); mixture weights
-//             p = scale s_chosen / (sum of the chosen s when renormalising); z = W_down_latent x (the latent width
-//             L; x itself without a latent); the copies, grouped by expert, go through the MoE dispatcher to the
+//             p = scale s_chosen / (sum of the chosen s when renormalising, top_k > 1); z = W_down_latent x (the latent
+//             width L; x itself without a latent); the copies, grouped by expert, go through the MoE dispatcher to the
 //             experts, each a GLU FFN of width moe_intermediate_size over its rows, and come back weighted by p
 //             and summed per token (u [T, L]); y = W_up_latent rmsnorm(u) (norm when latent_moe_use_norm) plus the
 //             shared experts' GLU FFN of x.
@@ -47,7 +47,7 @@ typename X::Value moe_forward(X& x, const typename X::Moe& w, const typename X::
   const Value s = x.router_scores(in, w.router);
   const ExpertSelection sel = select_experts(c, x.values(s), bias, capacity_factor);
   // Mixture weights over the copies actually served (a dropped copy's share vanishes).
-  const Value weights = x.route_weights(s, sel.idx, float(c.routed_scaling_factor), c.moe_renormalize);  // [T, k]
+  const Value weights = x.route_weights(s, sel.idx, float(c.routed_scaling_factor), renormalizes_weights(c));
   const ExpertGroups groups = group_by_expert(sel.idx, E);
   x.routing_stats(s, sel, groups);
   const bool latent = c.routed_expert_hidden_size.has_value();

@@ -25,6 +25,12 @@ struct ExpertSelection {
 ExpertSelection select_experts(const ModelConfig& c, const Tensor& scores, const float* bias,
                                std::optional<double> capacity_factor);
 
+// Whether the mixture weights are renormalised over the chosen experts' scores: moe_renormalize with more than one
+// expert per token, as upstream (with one, the weight would be routed_scaling_factor whatever the score).
+inline bool renormalizes_weights(const ModelConfig& c) {
+  return c.moe_renormalize && c.num_experts_per_token > 1;
+}
+
 // The copies grouped by expert: counting sort, stable in token order, dropped copies (-1) left out. The copies
 // of expert e are positions [start[e], start[e + 1]); copy_token is the token of each, copy_slot its index in
 // idx (t * k + j).

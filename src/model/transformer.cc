@@ -49,6 +49,7 @@ struct TapeKda {
   using Value = Var;
   struct Weights {
     Var q_proj, k_proj, v_proj, f_a_proj, f_b_proj, b_proj, g_proj, o_proj;
+    Var g_a_proj, g_b_proj;      // the low-rank output gate (use_full_rank_gate false)
     Var q_conv, k_conv, v_conv;  // [C, W] views of the [C, 1, W] conv weights
     Var A_log, dt_bias, o_norm;
   };
@@ -108,7 +109,12 @@ Var Transformer::kda_mixer(int64_t l, const Var& x, const ForwardOptions& opt, S
   w.f_a_proj = p(a + "f_a_proj.weight");
   w.f_b_proj = p(a + "f_b_proj.weight");
   w.b_proj = p(a + "b_proj.weight");
-  w.g_proj = p(a + "g_proj.weight");
+  if (d.full_rank_gate) {
+    w.g_proj = p(a + "g_proj.weight");
+  } else {
+    w.g_a_proj = p(a + "g_a_proj.weight");
+    w.g_b_proj = p(a + "g_b_proj.weight");
+  }
   w.o_proj = p(a + "o_proj.weight");
   w.q_conv = conv_weight(p(a + "q_conv1d.weight"));
   w.k_conv = conv_weight(p(a + "k_conv1d.weight"));

@@ -29,7 +29,8 @@ namespace myriad {
 enum class Unary : uint8_t { kSiLU, kSigmoid, kTanh, kSoftplus };
 enum class Binary : uint8_t { kAdd, kMul };
 
-// SiTU-GLU constants (DESIGN 1.5): y = [b1 tanh(g/b1) sigmoid(g)] * [b2 tanh(u/b2)].
+// SiTU-GLU constants (DESIGN 1.5): y = [b1 tanh(g/b1) sigmoid(g)] * h(u), h(u) = b2 tanh(u/b2), or h(u) = u when
+// b2 is +infinity (activation_situ_linear_beta null: the up projection unclamped).
 struct SituParams {
   float beta = 4.0f;          // activation_situ_beta (b1)
   float linear_beta = 25.0f;  // activation_situ_linear_beta (b2)

@@ -83,12 +83,7 @@ struct Server::Impl {
   HttpStats stats;  // for /metrics
 
   explicit Impl(ServerOptions o) : opt(std::move(o)) {
-    if (opt.model_name.empty()) {
-      fs::path p(opt.model_dir);
-      while (!p.empty() && p.filename().empty()) p = p.parent_path();  // "runs/x/" -> "runs/x"
-      opt.model_name = p.filename().string();
-      if (opt.model_name.empty() || opt.model_name == ".") opt.model_name = "myriad";
-    }
+    if (opt.model_name.empty()) opt.model_name = default_model_name(opt.model_dir);
   }
 
   // The engine, or 503 while loading / after a failed load / while stopping.
@@ -387,6 +382,18 @@ Server::State Server::state() const {
 std::string Server::load_error() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->load_error;
+}
+
+std::string default_model_name(const std::string& model_dir) {
+  fs::path p(model_dir);
+  while (!p.empty() && p.filename().empty()) p = p.parent_path();  // "runs/x/" -> "runs/x"
+  // A run's checkpoint (RUN/checkpoints/step-NNNNNN) is served under the run's name, not the step's.
+  const std::string base = p.filename().string();
+  const bool step = base.size() > 5 && base.compare(0, 5, "step-") == 0 &&
+                    base.find_first_not_of("0123456789", 5) == std::string::npos;
+  if (step && p.parent_path().filename() == "checkpoints") p = p.parent_path().parent_path();
+  std::string name = p.filename().string();
+  return name.empty() || name == "." || name == ".." ? "myriad" : name;
 }
 
 const std::string& Server::model_name() const {

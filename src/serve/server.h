@@ -48,7 +48,7 @@ namespace myriad {
 
 struct ServerOptions {
   std::string model_dir;
-  std::string model_name;  // the id clients send as "model"; default: model_dir's base name
+  std::string model_name;  // the id clients send as "model"; default: default_model_name(model_dir)
   std::string host = "127.0.0.1";
   int port = 8080;      // 0: any free port (Server::port() tells which)
   std::string api_key;  // non-empty: "Authorization: Bearer <api_key>" required on /v1/*
@@ -59,6 +59,10 @@ struct ServerOptions {
   // Loads the model; default InferenceModel::load(model_dir). Tests use it to hold or fail the load.
   std::function<std::shared_ptr<const InferenceModel>()> loader;
 };
+
+// The served model's id when none is given: the base name of the model directory, or for a run's checkpoint
+// (RUN/checkpoints/step-NNNNNN) the run's name; "myriad" when there is none.
+std::string default_model_name(const std::string& model_dir);
 
 class Server {
  public:

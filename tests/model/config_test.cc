@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -175,6 +176,21 @@ TEST(ModelConfig, TinyParses) {
   EXPECT_EQ(c.attn_res_block_size, 2);
   EXPECT_EQ(c.balancing, Balancing::kQuantile);
   EXPECT_EQ(c.media_placeholder_token_id, 3);
+}
+
+// activation_situ_linear_beta: absent is K3's 25, null is upstream's "no clamp" (+infinity), a number is itself,
+// and 0 or a negative number is still refused.
+TEST(ModelConfig, SituLinearBetaNullMeansNoClamp) {
+  json j = tiny();
+  j.erase("activation_situ_linear_beta");
+  EXPECT_EQ(parse_ok(j).activation_situ_linear_beta, 25.0);
+  j["activation_situ_linear_beta"] = nullptr;
+  const double b2 = parse_ok(j).activation_situ_linear_beta;
+  EXPECT_TRUE(std::isinf(b2) && b2 > 0) << b2;
+  j["activation_situ_linear_beta"] = 7.5;
+  EXPECT_EQ(parse_ok(j).activation_situ_linear_beta, 7.5);
+  j["activation_situ_linear_beta"] = 0;
+  expect_error(j, {"activation_situ_linear_beta"});
 }
 
 TEST(ModelConfig, LoadsFromDirectoryAndReportsIoAndFormatErrors) {

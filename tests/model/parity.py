@@ -25,13 +25,16 @@ os.makedirs(work, exist_ok=True)
 tiny = json.load(open(os.path.join(root, "configs", "tiny.json")))
 
 
+NULL = object()  # a field written as JSON null (None drops the field)
+
+
 def variant(name, **changes):
     c = json.loads(json.dumps(tiny))
     for k, v in changes.items():
         if v is None:
             c.pop(k, None)
         else:
-            c[k] = v
+            c[k] = None if v is NULL else v
     return name, c
 
 
@@ -43,6 +46,10 @@ variants = [
     variant("tiny-no-attnres", attn_res_mode="none"),
     variant("tiny-plain", q_lora_rank=None, routed_expert_hidden_size=None, hidden_act="silu",
             moe_router_activation_func="softmax", routed_scaling_factor=2.5, attn_res_block_size=3),
+    # config paths where upstream's reading differs from a naive one: top-1 routing with moe_renormalize (no
+    # renormalisation with one expert), the low-rank KDA output gate, and an unclamped SiTU up projection
+    variant("tiny-upstream-paths", num_experts_per_token=1, moe_renormalize=True, activation_situ_linear_beta=NULL,
+            linear_attn_config=dict(tiny["linear_attn_config"], use_full_rank_gate=False)),
 ]
 tokens = [5, 17, 300, 2, 9, 44, 45, 1, 100, 7, 8, 99, 17, 300, 3, 511, 0, 42, 42, 42]
 targets = tokens[1:] + [-100]

@@ -9,6 +9,8 @@
 #include <map>
 #include <random>
 
+#include "infer/decode_weights.h"
+#include "infer/inference_model.h"
 #include "model/config.h"
 #include "model/sequence_context.h"
 #include "ops/kernels.h"
@@ -294,6 +296,45 @@ TEST(Transformer, AuxLossBalancingReturnsTheBalanceLossOnTheTape) {
   ForwardOptions ck;
   ck.checkpoint_layers = true;
   EXPECT_THROW(model.forward(tokens, targets, ck), Error);
+}
+
+// Upstream renormalises the mixture weights only with more than one expert per token: with top-1 routing,
+// moe_renormalize must change nothing (renormalising would make every weight routed_scaling_factor, whatever
+// the router's score).
+TEST(Moe, TopOneRoutingIgnoresRenormalize) {
+  ModelConfig c = load("tiny.json");
+  c.num_experts_per_token = 1;
+  c.routed_scaling_factor = 2.0;
+  c.moe_renormalize = true;
+  const ModelWeights w = ModelWeights::random(c, 21);
+  ModelConfig plain = c;
+  plain.moe_renormalize = false;
+  std::mt19937 rng(5);
+  const Var x(randn(rng, {24, c.hidden_size}), false);
+  ag::NoGradGuard ng;
+  const Tensor a = Transformer(c, w).moe_ffn(1, x, nullptr).value();
+  const Tensor b = Transformer(plain, w).moe_ffn(1, x, nullptr).value();
+  EXPECT_EQ(a.to_vector(), b.to_vector());
+}
+
+// use_full_rank_gate false: the low-rank KDA output gate g_b(g_a(x)) runs in training and in inference (which
+// agree), and it is a different gate from the full-rank one (the model reads g_a_proj, g_b_proj, not g_proj).
+TEST(Kda, LowRankOutputGateRunsInTrainingAndInference) {
+  ModelConfig c = load("tiny.json");
+  c.linear_attn_config->use_full_rank_gate = false;
+  const Transformer model(c, ModelWeights::random(c, 22));
+  ASSERT_FALSE(model.weights().contains("model.layers.0.self_attn.g_proj.weight"));
+  std::vector<int64_t> ids(30);
+  for (int64_t t = 0; t < 30; ++t) ids[size_t(t)] = (t * 31 + 5) % c.vocab_size;
+  ag::NoGradGuard ng;
+  const Tensor logits = model.logits(model.forward(Tensor::from_vector(ids, {30}), Tensor()).hidden);
+  InferenceModel inf(c, DecodeWeights::from_model(model.weights()));
+  SequenceState st = inf.new_sequence();
+  const std::vector<int32_t> ids32(ids.begin(), ids.end());
+  const BatchEntry e{&st, ids32};
+  const Tensor got = inf.forward(std::span<const BatchEntry>(&e, 1), true);
+  // f32 through 4 layers, chunkwise KDA on both sides, naive against absorbed MLA: ~1e-6 of O(1) logits.
+  EXPECT_LE(max_abs_diff(got, logits), 1e-4);
 }
 
 // Gradient checkpointing recomputes each layer in the backward: the same loss, routing statistics once per MoE

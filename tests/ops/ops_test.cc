@@ -341,6 +341,43 @@ TEST(OpSituGlu, StridedForwardBackwardAndFiniteDifferences) {
 }
 
 // SiTU-GLU's SwiGLU limit (DESIGN 1.5): as b1, b2 -> infinity, b1 tanh(g/b1) sigmoid(g) b2 tanh(u/b2) -> silu(g) u.
+// activation_situ_linear_beta null (b2 = +infinity): the up projection unclamped, h(u) = u. Forward and both
+// gradients against the formulas written out in double (not the reference kernel); a naive b2 tanh(u / b2) would
+// give inf * 0 = NaN. kElem: one f32 evaluation of fast_tanh / fast_exp compositions.
+TEST(OpSituGlu, InfiniteLinearBetaLeavesTheUpProjectionUnclamped) {
+  std::mt19937 rng(27);
+  const int64_t rows = 7, F = 33, n = rows * F;
+  const double b1 = 4.0;
+  const SituParams p{float(b1), std::numeric_limits<float>::infinity()};
+  Vec g = f32_round(random_vec(rng, n, -8, 8)), u = f32_round(random_vec(rng, n, -30, 30));
+  Vec dy = f32_round(random_vec(rng, n)), dg0 = f32_round(random_vec(rng, n)), du0 = f32_round(random_vec(rng, n));
+  Vec y(sz(n)), dg = dg0, du = du0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double gv = g[sz(i)], uv = u[sz(i)], t = std::tanh(gv / b1), s = 1.0 / (1.0 + std::exp(-gv));
+    const double f = b1 * t * s, fprime = (1 - t * t) * s + b1 * t * s * (1 - s);
+    y[sz(i)] = f * uv;
+    dg[sz(i)] += dy[sz(i)] * fprime * uv;
+    du[sz(i)] += dy[sz(i)] * f;
+  }
+  Guarded gg(to_f(g)), ug(to_f(u)), yg(sz(n)), dyg(to_f(dy)), dgg(to_f(dg0)), dug(to_f(du0));
+  ops::situ_glu_forward(Device::kCPU, yg.data(), F, gg.data(), F, ug.data(), F, rows, F, p);
+  ops::situ_glu_backward(Device::kCPU, dgg.data(), F, dug.data(), F, dyg.data(), F, gg.data(), F, ug.data(), F, rows, F,
+                         p);
+  // u reaches 30 and f ~ b1 = 4: outputs of O(100), so the absolute floor scales with them (kElem relative).
+  expect_close(yg.values(), y, kElemR, 100 * kElemA, "situ(b2 = inf) forward");
+  expect_close(dgg.values(), dg, kElemR, 100 * kElemA, "situ(b2 = inf) dg");
+  expect_close(dug.values(), du, kElemR, 10 * kElemA, "situ(b2 = inf) du");
+  // The double reference agrees with the formulas (it is what the op-case table and the model tests use).
+  Vec yr(sz(n)), dgr = dg0, dur = du0;
+  ref::situ_glu_forward<double>(yr.data(), F, g.data(), F, u.data(), F, rows, F, p);
+  ref::situ_glu_backward<double>(dgr.data(), F, dur.data(), F, dy.data(), F, g.data(), F, u.data(), F, rows, F, p);
+  for (int64_t i = 0; i < n; ++i) {  // in double: the same formulas, a few ulps apart
+    EXPECT_NEAR(yr[sz(i)], y[sz(i)], 1e-12 * (1 + std::abs(y[sz(i)]))) << i;
+    EXPECT_NEAR(dgr[sz(i)], dg[sz(i)], 1e-12 * (1 + std::abs(dg[sz(i)]))) << i;
+    EXPECT_NEAR(dur[sz(i)], du[sz(i)], 1e-12 * (1 + std::abs(du[sz(i)]))) << i;
+  }
+}
+
 TEST(OpSituGlu, LargeBetasGiveSwiGlu) {
   std::mt19937 rng(26);
   const int64_t n = 1000;

@@ -102,7 +102,8 @@ class Config:
         self.use_grouped_topk = bool(t.get("use_grouped_topk", False))
         self.num_expert_group = int(t.get("num_expert_group", 1))
         self.activation_situ_beta = float(t.get("activation_situ_beta", 4.0))
-        self.activation_situ_linear_beta = float(t.get("activation_situ_linear_beta", 25.0))
+        b2 = t.get("activation_situ_linear_beta", 25.0)
+        self.activation_situ_linear_beta = float("inf") if b2 is None else float(b2)  # null: no clamp
         self.router_init_std = float(t.get("router_init_std", 0.006))
         # AttnRes
         self.attn_res_mode = t.get("attn_res_mode", "block")
@@ -128,8 +129,6 @@ class Config:
             listed = sorted(la.kda_layers + la.full_attn_layers)
             if listed != list(range(1, self.num_hidden_layers + 1)):
                 raise ValueError("config: every layer 1..n must be in exactly one of kda_layers/full_attn_layers")
-            if la.kda_layers and not la.use_full_rank_gate:
-                raise NotImplementedError("use_full_rank_gate false")
 
     # 0-based layer helpers (config.h)
     def is_kda(self, l):
@@ -185,8 +184,12 @@ def tensor_specs(cfg):
                     (a + "v_conv1d.weight", [H * K, 1, W], "conv"),
                     (a + "A_log", [H], "A_log"), (a + "f_a_proj.weight", [K, D], "linear"),
                     (a + "f_b_proj.weight", [H * K, K], "linear"), (a + "dt_bias", [H * K], "dt_bias"),
-                    (a + "b_proj.weight", [H, D], "linear"), (a + "g_proj.weight", [H * K, D], "linear"),
-                    (a + "o_norm.weight", [K], "norm"), (a + "o_proj.weight", [D, H * K], "linear")]
+                    (a + "b_proj.weight", [H, D], "linear")]
+            if cfg.linear_attn_config.use_full_rank_gate:
+                out.append((a + "g_proj.weight", [H * K, D], "linear"))
+            else:  # the low-rank output gate: g_b(g_a(x))
+                out += [(a + "g_a_proj.weight", [K, D], "linear"), (a + "g_b_proj.weight", [H * K, K], "linear")]
+            out += [(a + "o_norm.weight", [K], "norm"), (a + "o_proj.weight", [D, H * K], "linear")]
         else:
             H, Dn, Dr, Dv, Ckv = (cfg.num_attention_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim,
                                   cfg.kv_lora_rank)
@@ -291,7 +294,8 @@ def linear(x, w):
 
 def situ_glu(g, u, b1, b2):
     """SiTU-GLU(g, u) = [b1 tanh(g/b1) sigmoid(g)] * [b2 tanh(u/b2)]."""
-    return (b1 * torch.tanh(g / b1) * torch.sigmoid(g)) * (b2 * torch.tanh(u / b2))
+    h = u if math.isinf(b2) else b2 * torch.tanh(u / b2)
+    return (b1 * torch.tanh(g / b1) * torch.sigmoid(g)) * h
 
 
 def glu(cfg, g, u):
@@ -397,7 +401,11 @@ def kda(cfg, W, p, x, impl="recurrent", chunk=64, rec=None):
     else:
         raise ValueError(impl)
     o = rms_norm(o, W[p + "o_norm.weight"], cfg.rms_norm_eps)
-    o = o * torch.sigmoid(linear(x, W[p + "g_proj.weight"])).view(T, H, K)
+    if cfg.linear_attn_config.use_full_rank_gate:
+        gate = linear(x, W[p + "g_proj.weight"])
+    else:
+        gate = linear(linear(x, W[p + "g_a_proj.weight"]), W[p + "g_b_proj.weight"])
+    o = o * torch.sigmoid(gate).view(T, H, K)
     y = linear(o.reshape(T, H * K), W[p + "o_proj.weight"])
     if rec is not None:
         rec.update({"q": q, "k": k, "v": v, "g": g, "beta": beta, "core": o, "state": S})
@@ -541,7 +549,9 @@ def route(cfg, W, p, x):
         key = key + W[p + "gate.e_score_correction_bias"].detach().to(key.dtype)
     idx = topk_lowest_index(key, cfg.num_experts_per_token)
     chosen = s.gather(1, idx)
-    w = chosen / chosen.sum(-1, keepdim=True) if cfg.moe_renormalize else chosen
+    # upstream renormalises only with more than one expert per token
+    renorm = cfg.moe_renormalize and cfg.num_experts_per_token > 1
+    w = chosen / chosen.sum(-1, keepdim=True) if renorm else chosen
     return s, key, idx, w * cfg.routed_scaling_factor
 
 

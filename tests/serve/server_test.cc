@@ -184,6 +184,17 @@ std::string* ServerTest::dir_ = nullptr;
 std::string* ServerTest::model_dir_ = nullptr;
 Server* ServerTest::server_ = nullptr;
 
+// The served model's default id: the folder's name, but a run's name for one of its checkpoints (a client should
+// not have to send "step-001000").
+TEST(ServerModelName, ARunsCheckpointIsServedUnderTheRunsName) {
+  EXPECT_EQ(default_model_name("runs/shakespeare/checkpoints/step-001000"), "shakespeare");
+  EXPECT_EQ(default_model_name("runs/shakespeare/checkpoints/step-001000/"), "shakespeare");
+  EXPECT_EQ(default_model_name("models/kimi-tiny/"), "kimi-tiny");
+  EXPECT_EQ(default_model_name("exports/step-12"), "step-12");                   // not a run's checkpoints folder
+  EXPECT_EQ(default_model_name("runs/x/checkpoints/step-final"), "step-final");  // not a step number
+  EXPECT_EQ(default_model_name("."), "myriad");
+}
+
 TEST_F(ServerTest, HealthAndModels) {
   httplib::Client c = client(server_->port());
   httplib::Result h = c.Get("/health");

@@ -158,14 +158,20 @@ void copy_rows(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t r
 void situ_glu_forward(float* y, int64_t ldy, const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t rows,
                       int64_t F, SituParams p) {
   const float b1 = p.beta, ib1 = 1.0f / p.beta, b2 = p.linear_beta, ib2 = 1.0f / p.linear_beta;
+  const bool clamp_u = !std::isinf(b2);
   parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(F, 1)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* gr = g + r * ldg;
       const float* ur = u + r * ldu;
       float* yr = y + r * ldy;
+      if (clamp_u) {
 #pragma omp simd
-      for (int64_t j = 0; j < F; ++j)
-        yr[j] = b1 * fast_tanh(gr[j] * ib1) * fast_sigmoid(gr[j]) * (b2 * fast_tanh(ur[j] * ib2));
+        for (int64_t j = 0; j < F; ++j)
+          yr[j] = b1 * fast_tanh(gr[j] * ib1) * fast_sigmoid(gr[j]) * (b2 * fast_tanh(ur[j] * ib2));
+      } else {
+#pragma omp simd
+        for (int64_t j = 0; j < F; ++j) yr[j] = b1 * fast_tanh(gr[j] * ib1) * fast_sigmoid(gr[j]) * ur[j];
+      }
     }
   });
 }
@@ -173,6 +179,7 @@ void situ_glu_forward(float* y, int64_t ldy, const float* g, int64_t ldg, const 
 void situ_glu_backward(float* dg, int64_t lddg, float* du, int64_t lddu, const float* dy, int64_t lddy, const float* g,
                        int64_t ldg, const float* u, int64_t ldu, int64_t rows, int64_t F, SituParams p) {
   const float b1 = p.beta, ib1 = 1.0f / p.beta, b2 = p.linear_beta, ib2 = 1.0f / p.linear_beta;
+  const bool clamp_u = !std::isinf(b2);
   parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(F, 1)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* gr = g + r * ldg;
@@ -182,11 +189,17 @@ void situ_glu_backward(float* dg, int64_t lddg, float* du, int64_t lddu, const f
       float* dur = du + r * lddu;
 #pragma omp simd
       for (int64_t j = 0; j < F; ++j) {
-        const float tg = fast_tanh(gr[j] * ib1), s = fast_sigmoid(gr[j]), tu = fast_tanh(ur[j] * ib2);
+        const float tg = fast_tanh(gr[j] * ib1), s = fast_sigmoid(gr[j]);
         const float f = b1 * tg * s;
         const float fprime = (1.0f - tg * tg) * s + b1 * tg * s * (1.0f - s);
-        dgr[j] += dyr[j] * fprime * b2 * tu;
-        dur[j] += dyr[j] * f * (1.0f - tu * tu);
+        if (clamp_u) {
+          const float tu = fast_tanh(ur[j] * ib2);
+          dgr[j] += dyr[j] * fprime * b2 * tu;
+          dur[j] += dyr[j] * f * (1.0f - tu * tu);
+        } else {  // h(u) = u, h'(u) = 1
+          dgr[j] += dyr[j] * fprime * ur[j];
+          dur[j] += dyr[j] * f;
+        }
       }
     }
   });

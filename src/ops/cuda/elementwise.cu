@@ -99,7 +99,8 @@ __global__ void situ_glu_forward_kernel(float* y, int64_t ldy, const float* g, i
   MYRIAD_GRID_STRIDE(i, rows * F) {
     const int64_t r = i / F, j = i % F;
     const float gv = g[r * ldg + j], uv = u[r * ldu + j];
-    y[r * ldy + j] = b1 * tanhf(gv / b1) * sigmoidf(gv) * (b2 * tanhf(uv / b2));
+    const float h = isinf(b2) ? uv : b2 * tanhf(uv / b2);  // b2 infinite: no clamp
+    y[r * ldy + j] = b1 * tanhf(gv / b1) * sigmoidf(gv) * h;
   }
 }
 
@@ -111,11 +112,13 @@ __global__ void situ_glu_backward_kernel(float* dg, int64_t lddg, float* du, int
   MYRIAD_GRID_STRIDE(i, rows * F) {
     const int64_t r = i / F, j = i % F;
     const float gv = g[r * ldg + j], uv = u[r * ldu + j], d = dy[r * lddy + j];
-    const float tg = tanhf(gv / b1), s = sigmoidf(gv), tu = tanhf(uv / b2);
+    const float tg = tanhf(gv / b1), s = sigmoidf(gv);
     const float f = b1 * tg * s;
     const float fprime = (1.0f - tg * tg) * s + b1 * tg * s * (1.0f - s);
-    dg[r * lddg + j] += d * fprime * b2 * tu;
-    du[r * lddu + j] += d * f * (1.0f - tu * tu);
+    const bool clamp = !isinf(b2);
+    const float tu = clamp ? tanhf(uv / b2) : 0.0f;
+    dg[r * lddg + j] += d * fprime * (clamp ? b2 * tu : uv);
+    du[r * lddu + j] += d * f * (clamp ? 1.0f - tu * tu : 1.0f);
   }
 }
 

@@ -100,7 +100,8 @@ void situ_glu_forward(T* y, int64_t ldy, const T* g, int64_t ldg, const T* u, in
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < F; ++j) {
       const T gv = g[r * ldg + j], uv = u[r * ldu + j];
-      y[r * ldy + j] = b1 * std::tanh(gv / b1) * sigmoid(gv) * (b2 * std::tanh(uv / b2));
+      const T h = std::isinf(b2) ? uv : b2 * std::tanh(uv / b2);  // b2 infinite: no clamp
+      y[r * ldy + j] = b1 * std::tanh(gv / b1) * sigmoid(gv) * h;
     }
 }
 
@@ -111,11 +112,14 @@ void situ_glu_backward(T* dg, int64_t lddg, T* du, int64_t lddu, const T* dy, in
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < F; ++j) {
       const T gv = g[r * ldg + j], uv = u[r * ldu + j], d = dy[r * lddy + j];
-      const T tg = std::tanh(gv / b1), s = sigmoid(gv), tu = std::tanh(uv / b2);
+      const T tg = std::tanh(gv / b1), s = sigmoid(gv);
       const T f = b1 * tg * s;
       const T fprime = (T(1) - tg * tg) * s + b1 * tg * s * (T(1) - s);
-      dg[r * lddg + j] += d * fprime * b2 * tu;
-      du[r * lddu + j] += d * f * (T(1) - tu * tu);
+      const bool clamp = !std::isinf(b2);
+      const T tu = clamp ? std::tanh(uv / b2) : T(0);
+      const T h = clamp ? b2 * tu : uv, hprime = clamp ? T(1) - tu * tu : T(1);
+      dg[r * lddg + j] += d * fprime * h;
+      du[r * lddu + j] += d * f * hprime;
     }
 }
 
