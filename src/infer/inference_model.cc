@@ -24,22 +24,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// glu(g, u) into g over [rows, F]: SiTU-GLU, or SwiGLU silu(g) u, on the same kernels as the training ops.
-void glu_in_place(const ModelConfig& c, Device device, float* g, const float* u, int64_t rows, int64_t F) {
-  if (c.hidden_act == HiddenAct::kSilu) {
-    ops::unary_forward(device, Unary::kSiLU, g, g, rows * F);
-#pragma omp simd
-    for (int64_t i = 0; i < rows * F; ++i) g[i] *= u[i];
-    return;
-  }
-  ops::situ_glu_forward(device, g, F, g, F, u, F, rows, F,
-                        SituParams{float(c.activation_situ_beta), float(c.activation_situ_linear_beta)});
-}
-
-}  // namespace
-
-namespace {
-
 std::string layer_prefix(int64_t l) {
   return "model.layers." + std::to_string(l) + ".";
 }
@@ -205,7 +189,7 @@ struct HostFfn {
 
   Tensor linear(const Tensor& x, const LinearWeight* w) const { return w->apply(x); }
   Tensor glu(const Tensor& g, const Tensor& u) const {
-    glu_in_place(c, device, g.data<float>(), u.data<float>(), g.size(0), g.size(1));
+    ops::glu_forward(device, glu_params(c), g.data<float>(), g.data<float>(), u.data<float>(), g.size(0), g.size(1));
     return g;
   }
   Tensor add(const Tensor& a, const Tensor& b) const {
@@ -261,7 +245,7 @@ struct HostFfn {
       const float* ze = rows.data<float>() + b0 * L;
       ew[size_t(3 * e)]->apply(ze, n, g.data());       // w1 (gate)
       ew[size_t(3 * e + 1)]->apply(ze, n, up.data());  // w3 (up)
-      glu_in_place(c, device, g.data(), up.data(), n, F);
+      ops::glu_forward(device, glu_params(c), g.data(), g.data(), up.data(), n, F);
       ew[size_t(3 * e + 2)]->apply(g.data(), n, outs.data<float>() + b0 * L);  // w2 (down)
     };
     const bool shared = c.num_shared_experts > 0;

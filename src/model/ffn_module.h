@@ -28,8 +28,15 @@
 #include "model/config.h"
 #include "model/moe_dispatch.h"
 #include "model/routing.h"
+#include "ops/kernels.h"
 
 namespace myriad {
+
+// The GLU of the FFNs and experts (ops/kernels.h GluParams): SiTU-GLU with the config's betas, or SwiGLU.
+inline GluParams glu_params(const ModelConfig& c) {
+  return {c.hidden_act == HiddenAct::kSilu ? GluKind::kSwiGlu : GluKind::kSitu,
+          SituParams{float(c.activation_situ_beta), float(c.activation_situ_linear_beta)}};
+}
 
 template <class X>
 typename X::Value glu_ffn(X& x, const typename X::Glu& w, const typename X::Value& in) {

@@ -231,7 +231,7 @@ struct TapeFfn {
   Var linear(const Var& x, const Var& w) const { return ag::linear(x, w); }
   Var glu(const Var& g, const Var& u) const {
     if (c.hidden_act == HiddenAct::kSilu) return ag::mul(ag::silu(g), u);
-    return ag::situ_glu(g, u, SituParams{float(c.activation_situ_beta), float(c.activation_situ_linear_beta)});
+    return ag::situ_glu(g, u, glu_params(c).situ);
   }
   Var add(const Var& a, const Var& b) const { return ag::add(a, b); }
   Var rmsnorm(const Var& x, const Var& w, float eps) const { return ag::rmsnorm(x, w, eps); }
@@ -263,9 +263,7 @@ struct TapeFfn {
     auto slice = [&](const std::vector<Var>& all) {
       return std::vector<Var>(all.begin() + local.first, all.begin() + local.first + local.count);
     };
-    const ag::GluParams glu_params{c.hidden_act == HiddenAct::kSilu ? ag::GluKind::kSwiGlu : ag::GluKind::kSitu,
-                                   SituParams{float(c.activation_situ_beta), float(c.activation_situ_linear_beta)}};
-    return ag::grouped_expert_glu(batch.rows, batch.offsets, slice(w.w1), slice(w.w3), slice(w.w2), glu_params);
+    return ag::grouped_expert_glu(batch.rows, batch.offsets, slice(w.w1), slice(w.w3), slice(w.w2), glu_params(c));
   }
   Var shared_experts(const Moe& w, const Var& x) { return glu_ffn(*this, w.shared, x); }
 };
@@ -357,7 +355,7 @@ struct Transformer::Stack {
       std::vector<Var> inputs = sealed;
       inputs.push_back(running);
       auto first = std::make_shared<bool>(true);
-      const Transformer* self = this->m_ptr();
+      const Transformer* self = &m;
       const ForwardOptions o = opt;
       next = ag::checkpoint(
           [self, l, o, st, first](const std::vector<Var>& in) {
@@ -377,7 +375,6 @@ struct Transformer::Stack {
     if (st->layer >= 0) result->routing.push_back(std::move(*st));
     return next;
   }
-  const Transformer* m_ptr() const { return &m; }
 };
 
 ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets, const ForwardOptions& opt) const {

@@ -267,6 +267,11 @@ void embedding_backward(Device device, float* dtable, const float* dout, const i
   missing_kernel("embedding_backward", device);
 }
 
+void glu_forward(Device device, GluParams p, float* y, const float* g, const float* u, int64_t rows, int64_t F) {
+  if (device == Device::kCPU) return cpu::glu_forward(p, y, g, u, rows, F);
+  missing_kernel("glu_forward", device);
+}
+
 void grouped_glu_forward(Device device, GroupedGluShape s, const int64_t* off, const float* z, const float* const* w1,
                          const float* const* w3, const float* const* w2, GluParams glu, float* y, float* g, float* u) {
   if (device == Device::kCPU) return cpu::grouped_glu_forward(s, off, z, w1, w3, w2, glu, y, g, u);

@@ -242,6 +242,9 @@ void embedding_forward(Device device, float* out, const float* table, const int6
 void embedding_backward(Device device, float* dtable, const float* dout, const int64_t* ids, int64_t T, int64_t V,
                         int64_t D);
 
+// A GLU over contiguous [rows, F] operands: y = SiTU-GLU(g, u), or silu(g) u for GluKind::kSwiGlu. y may be g.
+void glu_forward(Device device, GluParams p, float* y, const float* g, const float* u, int64_t rows, int64_t F);
+
 // The routed experts of an MoE layer as one fused op (DESIGN 1.5). Copies arrive sorted by expert; expert e maps
 // rows [off[e], off[e+1]) of z [C, L] through y = glu(z w1_e^T, z w3_e^T) w2_e^T with w1[e], w3[e] -> [F, L] and
 // w2[e] -> [L, F] (E pointers each; off [E + 1], from 0 to C, non-decreasing). Forward overwrites y [C, L] and the

@@ -378,6 +378,25 @@ TEST(OpSituGlu, InfiniteLinearBetaLeavesTheUpProjectionUnclamped) {
   }
 }
 
+// The GLU op (the FFNs of inference, the routed experts): SiTU-GLU against the double reference, SwiGLU against
+// silu(g) u written out in double, both in place (y = g) as the inference model runs them. kElem: f32 rounding
+// plus fast_exp / fast_tanh.
+TEST(OpGlu, SituAndSwiGluInPlace) {
+  std::mt19937 rng(28);
+  const int64_t rows = 5, F = 37, n = rows * F;
+  const Vec g = f32_round(random_vec(rng, n, -8, 8)), u = f32_round(random_vec(rng, n, -8, 8));
+  const SituParams situ{4.0f, 25.0f};
+  Vec want_situ(sz(n)), want_swiglu(sz(n));
+  ref::situ_glu_forward<double>(want_situ.data(), F, g.data(), F, u.data(), F, rows, F, situ);
+  for (int64_t i = 0; i < n; ++i) want_swiglu[sz(i)] = g[sz(i)] / (1.0 + std::exp(-g[sz(i)])) * u[sz(i)];
+  for (GluKind kind : {GluKind::kSitu, GluKind::kSwiGlu}) {
+    Guarded y(to_f(g)), ug(to_f(u));
+    ops::glu_forward(Device::kCPU, GluParams{kind, situ}, y.data(), y.data(), ug.data(), rows, F);
+    expect_close(y.values(), kind == GluKind::kSitu ? want_situ : want_swiglu, kElemR, 10 * kElemA, "glu_forward");
+    EXPECT_TRUE(y.intact());
+  }
+}
+
 TEST(OpSituGlu, LargeBetasGiveSwiGlu) {
   std::mt19937 rng(26);
   const int64_t n = 1000;

@@ -70,6 +70,7 @@ void scatter_add_rows_backward(float* dsrc, float* dw, const float* ddst, const 
                                const float* w, int64_t n, int64_t dst_rows, int64_t N);
 void embedding_forward(float* out, const float* table, const int64_t* ids, int64_t T, int64_t V, int64_t D);
 void embedding_backward(float* dtable, const float* dout, const int64_t* ids, int64_t T, int64_t V, int64_t D);
+void glu_forward(GluParams p, float* y, const float* g, const float* u, int64_t rows, int64_t F);
 void grouped_glu_forward(GroupedGluShape s, const int64_t* off, const float* z, const float* const* w1,
                          const float* const* w3, const float* const* w2, GluParams glu, float* y, float* g, float* u);
 void grouped_glu_backward(GroupedGluShape s, const int64_t* off, const float* dy, const float* z,

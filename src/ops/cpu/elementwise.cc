@@ -205,4 +205,16 @@ void situ_glu_backward(float* dg, int64_t lddg, float* du, int64_t lddu, const f
   });
 }
 
+void glu_forward(GluParams p, float* y, const float* g, const float* u, int64_t rows, int64_t F) {
+  if (p.kind == GluKind::kSitu) {
+    situ_glu_forward(y, F, g, F, u, F, rows, F, p.situ);
+    return;
+  }
+  // SwiGLU: silu(g) * u exactly as ag::mul(ag::silu(g), u) computes it.
+  const int64_t m = rows * F;
+  unary_forward(Unary::kSiLU, y, g, m);
+#pragma omp simd
+  for (int64_t i = 0; i < m; ++i) y[i] *= u[i];
+}
+
 }  // namespace myriad::cpu

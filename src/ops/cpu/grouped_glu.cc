@@ -47,18 +47,6 @@ void weight_grad(int64_t M, int64_t N, int64_t n, const float* A, const float* B
     gemm(true, false, M, N, n, 1.0f, A, M, B, N, 1.0f, dW, N);
 }
 
-// h [n, F] = glu(g, u). SwiGLU computes silu(g) * u exactly as ag::mul(ag::silu(g), u) does.
-void glu_forward(const GluParams& p, float* h, const float* g, const float* u, int64_t n, int64_t F) {
-  if (p.kind == GluKind::kSitu) {
-    situ_glu_forward(h, F, g, F, u, F, n, F, p.situ);
-    return;
-  }
-  const int64_t m = n * F;
-  unary_forward(Unary::kSiLU, h, g, m);
-#pragma omp simd
-  for (int64_t i = 0; i < m; ++i) h[i] *= u[i];
-}
-
 // dg, du [n, F] += the GLU's input gradients for the output gradient dh [n, F]. SwiGLU overwrites dh and uses
 // tmp [n, F] as scratch.
 void glu_backward(const GluParams& p, float* dg, float* du, float* dh, float* tmp, const float* g, const float* u,
