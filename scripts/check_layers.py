@@ -17,12 +17,13 @@ LAYERS = {
     "quant": ["ops", "io", "core"],
     "model": ["autograd", "ops", "io", "core"],
     "data": ["io", "core"],
+    "dist": ["model", "autograd", "ops", "io", "core"],
     "infer": ["model", "quant", "data", "autograd", "ops", "io", "core"],
-    "train": ["infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
+    "train": ["dist", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
     "report": ["model", "io", "core"],
-    "deploy": ["train", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
-    "serve": ["infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
-    "bench": ["serve", "train", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
+    "deploy": ["train", "dist", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
+    "serve": ["dist", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
+    "bench": ["serve", "train", "dist", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
 }
 BACKENDS = ("ops/cpu/", "ops/cuda/")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

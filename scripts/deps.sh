@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages myriad needs, skipping those already present (idempotent, quiet).
-#   scripts/deps.sh build   : compiler, CMake, OpenBLAS, nlohmann-json, SentencePiece, cpp-httplib, jemalloc, GoogleTest
+#   scripts/deps.sh build   : compiler, CMake, OpenBLAS, nlohmann-json, SentencePiece, cpp-httplib, jemalloc, GoogleTest,
+#                             OpenMPI
 #   scripts/deps.sh test    : the above plus the Python side of the interop/reference tests
 #                             (Debian's python3-torch, and PyPI's safetensors and openai client in a venv under
 #                             build/pyenv)
 set -euo pipefail
 what="${1:-build}"
 pkgs=(build-essential cmake pkg-config python3 libopenblas-dev nlohmann-json3-dev libgtest-dev libgmock-dev
-      libsentencepiece-dev libcpp-httplib-dev libjemalloc-dev)
+      libsentencepiece-dev libcpp-httplib-dev libjemalloc-dev libopenmpi-dev openmpi-bin)
 if [[ "$what" == test ]]; then
   pkgs+=(python3 python3-venv python3-numpy python3-torch)
 fi

@@ -1,0 +1,119 @@
+// The communicator (DESIGN §4, issue 16): the collectives parallel training and serving need, behind one
+// interface over the standard engines. MpiCommunicator (dist/mpi_communicator.h) runs CPU ranks over OpenMPI;
+// NcclCommunicator (dist/nccl_communicator.h, CUDA builds) GPU ranks over NCCL; SingleCommunicator is the
+// one-process default (every collective is the identity or a copy). The model never sees a communicator:
+// parallelism reaches it through the MoE-dispatch and sequence-context seams (model/moe_dispatch.h,
+// model/sequence_context.h), and the trainer all-reduces gradients and statistics.
+//
+// Buffers live on device(): host memory for single and MPI, GPU memory for NCCL. Counts are elements of the
+// dtype. Every call is collective: all ranks of the communicator make it, in the same order, with matching
+// counts; a mismatch is undefined behaviour in MPI and NCCL alike, so the callers derive counts from state that
+// is equal on all ranks (or exchange the counts first, as all_to_all_v's callers do).
+//
+// Leaves out: non-blocking collectives (gradient buckets are reduced after the backward, not overlapped with it;
+// see docs/distributed.md), point-to-point sends.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace myriad {
+
+enum class ReduceOp { kSum, kMax, kMin };
+
+// Bytes of count elements of a scalar dtype (block types are refused: collectives reduce elements).
+int64_t collective_bytes(DType dtype, int64_t count);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* backend() const = 0;  // "single", "mpi", "nccl"
+  virtual Device device() const = 0;        // where the buffers of the collectives live
+
+  // buf [count] in place: the element-wise reduction over the ranks.
+  virtual void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) = 0;
+  // send [size() * count] -> recv [count]: rank r receives the reduction of block r.
+  virtual void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) = 0;
+  // send [count] -> recv [size() * count], rank r's block at r * count.
+  virtual void all_gather(const void* send, void* recv, int64_t count, DType dtype) = 0;
+  // send [count] -> recv [sum of counts], rank r's block first after ranks < r; counts [size()] equal on all.
+  virtual void all_gather_v(const void* send, void* recv, std::span<const int64_t> counts, DType dtype) = 0;
+  // Each rank sends send_counts[p] elements to rank p (blocks packed in rank order) and receives recv_counts[p]
+  // from rank p (packed likewise); recv_counts[p] on this rank must equal send_counts[this rank] on rank p.
+  virtual void all_to_all_v(const void* send, std::span<const int64_t> send_counts, void* recv,
+                            std::span<const int64_t> recv_counts, DType dtype) = 0;
+  virtual void broadcast(void* buf, int64_t count, DType dtype, int root) = 0;
+  virtual void barrier() = 0;
+  // The ranks with the same color form a new communicator, ordered by key (then by rank here).
+  virtual std::unique_ptr<Communicator> split(int color, int key) const = 0;
+
+  // Typed conveniences (host communicators).
+  template <class T>
+  void all_reduce_span(std::span<T> v, ReduceOp op = ReduceOp::kSum) {
+    all_reduce(v.data(), int64_t(v.size()), dtype_of<T>(), op);
+  }
+  template <class T>
+  T all_reduce_value(T v, ReduceOp op = ReduceOp::kSum) {
+    all_reduce(&v, 1, dtype_of<T>(), op);
+    return v;
+  }
+  // Each rank's vector (any length), concatenated in rank order.
+  template <class T>
+  std::vector<T> all_gather_vector(std::span<const T> mine) {
+    std::vector<int64_t> counts(static_cast<size_t>(size()));
+    const int64_t n = int64_t(mine.size());
+    all_gather(&n, counts.data(), 1, DType::kI64);
+    int64_t total = 0;
+    for (int64_t c : counts) total += c;
+    std::vector<T> out(static_cast<size_t>(total));
+    all_gather_v(mine.data(), out.data(), counts, dtype_of<T>());
+    return out;
+  }
+
+  template <class T>
+  static constexpr DType dtype_of();
+};
+
+template <>
+constexpr DType Communicator::dtype_of<float>() {
+  return DType::kF32;
+}
+template <>
+constexpr DType Communicator::dtype_of<int64_t>() {
+  return DType::kI64;
+}
+template <>
+constexpr DType Communicator::dtype_of<int32_t>() {
+  return DType::kI32;
+}
+template <>
+constexpr DType Communicator::dtype_of<uint8_t>() {
+  return DType::kU8;
+}
+
+// One process: every collective is the identity (or a copy from send to recv).
+class SingleCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const char* backend() const override { return "single"; }
+  Device device() const override { return Device::kCPU; }
+  void all_reduce(void*, int64_t count, DType dtype, ReduceOp) override { collective_bytes(dtype, count); }
+  void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp) override;
+  void all_gather(const void* send, void* recv, int64_t count, DType dtype) override;
+  void all_gather_v(const void* send, void* recv, std::span<const int64_t> counts, DType dtype) override;
+  void all_to_all_v(const void* send, std::span<const int64_t> send_counts, void* recv,
+                    std::span<const int64_t> recv_counts, DType dtype) override;
+  void broadcast(void*, int64_t, DType, int root) override;
+  void barrier() override {}
+  std::unique_ptr<Communicator> split(int, int) const override { return std::make_unique<SingleCommunicator>(); }
+};
+
+}  // namespace myriad

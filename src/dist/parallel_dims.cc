@@ -1,0 +1,58 @@
+#include "dist/parallel_dims.h"
+
+#include <functional>
+#include <vector>
+
+#include "core/error.h"
+
+namespace myriad {
+
+std::string ParallelDims::str() const {
+  return myriad::str("dp ", dp, " x ep ", ep, " x sp ", sp);
+}
+
+void validate_parallel_dims(const ParallelDims& dims, int world_size, const ModelConfig& c) {
+  for (const auto& [flag, v] : {std::pair{"--dp", dims.dp}, std::pair{"--ep", dims.ep}, std::pair{"--sp", dims.sp}})
+    MYRIAD_REQUIRE(v >= 1, kConfig, flag, " ", v, ": must be at least 1");
+  MYRIAD_REQUIRE(dims.world() == world_size, kConfig, "--dp ", dims.dp, " x --ep ", dims.ep, " x --sp ", dims.sp, " = ",
+                 dims.world(), " ranks, but this job has ", world_size,
+                 world_size == 1 ? " (start it with mpirun -np N)" : " (mpirun -np)");
+  if (dims.ep > 1) {
+    bool moe = false;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) moe = moe || c.is_moe_layer(l);
+    MYRIAD_REQUIRE(moe && c.num_experts > 0, kConfig, "--ep ", dims.ep, ": config ", c.source,
+                   " has no MoE layer to split");
+    MYRIAD_REQUIRE(c.num_experts % dims.ep == 0, kConfig, "--ep ", dims.ep, " does not divide num_experts ",
+                   c.num_experts);
+  }
+  MYRIAD_REQUIRE(dims.sp == 1, kUnsupported, "--sp ", dims.sp,
+                 ": sequence parallelism is not implemented yet (data and expert parallelism are; see "
+                 "docs/distributed.md)");
+}
+
+ProcessGroups make_process_groups(Communicator& world, const ParallelDims& dims) {
+  ProcessGroups g;
+  g.dims = dims;
+  g.world = &world;
+  g.rank = world.rank();
+  g.s = g.rank % dims.sp;
+  g.e = (g.rank / dims.sp) % dims.ep;
+  g.d = g.rank / (dims.sp * dims.ep);
+  g.data_rank = g.d * dims.ep + g.e;
+  // Every rank calls each split (collective), in the same order.
+  g.ep_group = world.split(g.d * dims.sp + g.s, g.e);
+  g.dp_group = world.split(g.e * dims.sp + g.s, g.d);
+  g.data_group = world.split(g.s, g.data_rank);
+  return g;
+}
+
+void require_same_on_all_ranks(Communicator& world, const std::string& what, const std::string& text) {
+  const int64_t mine = int64_t(std::hash<std::string>{}(text));
+  std::vector<int64_t> all(size_t(world.size()));
+  world.all_gather(&mine, all.data(), 1, DType::kI64);
+  for (int p = 1; p < world.size(); ++p)
+    MYRIAD_REQUIRE(all[size_t(p)] == all[0], kConfig, "rank ", p, " has a different ", what,
+                   " from rank 0: every rank of a job must run the same ", what);
+}
+
+}  // namespace myriad
