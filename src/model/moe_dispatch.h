@@ -27,6 +27,10 @@ struct ExpertBatch {
   // For the local dispatcher's combine: the token of each copy [copies] (I32) and its mixture weight [copies].
   Tensor copy_token;
   ag::Var copy_weight;
+  // For a dispatcher that exchanges copies between processes (dist/expert_parallel.h): the rows sent to and
+  // received from each rank, and for each received row in arrival order its row in `rows`.
+  std::vector<int64_t> sent_rows, received_rows;
+  Tensor to_source_order;
 };
 
 class MoeDispatcher {

@@ -259,16 +259,20 @@ struct TapeFfn {
   Var as_var(const Var& v) const { return v; }
   Var from_var(const Var& v) const { return v; }
   // Every local expert at once (one tape node); the copies of local expert i are rows [offsets[i], offsets[i + 1]).
+  // w holds the local experts only (moe_ffn): a rank under expert parallelism holds no others.
   Var experts(const ExpertBatch& batch, MoeDispatcher::Range local, const Moe& w, const Var&) const {
-    auto slice = [&](const std::vector<Var>& all) {
-      return std::vector<Var>(all.begin() + local.first, all.begin() + local.first + local.count);
-    };
-    return ag::grouped_expert_glu(batch.rows, batch.offsets, slice(w.w1), slice(w.w3), slice(w.w2), glu_params(c));
+    MYRIAD_CHECK(int64_t(w.w1.size()) == local.count, "moe: ", w.w1.size(), " expert weights for ", local.count,
+                 " local experts");
+    return ag::grouped_expert_glu(batch.rows, batch.offsets, w.w1, w.w3, w.w2, glu_params(c));
   }
   Var shared_experts(const Moe& w, const Var& x) { return glu_ffn(*this, w.shared, x); }
 };
 
 }  // namespace
+
+const MoeDispatcher& Transformer::moe_dispatcher() const {
+  return moe_dispatcher_ ? *moe_dispatcher_ : local_moe_dispatcher();
+}
 
 Var Transformer::dense_ffn(int64_t l, const Var& x) const {
   const std::string m = layer_prefix(l) + "mlp.";
@@ -291,7 +295,9 @@ Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats, const For
     const std::string sh = m + "shared_experts.";
     w.shared = {p(sh + "gate_proj.weight"), p(sh + "up_proj.weight"), p(sh + "down_proj.weight")};
   }
-  for (int64_t e = 0; e < c.num_experts; ++e) {
+  const MoeDispatcher& dispatcher = opt.moe_dispatcher ? *opt.moe_dispatcher : moe_dispatcher();
+  const MoeDispatcher::Range local = dispatcher.local_experts(c.num_experts);
+  for (int64_t e = local.first; e < local.first + local.count; ++e) {
     const std::string ex = m + "experts." + std::to_string(e) + ".";
     w.w1.push_back(p(ex + "w1.weight"));
     w.w3.push_back(p(ex + "w3.weight"));
@@ -302,7 +308,7 @@ Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats, const For
   const std::optional<double> capacity =
       c.has_capacity_limit() ? std::optional<double>(c.capacity_factor_at(opt.step)) : std::nullopt;
   TapeFfn exec{c, l, stats};
-  return moe_forward(exec, w, x, c, bias, capacity, opt.moe_dispatcher ? *opt.moe_dispatcher : local_moe_dispatcher());
+  return moe_forward(exec, w, x, c, bias, capacity, dispatcher);
 }
 
 // AttnRes read (DESIGN 1.4): score_c = sum_d (w_norm * w_proj)_d V_c,d / rms(V_c); softmax over candidates.

@@ -71,11 +71,18 @@ class Transformer {
   ag::Var attn_res_read(const std::string& norm, const std::string& proj, const std::vector<ag::Var>& cands) const;
   const ag::Var& p(const std::string& name) const { return w_.at(name); }
 
+  // The dispatcher every forward uses unless its options name one (null: the local one). Under expert
+  // parallelism the weights hold this rank's experts only and every forward, the evaluations' too, must
+  // dispatch through the rank's ExpertParallelDispatcher (dist/expert_parallel.h). Not owned.
+  void set_moe_dispatcher(const MoeDispatcher* d) { moe_dispatcher_ = d; }
+  const MoeDispatcher& moe_dispatcher() const;
+
  private:
   struct Stack;  // model/layer_module.h's execution on the tape (transformer.cc)
 
   ModelConfig config_;
   ModelWeights w_;
+  const MoeDispatcher* moe_dispatcher_ = nullptr;
 };
 
 }  // namespace myriad

@@ -6,20 +6,22 @@
 
 namespace myriad {
 
-ModelWeights ModelWeights::from_checkpoint(const Checkpoint& ckpt, const ModelConfig& config) {
+ModelWeights ModelWeights::from_checkpoint(const Checkpoint& ckpt, const ModelConfig& config, const ParamFilter& keep) {
   validate_checkpoint_against_config(ckpt, config);
   ModelWeights w;
   for (const ParamSpec& spec : model_param_specs(config)) {
+    if (keep && !keep(spec)) continue;
     // A private copy: the mapping is copy-on-write, but training writes every element anyway.
     w.vars_.emplace(spec.name, ag::Var(ckpt.tensor(spec.name).clone(), !spec.buffer, spec.name));
   }
   return w;
 }
 
-ModelWeights ModelWeights::random(const ModelConfig& config, uint64_t seed) {
+ModelWeights ModelWeights::random(const ModelConfig& config, uint64_t seed, const ParamFilter& keep) {
   ModelWeights w;
   for (const ParamSpec& spec : model_param_specs(config))
-    w.vars_.emplace(spec.name, ag::Var(init_param(spec, config, seed), !spec.buffer, spec.name));
+    if (!keep || keep(spec))
+      w.vars_.emplace(spec.name, ag::Var(init_param(spec, config, seed), !spec.buffer, spec.name));
   return w;
 }
 
