@@ -1,6 +1,7 @@
 #include "model/balancing.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <functional>
 #include <numeric>
@@ -206,6 +207,116 @@ std::vector<float> qb_estimate_bias_histogram(const float* scores, const float* 
     qb_histogram_add(h, scores, bias, m, k);
   }
   return qb_bias_from_histogram(h, k);
+}
+
+namespace {
+
+// Order-preserving key of a float (larger float, larger key; NaN excluded by the callers' finiteness checks).
+inline uint32_t qb_key(float v) {
+  const uint32_t u = std::bit_cast<uint32_t>(v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+inline float qb_key_value(uint32_t key) {
+  return std::bit_cast<float>((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+inline int qb_radix_shift(int pass) {
+  return 24 - 8 * pass;
+}
+
+}  // namespace
+
+QbRadixSelect qb_radix_init(const float* scores, const float* bias, int64_t m, int64_t n, int64_t k) {
+  MYRIAD_REQUIRE(m >= 0 && n >= 2 && k >= 1 && k < n, kValue,
+                 "qb_radix_init: need m >= 0 tokens and 1 <= k < n, got m = ", m, ", n = ", n, ", k = ", k);
+  check_finite("qb_radix_init", scores, m * n, "scores");
+  check_finite("qb_radix_init", bias, n, "bias");
+  QbRadixSelect s;
+  s.n = n;
+  s.k = k;
+  s.tokens = m;
+  s.scores = scores;
+  if (m > 0) s.alpha = qb_alpha(scores, bias, m, n, k);
+  s.prefix.assign(static_cast<size_t>(n), 0);
+  s.rank.assign(static_cast<size_t>(n), 0);
+  s.candidates.resize(static_cast<size_t>(n));
+  return s;
+}
+
+std::vector<int64_t> qb_radix_counts(const QbRadixSelect& s) {
+  MYRIAD_REQUIRE(s.pass < kQbRadixPasses, kValue, "qb_radix_counts: all ", kQbRadixPasses, " passes are done");
+  const int64_t n = s.n, m = s.tokens;
+  std::vector<int64_t> counts(static_cast<size_t>(n * kQbRadixBins), 0);
+  const int shift = qb_radix_shift(s.pass);
+  parallel_for(n, 1, [&](int64_t j0, int64_t j1) {
+    if (s.pass == 0) {
+      for (int64_t t = 0; t < m; ++t)  // row segments: contiguous reads
+        for (int64_t j = j0; j < j1; ++j)
+          ++counts[size_t(j * kQbRadixBins + (qb_key(qb_margin(s.scores, s.alpha, n, t, j)) >> shift))];
+    } else {
+      for (int64_t j = j0; j < j1; ++j)
+        for (uint32_t key : s.candidates[size_t(j)]) ++counts[size_t(j * kQbRadixBins + ((key >> shift) & 0xffu))];
+    }
+  });
+  return counts;
+}
+
+void qb_radix_advance(QbRadixSelect& s, std::span<const int64_t> counts, int64_t total_tokens) {
+  const int64_t n = s.n;
+  MYRIAD_REQUIRE(s.pass < kQbRadixPasses && int64_t(counts.size()) == n * kQbRadixBins, kShape,
+                 "qb_radix_advance: pass ", s.pass, " of ", kQbRadixPasses, " with ", counts.size(),
+                 " counts, expected ", n * kQbRadixBins);
+  if (s.pass == 0) {
+    const int64_t q = qb_quantile_rank(total_tokens, n, s.k);
+    s.rank.assign(static_cast<size_t>(n), q + 1);
+  }
+  const int shift = qb_radix_shift(s.pass);
+  for (int64_t j = 0; j < n; ++j) {
+    // From the largest byte down: the bin where the running count reaches the rank holds the wanted key.
+    int64_t seen = 0, bin = -1;
+    for (int64_t i = kQbRadixBins - 1; i >= 0; --i) {
+      const int64_t c = counts[size_t(j * kQbRadixBins + i)];
+      if (seen + c >= s.rank[size_t(j)]) {
+        bin = i;
+        break;
+      }
+      seen += c;
+    }
+    MYRIAD_REQUIRE(bin >= 0, kValue, "qb_radix_advance: column ", j, " has ", seen, " margins with its prefix, fewer ",
+                   "than the rank ", s.rank[size_t(j)], " (counts not summed over the same processes as tokens?)");
+    s.rank[size_t(j)] -= seen;
+    s.prefix[size_t(j)] |= uint32_t(bin) << shift;
+  }
+  // Keep only the candidates that still match (pass 1 collects them from the scores).
+  const uint32_t mask = ~uint32_t(0) << shift;
+  parallel_for(n, 1, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      std::vector<uint32_t>& c = s.candidates[size_t(j)];
+      const uint32_t want = s.prefix[size_t(j)];
+      if (s.pass == 0) {
+        for (int64_t t = 0; t < s.tokens; ++t) {
+          const uint32_t key = qb_key(qb_margin(s.scores, s.alpha, n, t, j));
+          if ((key & mask) == want) c.push_back(key);
+        }
+      } else {
+        c.erase(std::remove_if(c.begin(), c.end(), [&](uint32_t key) { return (key & mask) != want; }), c.end());
+      }
+    }
+  });
+  ++s.pass;
+}
+
+std::vector<float> qb_radix_bias(const QbRadixSelect& s) {
+  MYRIAD_REQUIRE(s.pass == kQbRadixPasses, kValue, "qb_radix_bias: ", s.pass, " of ", kQbRadixPasses, " passes done");
+  std::vector<double> raw(static_cast<size_t>(s.n));
+  for (int64_t j = 0; j < s.n; ++j) raw[size_t(j)] = -double(qb_key_value(s.prefix[size_t(j)]));  // b^_j
+  return centred(raw);
+}
+
+std::vector<float> qb_estimate_bias_radix(const float* scores, const float* bias, int64_t m, int64_t n, int64_t k) {
+  check_qb_sizes("qb_estimate_bias_radix", m, n, k);
+  QbRadixSelect s = qb_radix_init(scores, bias, m, n, k);
+  for (int p = 0; p < kQbRadixPasses; ++p) qb_radix_advance(s, qb_radix_counts(s), m);
+  return qb_radix_bias(s);
 }
 
 void sign_update(std::span<float> bias, std::span<const int64_t> load, float gamma) {

@@ -90,6 +90,41 @@ QbHistogram qb_histogram_refine(const QbHistogram& h, int64_t k);
 std::vector<float> qb_estimate_bias_histogram(const float* scores, const float* bias, int64_t m, int64_t n, int64_t k,
                                               int64_t bins, int passes = 1);
 
+// Exact QB from counts (what ranks sum across a cluster, DESIGN 1.6): a radix select of each column's
+// (q+1)-th largest margin on the margins' order-preserving 32-bit keys, one byte per pass from the top. Each
+// pass, every process counts the next byte of its candidates (its margins whose key matches the bytes fixed so
+// far) into [n, 256] int64; the counts summed over the processes fix that byte for every column. After
+// kQbRadixPasses passes the key, hence the float margin, is exact: the bias is bit-identical to
+// qb_estimate_bias on the union of the processes' tokens (the same float order statistic, centred the same
+// way), whatever the split. Cost per process: one read of its scores for pass 1 (later passes read only the
+// candidates kept), and one all-reduce of n * 256 int64 per pass.
+//
+// Use: s = qb_radix_init(...); then kQbRadixPasses times { c = qb_radix_counts(s); sum c (and, on the first
+// pass, s.tokens) over processes; qb_radix_advance(s, c, total_tokens); } and qb_radix_bias(s).
+inline constexpr int kQbRadixPasses = 4;
+inline constexpr int64_t kQbRadixBins = 256;
+struct QbRadixSelect {
+  int64_t n = 0, k = 0;
+  int64_t tokens = 0;             // this process's m
+  int pass = 0;                   // bytes fixed so far
+  const float* scores = nullptr;  // this process's [m, n] scores (must outlive the select; read by pass 1)
+  std::vector<float> alpha;       // [m]
+  std::vector<uint32_t> prefix;   // [n] key bits fixed so far (the top 8 * pass bits)
+  std::vector<int64_t> rank;      // [n] the wanted margin's rank (1 = largest) among the keys with the prefix
+  std::vector<std::vector<uint32_t>> candidates;  // [n] after pass 1: this process's keys with the prefix
+};
+// m may be 0 (a process with no tokens still takes part); scores [m, n] f32 finite, bias [n] finite.
+QbRadixSelect qb_radix_init(const float* scores, const float* bias, int64_t m, int64_t n, int64_t k);
+// This process's counts [n, 256] of the next byte among its candidates.
+std::vector<int64_t> qb_radix_counts(const QbRadixSelect& s);
+// counts: [n, 256] summed over all processes; total_tokens: m summed over all processes (q is
+// floor(total_tokens k / n); needs total_tokens >= 1).
+void qb_radix_advance(QbRadixSelect& s, std::span<const int64_t> counts, int64_t total_tokens);
+// After kQbRadixPasses advances: the new b [n], mean-centred (as qb_estimate_bias).
+std::vector<float> qb_radix_bias(const QbRadixSelect& s);
+// One process's whole path (the counts are its own): equal to qb_estimate_bias bit for bit.
+std::vector<float> qb_estimate_bias_radix(const float* scores, const float* bias, int64_t m, int64_t n, int64_t k);
+
 // ---- Baselines ---------------------------------------------------------------------------------------------
 
 // DeepSeek-V3's bias update: b_j -= gamma * sign(load_j - mean load) (sign 0 at the mean). bias and load have

@@ -301,6 +301,47 @@ TEST(QuantileBalancing, HistogramMatchesExactWithinABin) {
   EXPECT_EQ(qb_bias_from_histogram(summed, k), one);
 }
 
+// Radix QB is exact: bit for bit the heap estimate, on one process and on "ranks" that sum their counts, with
+// ties (scores quantized to 1/64 so many margins are equal) and with uneven splits including an empty rank.
+TEST(QuantileBalancing, RadixSelectIsBitIdenticalToExact) {
+  for (const bool ties : {false, true}) {
+    const int64_t n = 24, k = 3, m = 2001;
+    std::mt19937 rng(ties ? 11 : 12);
+    std::vector<float> s = skewed_scores(rng, m, linear_skew(n, 3.0f));
+    if (ties)
+      for (float& x : s) x = std::round(x * 64.0f) / 64.0f;
+    std::vector<float> b(static_cast<size_t>(n));
+    std::normal_distribution<float> d(0.0f, 0.2f);
+    for (auto& x : b) x = d(rng);
+    const std::vector<float> exact = qb_estimate_bias(s.data(), b.data(), m, n, k);
+    EXPECT_EQ(qb_estimate_bias_radix(s.data(), b.data(), m, n, k), exact) << "ties " << ties;
+    // Four "processes": 0, 700, 1, 1300 tokens.
+    const std::vector<int64_t> split = {0, 700, 1, 1300};
+    std::vector<QbRadixSelect> parts;
+    int64_t off = 0;
+    for (int64_t c : split) {
+      parts.push_back(qb_radix_init(s.data() + off * n, b.data(), c, n, k));
+      off += c;
+    }
+    ASSERT_EQ(off, m);
+    for (int p = 0; p < kQbRadixPasses; ++p) {
+      std::vector<int64_t> sum(static_cast<size_t>(n * kQbRadixBins), 0);
+      for (const QbRadixSelect& q : parts) {
+        const std::vector<int64_t> c = qb_radix_counts(q);
+        for (size_t i = 0; i < c.size(); ++i) sum[i] += c[i];
+      }
+      for (QbRadixSelect& q : parts) qb_radix_advance(q, sum, m);
+    }
+    for (const QbRadixSelect& q : parts) EXPECT_EQ(qb_radix_bias(q), exact) << "ties " << ties;
+  }
+  // Counts that do not hold the rank (not summed over the processes the tokens were): one clear error.
+  std::mt19937 rng(3);
+  const std::vector<float> s = skewed_scores(rng, 100, linear_skew(8, 1.0f));
+  const std::vector<float> b(8, 0.0f);
+  QbRadixSelect q = qb_radix_init(s.data(), b.data(), 100, 8, 2);
+  EXPECT_THROW(qb_radix_advance(q, qb_radix_counts(q), 1000), Error);
+}
+
 // Reading a quantile off counts, by hand: n 3, 4 bins over [0, 4) in each column, 4 tokens, k 1 -> q = 1,
 // the 2nd largest margin. Column 0: one margin per bin -> bin 2, midpoint 2.5. Column 1: both top margins in
 // bin 3 -> 3.5. Column 2: three margins above the range -> clamps to hi = 4.
