@@ -3,6 +3,7 @@
 #include "autograd/grouped_experts.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "autograd/op_support.h"
 
@@ -23,7 +24,8 @@ void check_weight(const Var& w, const char* what, int64_t e, const Shape& want, 
 }  // namespace
 
 Var grouped_expert_glu(const Var& z, const std::vector<int64_t>& off, const std::vector<Var>& w1,
-                       const std::vector<Var>& w3, const std::vector<Var>& w2, GluParams glu) {
+                       const std::vector<Var>& w3, const std::vector<Var>& w2, GluParams glu,
+                       const std::vector<int64_t>& cuts_in) {
   MYRIAD_REQUIRE(z.defined() && z.value().ndim() == 2, kShape, "grouped_expert_glu: z_sorted must be [C, L], got ",
                  z.defined() ? shape_str(z.shape()) : std::string("undefined"));
   MYRIAD_REQUIRE(z.value().dtype() == DType::kF32, kValue, "grouped_expert_glu: z_sorted must be F32, got ",
@@ -67,7 +69,12 @@ Var grouped_expert_glu(const Var& z, const std::vector<int64_t>& off, const std:
     for (const Var& w : ws) p.push_back(cf(w.value()));
     return p;
   };
-  const GroupedGluShape shape{E, C, L, F};
+  MYRIAD_REQUIRE(std::is_sorted(cuts_in.begin(), cuts_in.end()) &&
+                     (cuts_in.empty() || (cuts_in.front() >= 0 && cuts_in.back() <= C)),
+                 kValue, "grouped_expert_glu: the ", cuts_in.size(), " row cuts must be sorted and within [0, ", C,
+                 "]");
+  auto cuts = std::make_shared<const std::vector<int64_t>>(cuts_in);  // the backward reads them later
+  GroupedGluShape shape{E, C, L, F, cuts->data(), int64_t(cuts->size())};
   ops::grouped_glu_forward(dev, shape, off.data(), cf(z.value()), pointers(w1).data(), pointers(w3).data(),
                            pointers(w2).data(), glu, mf(y), mf(g), mf(u));
 
@@ -75,7 +82,7 @@ Var grouped_expert_glu(const Var& z, const std::vector<int64_t>& off, const std:
   Var out(y, needs);
   if (!needs) return out;
   auto oi = out.impl();
-  Tape::current().record("grouped_expert_glu", {oi}, [z, off, w1, w3, w2, glu, g, u, oi, shape, dev, pointers]() {
+  Tape::current().record("grouped_expert_glu", {oi}, [z, off, w1, w3, w2, glu, g, u, oi, shape, cuts, dev, pointers]() {
     // Gradient buffers are allocated here, before the kernel's threads start, and only for experts with rows.
     float* dz = z.requires_grad() ? mf(z.grad_buffer()) : nullptr;
     const size_t experts = w1.size();

@@ -24,7 +24,10 @@ using myriad::GluParams;
 // Returns y_sorted [C, L]. Backward ACCUMULATES into dz_sorted and into dW1/dW3/dW2 of the experts that have rows
 // (allocated on first use, as ag::linear does; an expert with no rows gets no gradient). The node keeps the GLU
 // inputs g, u [C, F] and recomputes the GLU output in backward.
+// cuts: sorted row boundaries inside the experts' ranges where an expert's rows are multiplied as separate
+// products (ops/kernels.h GroupedGluShape), e.g. one piece per source rank under expert parallelism.
 Var grouped_expert_glu(const Var& z_sorted, const std::vector<int64_t>& offsets, const std::vector<Var>& w1,
-                       const std::vector<Var>& w3, const std::vector<Var>& w2, GluParams glu);
+                       const std::vector<Var>& w3, const std::vector<Var>& w2, GluParams glu,
+                       const std::vector<int64_t>& cuts = {});
 
 }  // namespace myriad::ag

@@ -95,6 +95,7 @@ ExpertBatch ExpertParallelDispatcher::dispatch(const ag::Var& z, const ExpertGro
     b.offsets[size_t(j)] = at;
     for (int p = 0; p < R; ++p) {
       const int64_t n = received_counts[size_t(p * El + j)], first = source_start[size_t(p)] + within[size_t(p)];
+      if (p > 0 && n > 0 && at > b.offsets[size_t(j)]) b.row_cuts.push_back(at);  // a new source's piece
       for (int64_t i = 0; i < n; ++i, ++at) {
         to_expert[size_t(at)] = int32_t(first + i);
         to_source[size_t(first + i)] = int32_t(at);

@@ -31,6 +31,9 @@ struct ExpertBatch {
   // received from each rank, and for each received row in arrival order its row in `rows`.
   std::vector<int64_t> sent_rows, received_rows;
   Tensor to_source_order;
+  // Row boundaries inside the experts' ranges where their products split (each source rank's copies on their
+  // own: a row's result then does not depend on what other ranks sent; ops/kernels.h GroupedGluShape).
+  std::vector<int64_t> row_cuts;
 };
 
 class MoeDispatcher {

@@ -263,7 +263,7 @@ struct TapeFfn {
   Var experts(const ExpertBatch& batch, MoeDispatcher::Range local, const Moe& w, const Var&) const {
     MYRIAD_CHECK(int64_t(w.w1.size()) == local.count, "moe: ", w.w1.size(), " expert weights for ", local.count,
                  " local experts");
-    return ag::grouped_expert_glu(batch.rows, batch.offsets, w.w1, w.w3, w.w2, glu_params(c));
+    return ag::grouped_expert_glu(batch.rows, batch.offsets, w.w1, w.w3, w.w2, glu_params(c), batch.row_cuts);
   }
   Var shared_experts(const Moe& w, const Var& x) { return glu_ffn(*this, w.shared, x); }
 };

@@ -44,8 +44,14 @@ struct GluParams {
 };
 
 // Grouped experts: E experts, C token copies sorted by expert, L expert input/output width, F expert width.
+// cuts (optional, sorted, num_cuts of them): row boundaries inside the experts' ranges at which an expert's rows
+// are split into separate products (run one after another on the expert's thread). Under expert parallelism each
+// source rank's copies are one piece, so that a row's result is the one a process running those copies alone gets
+// (BLAS picks its kernels, and so its rounding, by the rows of a product).
 struct GroupedGluShape {
   int64_t E = 0, C = 0, L = 0, F = 0;
+  const int64_t* cuts = nullptr;
+  int64_t num_cuts = 0;
 };
 
 struct AdamWParams {

@@ -97,6 +97,19 @@ void for_each_expert(const std::vector<int64_t>& off, Fn&& fn) {
   }
 }
 
+// The pieces [begin, end) of rows [b0, b1): split at the cuts inside the range.
+std::vector<std::pair<int64_t, int64_t>> pieces(const GroupedGluShape& s, int64_t b0, int64_t b1) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  const int64_t* c = std::upper_bound(s.cuts, s.cuts + s.num_cuts, b0);
+  int64_t at = b0;
+  for (; c != s.cuts + s.num_cuts && *c < b1; ++c) {
+    out.emplace_back(at, *c);
+    at = *c;
+  }
+  out.emplace_back(at, b1);
+  return out;
+}
+
 }  // namespace
 
 void grouped_glu_forward(GroupedGluShape s, const int64_t* off_p, const float* z, const float* const* w1,
@@ -104,14 +117,16 @@ void grouped_glu_forward(GroupedGluShape s, const int64_t* off_p, const float* z
   const int64_t L = s.L, F = s.F;
   const std::vector<int64_t> off(off_p, off_p + s.E + 1);
   for_each_expert(off, [&](int64_t e, std::vector<float>& scratch) {
-    const int64_t b0 = off[size_t(e)], n = off[size_t(e + 1)] - b0;
-    if (int64_t(scratch.size()) < n * F) scratch.resize(size_t(n * F));
-    const float* ze = z + b0 * L;
-    float *ge = g + b0 * F, *ue = u + b0 * F;
-    project(n, F, L, ze, w1[e], ge);
-    project(n, F, L, ze, w3[e], ue);
-    glu_forward(glu, scratch.data(), ge, ue, n, F);
-    project(n, L, F, scratch.data(), w2[e], y + b0 * L);
+    for (const auto& [b0, b1] : pieces(s, off[size_t(e)], off[size_t(e + 1)])) {
+      const int64_t n = b1 - b0;
+      if (int64_t(scratch.size()) < n * F) scratch.resize(size_t(n * F));
+      const float* ze = z + b0 * L;
+      float *ge = g + b0 * F, *ue = u + b0 * F;
+      project(n, F, L, ze, w1[e], ge);
+      project(n, F, L, ze, w3[e], ue);
+      glu_forward(glu, scratch.data(), ge, ue, n, F);
+      project(n, L, F, scratch.data(), w2[e], y + b0 * L);
+    }
   });
 }
 
@@ -122,24 +137,26 @@ void grouped_glu_backward(GroupedGluShape s, const int64_t* off_p, const float* 
   const int64_t L = s.L, F = s.F;
   const std::vector<int64_t> off(off_p, off_p + s.E + 1);
   for_each_expert(off, [&](int64_t e, std::vector<float>& scratch) {
-    const int64_t b0 = off[size_t(e)], n = off[size_t(e + 1)] - b0, nF = n * F;
-    if (int64_t(scratch.size()) < 4 * nF) scratch.resize(size_t(4 * nF));
-    float *h = scratch.data(), *dh = h + nF, *dg = dh + nF, *du = dg + nF;  // each [n, F]
-    const float *ze = z + b0 * L, *dye = dy + b0 * L, *ge = g + b0 * F, *ue = u + b0 * F;
-    float *dW1 = dw1[e], *dW3 = dw3[e], *dW2 = dw2[e];
-    glu_forward(glu, h, ge, ue, n, F);  // recomputed: cheaper than keeping [C, F] more
-    // NOTE: parameter gradients accumulate (beta = 1), as ag::linear's do, across micro-batches.
-    if (dW2) weight_grad(L, F, n, dye, h, dW2);  // dW2 [L, F] += dy^T h
-    if (!dz && !dW1 && !dW3) return;
-    project_nn(n, F, L, dye, w2[e], dh, false);  // dh = dy W2
-    std::fill(dg, dg + 2 * nF, 0.0f);            // dg, du: the GLU backward accumulates
-    glu_backward(glu, dg, du, dh, h, ge, ue, n, F);
-    if (dz) {  // dz [n, L] += dg W1 + du W3
-      project_nn(n, L, F, dg, w1[e], dz + b0 * L, true);
-      project_nn(n, L, F, du, w3[e], dz + b0 * L, true);
+    for (const auto& [b0, b1] : pieces(s, off[size_t(e)], off[size_t(e + 1)])) {
+      const int64_t n = b1 - b0, nF = n * F;
+      if (int64_t(scratch.size()) < 4 * nF) scratch.resize(size_t(4 * nF));
+      float *h = scratch.data(), *dh = h + nF, *dg = dh + nF, *du = dg + nF;  // each [n, F]
+      const float *ze = z + b0 * L, *dye = dy + b0 * L, *ge = g + b0 * F, *ue = u + b0 * F;
+      float *dW1 = dw1[e], *dW3 = dw3[e], *dW2 = dw2[e];
+      glu_forward(glu, h, ge, ue, n, F);  // recomputed: cheaper than keeping [C, F] more
+      // NOTE: parameter gradients accumulate (beta = 1), as ag::linear's do, across micro-batches (and pieces).
+      if (dW2) weight_grad(L, F, n, dye, h, dW2);  // dW2 [L, F] += dy^T h
+      if (!dz && !dW1 && !dW3) continue;
+      project_nn(n, F, L, dye, w2[e], dh, false);  // dh = dy W2
+      std::fill(dg, dg + 2 * nF, 0.0f);            // dg, du: the GLU backward accumulates
+      glu_backward(glu, dg, du, dh, h, ge, ue, n, F);
+      if (dz) {  // dz [n, L] += dg W1 + du W3
+        project_nn(n, L, F, dg, w1[e], dz + b0 * L, true);
+        project_nn(n, L, F, du, w3[e], dz + b0 * L, true);
+      }
+      if (dW1) weight_grad(F, L, n, dg, ze, dW1);  // dW1 [F, L] += dg^T z
+      if (dW3) weight_grad(F, L, n, du, ze, dW3);  // dW3 [F, L] += du^T z
     }
-    if (dW1) weight_grad(F, L, n, dg, ze, dW1);  // dW1 [F, L] += dg^T z
-    if (dW3) weight_grad(F, L, n, du, ze, dW3);  // dW3 [F, L] += du^T z
   });
 }
 
