@@ -1,4 +1,5 @@
 // `myriad train`: argument parsing only; the run is set up in src/train/run.cc.
+#include <algorithm>
 #include <cstdio>
 
 #include "cli.h"
@@ -22,12 +23,19 @@ int run_train(const myriad::cli::Args& args) {
   r.stop_after_step = args.get_int("stop-after", -1, -1, 1L << 40);
   if (args.has("seed")) r.seed = uint64_t(args.get_int("seed", 0, 0, 1L << 62));
   if (args.has("gradient-checkpointing")) r.gradient_checkpointing = true;
+  r.parallel.dp = int(args.get_int("dp", 1, 1, 1 << 20));
+  r.parallel.ep = int(args.get_int("ep", 1, 1, 1 << 20));
+  r.parallel.sp = int(args.get_int("sp", 1, 1, 1 << 20));
   const myriad::TrainSummary s = myriad::run_training(r);
+  if (!s.root) return 0;  // rank 0 reports
   std::printf(
       "trained %lld steps (%lld skipped): loss %.4f, val loss %.4f, %.3f bits/byte; %.0f tokens/s, MFU %.1f%% "
       "of %.0f GFLOP/s sgemm\nrun: %s (metrics.jsonl, checkpoints/, tokenizer/); last checkpoint: %s\n",
       (long long)s.steps, (long long)s.skipped, s.last_loss, s.last_val_loss, s.last_val_bpb, s.tokens_per_s,
       100.0 * s.mfu, s.sgemm_gflops, r.out_dir.c_str(), s.last_checkpoint.c_str());
+  if (r.parallel.distributed())
+    std::printf("parallel: %s; gradient all-reduce %.2f s of %.2f s in steps (%.1f%%)\n", r.parallel.str().c_str(),
+                s.grad_sync_s, s.train_time_s, 100.0 * s.grad_sync_s / std::max(s.train_time_s, 1e-9));
   return 0;
 }
 
@@ -44,6 +52,9 @@ MYRIAD_COMMAND("train", "train a model (built-in corpus when no data is given)",
                 {"resume", "DIR", "continue a run (or a checkpoint) exactly where it stopped"},
                 {"seed", "S", "seed for init and data order (overrides the training config)"},
                 {"gradient-checkpointing", "", "recompute each layer in backward (less memory)"},
+                {"dp", "N", "data-parallel ranks (under mpirun; dp x ep x sp = the number of ranks)"},
+                {"ep", "N", "expert-parallel ranks: each holds num_experts / N routed experts"},
+                {"sp", "N", "sequence-parallel ranks (not implemented yet: refused)"},
                 {"stop-after", "N", "stop after N steps in total (checkpointed), e.g. to test resumption"},
                 {"force", "", "replace an existing run directory"},
                 {"quiet", "", "no progress line"}},

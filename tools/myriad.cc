@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "dist/mpi_communicator.h"
 
 #if defined(MYRIAD_JEMALLOC)
 // jemalloc's options for this binary (it reads this symbol at start; MALLOC_CONF in the environment still
@@ -133,6 +134,19 @@ void print_main_help() {
   for (const auto& [name, c] : myriad::cli::registry()) std::printf("  %-12s %s\n", name.c_str(), c.summary.c_str());
 }
 
+// Under mpirun, which rank speaks; and an error on one rank ends every rank (the others would wait in their
+// next collective forever).
+std::string rank_tag() {
+  if (!myriad::mpi_initialized() || myriad::mpi_world().size() == 1) return "";
+  return " (rank " + std::to_string(myriad::mpi_world().rank()) + ")";
+}
+void end_job_on_error() {
+  if (myriad::mpi_initialized() && myriad::mpi_world().size() > 1) {
+    std::fflush(stderr);
+    myriad::mpi_abort(1);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -167,10 +181,13 @@ int main(int argc, char** argv) {
     if (args.has("threads")) myriad::set_num_threads(int(args.get_int("threads", 0, 0, 4096)));
     return cmd.run(args);
   } catch (const myriad::Error& e) {
-    std::fprintf(stderr, "myriad %s: %s: %s\n", cmd.name.c_str(), myriad::error_kind_name(e.kind()), e.what());
+    std::fprintf(stderr, "myriad %s%s: %s: %s\n", cmd.name.c_str(), rank_tag().c_str(),
+                 myriad::error_kind_name(e.kind()), e.what());
+    end_job_on_error();
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "myriad %s: error: %s\n", cmd.name.c_str(), e.what());
+    std::fprintf(stderr, "myriad %s%s: error: %s\n", cmd.name.c_str(), rank_tag().c_str(), e.what());
+    end_job_on_error();
     return 1;
   }
 }

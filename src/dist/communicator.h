@@ -18,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -39,6 +40,9 @@ class Communicator {
 
   // buf [count] in place: the element-wise reduction over the ranks.
   virtual void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) = 0;
+  // Host doubles [count] in place, whatever device() is: the step's statistics (losses, squared norms), which
+  // f32 would round. (DType has no F64: tensors never are.)
+  virtual void all_reduce_f64(double* buf, int64_t count, ReduceOp op) = 0;
   // send [size() * count] -> recv [count]: rank r receives the reduction of block r.
   virtual void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) = 0;
   // send [count] -> recv [size() * count], rank r's block at r * count.
@@ -61,7 +65,10 @@ class Communicator {
   }
   template <class T>
   T all_reduce_value(T v, ReduceOp op = ReduceOp::kSum) {
-    all_reduce(&v, 1, dtype_of<T>(), op);
+    if constexpr (std::is_same_v<T, double>)
+      all_reduce_f64(&v, 1, op);
+    else
+      all_reduce(&v, 1, dtype_of<T>(), op);
     return v;
   }
   // Each rank's vector (any length), concatenated in rank order.
@@ -106,6 +113,7 @@ class SingleCommunicator final : public Communicator {
   const char* backend() const override { return "single"; }
   Device device() const override { return Device::kCPU; }
   void all_reduce(void*, int64_t count, DType dtype, ReduceOp) override { collective_bytes(dtype, count); }
+  void all_reduce_f64(double*, int64_t, ReduceOp) override {}
   void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp) override;
   void all_gather(const void* send, void* recv, int64_t count, DType dtype) override;
   void all_gather_v(const void* send, void* recv, std::span<const int64_t> counts, DType dtype) override;

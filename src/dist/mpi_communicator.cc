@@ -100,6 +100,11 @@ class MpiCommunicator final : public Communicator {
                 "all_reduce");
     }
   }
+  void all_reduce_f64(double* buf, int64_t count, ReduceOp op) override {
+    for (int64_t at = 0; at < count; at += kPiece)
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf + at, int(std::min(kPiece, count - at)), MPI_DOUBLE, mpi_op(op), comm_),
+                "all_reduce (f64)");
+  }
   void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override {
     check_reducible("reduce_scatter", dtype);
     check_mpi(

@@ -74,6 +74,17 @@ class NcclCommunicator final : public Communicator {
     check_nccl(ncclAllReduce(buf, buf, size_t(count), nccl_type(dtype), nccl_op(op), comm_, stream_), "all_reduce");
     wait("all_reduce");
   }
+  void all_reduce_f64(double* buf, int64_t count, ReduceOp op) override {
+    // Host statistics: through a device scratch buffer (a few doubles per step).
+    double* dev = nullptr;
+    const size_t bytes = size_t(count) * sizeof(double);
+    check_cuda(cudaMalloc(&dev, bytes), "malloc");
+    check_cuda(cudaMemcpyAsync(dev, buf, bytes, cudaMemcpyHostToDevice, stream_), "copy in");
+    check_nccl(ncclAllReduce(dev, dev, size_t(count), ncclFloat64, nccl_op(op), comm_, stream_), "all_reduce (f64)");
+    check_cuda(cudaMemcpyAsync(buf, dev, bytes, cudaMemcpyDeviceToHost, stream_), "copy out");
+    wait("all_reduce (f64)");
+    check_cuda(cudaFree(dev), "free");
+  }
   void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override {
     check_nccl(ncclReduceScatter(send, recv, size_t(count), nccl_type(dtype), nccl_op(op), comm_, stream_),
                "reduce_scatter");

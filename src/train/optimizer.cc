@@ -9,12 +9,11 @@ namespace myriad {
 
 AdamW::AdamW(const ModelConfig& config, const ModelWeights& weights, AdamWConfig hp) : hp_(hp) {
   for (const ParamSpec& spec : model_param_specs(config)) {
-    if (spec.buffer) continue;
+    if (spec.buffer || !weights.contains(spec.name)) continue;  // a rank's shard holds some experts only
     decay_[spec.name] = spec.weight_decay;
     m_[spec.name] = Tensor::zeros(spec.shape);
     v_[spec.name] = Tensor::zeros(spec.shape);
   }
-  for (const auto& [name, on] : decay_) MYRIAD_CHECK(weights.contains(name), "optimizer: weight ", name, " missing");
 }
 
 double AdamW::grad_norm(const ModelWeights& weights) const {
@@ -45,13 +44,22 @@ void AdamW::step(ModelWeights& weights, float lr, float clip_scale) {
   }
 }
 
-void AdamW::save(const std::string& path, const std::map<std::string, std::string>& metadata) const {
+NamedTensors AdamW::state_tensors() const {
   NamedTensors t;
   for (const auto& [name, m] : m_) t.emplace_back("m." + name, m);
   for (const auto& [name, v] : v_) t.emplace_back("v." + name, v);
+  return t;
+}
+
+void save_optimizer_state(const std::string& path, const NamedTensors& state, int64_t step,
+                          const std::map<std::string, std::string>& metadata) {
   std::map<std::string, std::string> meta = metadata;
-  meta["adamw_step"] = std::to_string(step_);
-  save_safetensors(path, t, meta);
+  meta["adamw_step"] = std::to_string(step);
+  save_safetensors(path, state, meta);
+}
+
+void AdamW::save(const std::string& path, const std::map<std::string, std::string>& metadata) const {
+  save_optimizer_state(path, state_tensors(), step_, metadata);
 }
 
 void AdamW::load(const std::string& path) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "io/safetensors.h"
 #include "model/weights.h"
 #include "ops/kernels.h"
 
@@ -20,8 +21,13 @@ struct AdamWConfig {
   float weight_decay = 0.1f;
 };
 
+// Writes optimizer state tensors (AdamW::state_tensors(), possibly gathered from several ranks) with the step.
+void save_optimizer_state(const std::string& path, const NamedTensors& state, int64_t step,
+                          const std::map<std::string, std::string>& metadata = {});
+
 class AdamW {
  public:
+  // Over the trainable tensors `weights` holds (all of the config's, or a rank's shard of the experts).
   AdamW(const ModelConfig& config, const ModelWeights& weights, AdamWConfig hp);
 
   // Global L2 norm of all gradients (double accumulation); infinite or NaN when any gradient is.
@@ -30,8 +36,12 @@ class AdamW {
   void step(ModelWeights& weights, float lr, float clip_scale);
   int64_t steps() const { return step_; }
 
+  // The state as tensors "m.<name>", "v.<name>" (this process's: under expert parallelism its experts only).
+  NamedTensors state_tensors() const;
   void save(const std::string& path, const std::map<std::string, std::string>& metadata = {}) const;
-  void load(const std::string& path);  // checks every tensor's presence and shape
+  // Loads the state of the tensors this optimizer holds (a checkpoint with more, e.g. every expert when this
+  // rank holds some, is fine): checks each one's presence and shape.
+  void load(const std::string& path);
 
  private:
   AdamWConfig hp_;

@@ -2,15 +2,20 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
+#include "core/threads.h"
 #include "data/corpus.h"
 #include "data/loader.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
+#include "dist/expert_parallel.h"
+#include "dist/mpi_communicator.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
@@ -65,11 +70,17 @@ bool is_shard_dir(const std::string& p) {
   return fs::is_directory(p) && fs::exists(fs::path(p) / "meta.json");
 }
 
-}  // namespace
+// What the root's setup hands to every rank (through the run directory: the others read it from there).
+struct PreparedRun {
+  TrainConfig tc;
+  std::string config_json;
+  std::string data_dir;
+  std::string tok_dir;
+};
 
-TrainSummary run_training(const RunRequest& req) {
-  std::vector<std::string> warnings;
-  const ModelConfig mc = load_model_config(req.model_config_path, &warnings);
+// Checks every input, then makes the run directory: config copies, corpus, tokenizer, shards. A run directory
+// made here is removed again if this fails, so bad input leaves nothing behind.
+PreparedRun prepare_run(const RunRequest& req, const ModelConfig& mc, Tokenizer& tok) {
   const std::string config_path =
       fs::is_directory(req.model_config_path) ? req.model_config_path + "/config.json" : req.model_config_path;
   const std::string config_json = read_file(config_path);
@@ -96,6 +107,7 @@ TrainSummary run_training(const RunRequest& req) {
   tc = tc_path.empty() ? default_train_config(mc) : load_train_config(tc_path, mc);
   if (req.seed) tc.seed = *req.seed;
   if (req.gradient_checkpointing) tc.gradient_checkpointing = *req.gradient_checkpointing;
+  validate_data_parallel_split(tc, req.parallel);
   if (!resuming && req.force && fs::exists(out)) fs::remove_all(out);
   // A run directory made here is removed again if the setup below fails (the data cannot be read, the
   // tokenizer cannot be trained...), so bad input leaves nothing behind; once training starts it stays.
@@ -124,7 +136,6 @@ TrainSummary run_training(const RunRequest& req) {
     text_paths = {out + "/corpus/builtin.jsonl"};
   }
   // Tokenizer.
-  Tokenizer tok;
   const std::string tok_dir = out + "/tokenizer";
   if (!req.tokenizer_dir.empty()) {
     tok = Tokenizer::load(req.tokenizer_dir);
@@ -149,17 +160,83 @@ TrainSummary run_training(const RunRequest& req) {
     po.tokenizer_path = tok_dir;
     prepare_data(tok, text_paths, data_dir, po);
   }
-  // Model and trainer.
-  Transformer model(mc, ModelWeights::random(mc, tc.seed));
-  LoaderSource source(data_dir, tc.seed, tok);
+  guard.dir.clear();
+  return PreparedRun{tc, config_json, data_dir, tok_dir};
+}
+
+}  // namespace
+
+TrainSummary run_training(const RunRequest& req) {
+  std::vector<std::string> warnings;
+  const ModelConfig mc = load_model_config(req.model_config_path, &warnings);
+  // The ranks: one process, or every rank of the mpirun job (its layout validated before anything is written).
+  const ParallelDims& dims = req.parallel;
+  SingleCommunicator single;
+  Communicator& world = dims.distributed() || launched_by_mpirun() ? mpi_world() : single;
+  validate_parallel_dims(dims, world.size(), mc);
+  ProcessGroups groups = make_process_groups(world, dims);
+  // Ranks sharing a machine share its cores: each takes its part unless MYRIAD_THREADS says otherwise.
+  if (world.size() > 1 && !std::getenv("MYRIAD_THREADS")) {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int per_machine = local ? std::max(1, std::atoi(local)) : 1;
+    set_num_threads(std::max(1, int(std::thread::hardware_concurrency()) / per_machine));
+  }
+  if (world.size() > 1) {
+    require_same_on_all_ranks(world, "myriad executable", read_file("/proc/self/exe"));
+    require_same_on_all_ranks(world, "model config",
+                              read_file(fs::is_directory(req.model_config_path) ? req.model_config_path + "/config.json"
+                                                                                : req.model_config_path));
+  }
+  // Rank 0 prepares; the others learn whether it succeeded (its error is the one printed) and then read
+  // the training config, tokenizer and shards it wrote.
+  Tokenizer tok;
+  PreparedRun run;
+  int32_t ok = 0;
+  if (groups.is_root()) {
+    try {
+      run = prepare_run(req, mc, tok);
+      ok = 1;
+    } catch (const Error&) {
+      world.broadcast(&ok, 1, DType::kI32, 0);
+      throw;
+    }
+  }
+  world.broadcast(&ok, 1, DType::kI32, 0);
+  MYRIAD_REQUIRE(ok == 1, kIo, "rank 0 could not set up the run (its error says why)");
+  if (!groups.is_root()) {
+    const std::string out = req.out_dir;
+    run.tc = load_train_config(out + "/train.json", mc);
+    run.config_json = read_file(out + "/config.json");
+    run.tok_dir = out + "/tokenizer";
+    tok = Tokenizer::load(run.tok_dir);
+    run.data_dir = req.data.size() == 1 && is_shard_dir(req.data[0]) ? req.data[0] : out + "/data";
+  }
+  const TrainConfig& tc = run.tc;
+  const std::string& out = req.out_dir;
+  // Model (this rank's shard of the experts, each tensor as the one-process run would initialise it) and trainer.
+  std::unique_ptr<ExpertParallelDispatcher> dispatcher;
+  ParamFilter keep;
+  if (dims.ep > 1) {
+    keep = expert_shard_filter(mc, groups.e, dims.ep);
+    dispatcher = std::make_unique<ExpertParallelDispatcher>(*groups.ep_group);
+  }
+  Transformer model(mc, ModelWeights::random(mc, tc.seed, keep));
+  if (dispatcher) model.set_moe_dispatcher(dispatcher.get());
+  LoaderSource source(run.data_dir, tc.seed, tok);
   TrainerOptions to;
   to.run_dir = out;
-  to.model_config_json = config_json;
-  to.tokenizer_dir = tok_dir;
+  to.model_config_json = run.config_json;
+  to.tokenizer_dir = run.tok_dir;
+  to.groups = &groups;
   to.stop_after_step = req.stop_after_step;
   to.quiet = req.quiet;
   const int32_t eot = tok.id_of("<|endoftext|>");
-  if (tc.task_eval_per_task > 0)  // the built-in tasks (on other data they only show the format is unknown)
+  if (tc.task_eval_per_task > 0 && dims.ep > 1 && groups.is_root() && !req.quiet)
+    std::fprintf(stderr,
+                 "myriad train: task evaluation is off under --ep (it decodes with every expert in one "
+                 "process); validation loss is on\n");
+  if (tc.task_eval_per_task > 0 &&
+      dims.ep == 1)  // the built-in tasks (on other data they only show the format is unknown)
     to.evaluate_tasks = [&tok, &tc, eot](const Transformer& m) {
       TaskScores s = evaluate_tasks(
           m, [&tok](const std::string& t) { return tok.encode(t); },
@@ -172,8 +249,7 @@ TrainSummary run_training(const RunRequest& req) {
       return j;
     };
   Trainer trainer(model, tc, source, to);
-  if (resuming) trainer.resume(req.resume);
-  guard.dir.clear();  // from here on the run directory holds the run
+  if (!req.resume.empty()) trainer.resume(req.resume);
   return trainer.run();
 }
 

@@ -54,11 +54,9 @@ std::string save_run_checkpoint(const std::string& run_dir, int64_t step, const 
   const fs::path tmp = staged.path();
   write_file_atomic((tmp / "config.json").string(), c.config_json);
   std::map<std::string, std::string> meta = {{"format", "pt"}, {"myriad_step", std::to_string(step)}};
-  NamedTensors weights;
-  for (const auto& [n, v] : c.weights->all()) weights.emplace_back(n, v.value());
-  save_safetensors((tmp / "model.safetensors").string(), weights, meta);
+  save_safetensors((tmp / "model.safetensors").string(), c.weights, meta);
   maybe_fault();
-  c.optimizer->save((tmp / "optimizer.safetensors").string(), meta);
+  save_optimizer_state((tmp / "optimizer.safetensors").string(), c.optimizer_state, c.optimizer_step, meta);
   write_file_atomic((tmp / "trainer_state.json").string(), c.trainer_state.dump(1));
   if (!c.tokenizer_dir.empty()) {
     fs::create_directories(tmp / "tokenizer", ec);

@@ -19,9 +19,10 @@
 namespace myriad {
 
 struct CheckpointContents {
-  std::string config_json;  // the model config file's bytes
-  const ModelWeights* weights = nullptr;
-  const AdamW* optimizer = nullptr;
+  std::string config_json;       // the model config file's bytes
+  NamedTensors weights;          // every tensor of the model (gathered from the ranks under expert parallelism)
+  NamedTensors optimizer_state;  // AdamW::state_tensors() of every trainable tensor, likewise
+  int64_t optimizer_step = 0;
   nlohmann::json trainer_state;
   std::string tokenizer_dir;  // copied in when not empty
 };

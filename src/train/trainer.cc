@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "dist/expert_gather.h"
+#include "dist/routing_sync.h"
 #include "io/checkpoint.h"
 #include "model/accounting.h"
 #include "model/balancing.h"
@@ -39,12 +41,29 @@ std::string format_eta(double s) {
 
 }  // namespace
 
+void validate_data_parallel_split(const TrainConfig& config, const ParallelDims& dims) {
+  const int64_t data_ranks = dims.data_ranks();
+  for (int64_t s = 0; s < int64_t(config.stages.size()); ++s)
+    MYRIAD_REQUIRE(config.sequences_per_step(s) % data_ranks == 0, kConfig, "stage ", s, " trains ",
+                   config.sequences_per_step(s), " sequences per step, which do not split evenly over the ", data_ranks,
+                   " data ranks of ", dims.str(), ": make sequences per step a multiple of dp x ep = ", data_ranks);
+}
+
 Trainer::Trainer(Transformer& model, TrainConfig config, BatchSource& data, TrainerOptions options)
     : model_(model),
       cfg_(std::move(config)),
       data_(data),
       opt_(std::move(options)),
       adamw_(model.config(), model.weights(), adamw_config(cfg_)) {
+  if (opt_.groups) {
+    groups_ = opt_.groups;
+  } else {
+    own_groups_ = make_process_groups(single_, ParallelDims{});
+    groups_ = &own_groups_;
+  }
+  validate_data_parallel_split(cfg_, groups_->dims);
+  sync_ = std::make_unique<GradientSync>(model.config(), model.weights(), *groups_);
+  if (!root()) return;
   std::error_code ec;
   std::filesystem::create_directories(opt_.run_dir, ec);
   MYRIAD_REQUIRE(!ec && ::access(opt_.run_dir.c_str(), W_OK) == 0, kIo, "cannot write to the run directory ",
@@ -68,10 +87,12 @@ void Trainer::resume(const std::string& dir) {
   tokens_seen_ = st.at("tokens_seen").get<int64_t>();
   data_.restore(st.at("data"));
   last_checkpoint_ = ck;
-  std::fprintf(stderr, "myriad train: resumed from %s at step %lld\n", ck.c_str(), static_cast<long long>(step_));
+  if (root())
+    std::fprintf(stderr, "myriad train: resumed from %s at step %lld\n", ck.c_str(), static_cast<long long>(step_));
 }
 
 void Trainer::log(const nlohmann::json& record) {
+  if (!root()) return;
   std::ofstream out(opt_.run_dir + "/metrics.jsonl", std::ios::app);
   // Generated samples may hold partial UTF-8 (a byte-fallback token cut mid-character): replace, never throw.
   out << record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
@@ -85,12 +106,24 @@ std::string Trainer::save(int64_t step) {
                        {"tokens_seen", tokens_seen_},
                        {"data", data_.state()},
                        {"train_config", train_config_to_json(cfg_)}};
-  CheckpointContents c{opt_.model_config_json, &model_.weights(), &adamw_, st, opt_.tokenizer_dir};
-  last_checkpoint_ = save_run_checkpoint(opt_.run_dir, step, c, cfg_.keep_checkpoints);
+  // Every rank takes part (the experts come to the root); the root writes.
+  NamedTensors weights;
+  for (const auto& [n, v] : model_.weights().all()) weights.emplace_back(n, v.value());
+  CheckpointContents c{opt_.model_config_json,
+                       gather_experts_to_root(model_.config(), weights, {""}, *groups_),
+                       gather_experts_to_root(model_.config(), adamw_.state_tensors(), {"m.", "v."}, *groups_),
+                       adamw_.steps(),
+                       st,
+                       opt_.tokenizer_dir};
+  if (root()) last_checkpoint_ = save_run_checkpoint(opt_.run_dir, step, c, cfg_.keep_checkpoints);
   return last_checkpoint_;
 }
 
 nlohmann::json Trainer::evaluate(int64_t seq_len) {
+  // Every rank sees the same validation batches. Without expert parallelism the root alone evaluates (the
+  // others go on to the next step's collectives and wait there); with it every rank of the ep group must run
+  // the same forwards (their all-to-alls), so all do and the root reports.
+  if (!root() && groups_->dims.ep == 1) return nlohmann::json::object();
   ag::NoGradGuard no_grad;
   double nats = 0, targets = 0, bytes = 0;
   ForwardOptions fo;
@@ -109,7 +142,7 @@ nlohmann::json Trainer::evaluate(int64_t seq_len) {
     e["val_loss"] = nats / targets;
     if (bytes > 0) e["val_bpb"] = nats / std::log(2.0) / bytes;
   }
-  if (opt_.evaluate_tasks) {
+  if (opt_.evaluate_tasks && root()) {
     nlohmann::json t = opt_.evaluate_tasks(model_);
     if (t.contains("tasks")) e["tasks"] = t["tasks"];
     if (t.contains("samples"))
@@ -123,11 +156,14 @@ nlohmann::json Trainer::evaluate(int64_t seq_len) {
   return e;
 }
 
-void Trainer::balance(const std::vector<RoutingStats>& routing) {
-  // DESIGN 1.6: the bias is estimated on this step's batch and applied to the next. Only the selection moves;
-  // the mixture weights never see b. (aux_loss balancing acts through the loss, in run(): nothing to do here.)
+void Trainer::balance(const std::vector<RoutingStats>& routing, const std::vector<int64_t>& total_tokens) {
+  // DESIGN 1.6: the bias is estimated on this step's batch (every rank's tokens: dist/routing_sync.h) and
+  // applied to the next. Only the selection moves; the mixture weights never see b. (aux_loss balancing acts
+  // through the loss, in run(): nothing to do here.) Every rank computes the same new b.
   const ModelConfig& c = model_.config();
-  for (const RoutingStats& r : routing) {
+  Communicator& data = *groups_->data_group;
+  for (size_t l = 0; l < routing.size(); ++l) {
+    const RoutingStats& r = routing[l];
     const std::string name =
         "model.layers." + std::to_string(r.layer) + ".block_sparse_moe.gate.e_score_correction_bias";
     if (!model_.weights().contains(name)) continue;  // greedy top-k: no bias
@@ -135,21 +171,22 @@ void Trainer::balance(const std::vector<RoutingStats>& routing) {
     float* b = bias.data<float>();
     const int64_t E = c.num_experts;
     if (c.balancing == Balancing::kQuantile) {
-      const int64_t m = r.scores.size(0);
+      const int64_t m = total_tokens[l];
       if (m * c.num_experts_per_token < E) continue;  // too few copies for a quantile per expert
-      const std::vector<float> nb = qb_estimate_bias(r.scores.data<float>(), b, m, E, c.num_experts_per_token);
-      if (std::getenv("MYRIAD_DEBUG_QB")) {
+      const std::vector<float> nb = qb_estimate_bias_across(data, r.scores, b, c.num_experts_per_token, m);
+      if (std::getenv("MYRIAD_DEBUG_QB") && root()) {  // on this rank's tokens
+        const int64_t ml = r.scores.size(0);
         auto viol = [&](const float* bb) {
           std::vector<int64_t> load(size_t(E), 0);
           std::vector<float> row(static_cast<size_t>(E));
           std::vector<int32_t> idx(size_t(c.num_experts_per_token));
           std::vector<float> val(size_t(c.num_experts_per_token));
-          for (int64_t t = 0; t < m; ++t) {
+          for (int64_t t = 0; t < ml; ++t) {
             for (int64_t e = 0; e < E; ++e) row[size_t(e)] = r.scores.data<float>()[t * E + e] + bb[e];
             ops::topk(Device::kCPU, idx.data(), val.data(), row.data(), 1, E, c.num_experts_per_token);
             for (int32_t i : idx) ++load[size_t(i)];
           }
-          const double mean = double(m * c.num_experts_per_token) / double(E);
+          const double mean = double(ml * c.num_experts_per_token) / double(E);
           return double(*std::max_element(load.begin(), load.end())) / mean - 1.0;
         };
         std::fprintf(stderr, "qb layer %lld: violation %.2f with b, %.2f with the new b on the same batch\n",
@@ -165,7 +202,10 @@ void Trainer::balance(const std::vector<RoutingStats>& routing) {
 TrainSummary Trainer::run() {
   const ModelConfig& mc = model_.config();
   const ModelAccounting acc = account_model(mc);
-  sgemm_gflops_ = measure_sgemm(2048, 1.0).gflops;  // the MFU denominator, measured in this run
+  // The MFU denominator, measured in this run: every rank at once (they share the machine's cores here, or
+  // each has its own), summed.
+  groups_->world->barrier();
+  sgemm_gflops_ = groups_->world->all_reduce_value(measure_sgemm(2048, 1.0).gflops);
   const int64_t total = cfg_.total_steps();
   const int64_t end = opt_.stop_after_step >= 0 ? std::min(total, opt_.stop_after_step) : total;
   TrainSummary sum;
@@ -177,7 +217,7 @@ TrainSummary Trainer::run() {
     // The untrained model's scores, so a user sees what training changed.
     nlohmann::json e = evaluate(cfg_.stages[0].seq_len);
     log(e);
-    if (!opt_.quiet) {
+    if (!opt_.quiet && root()) {
       std::fprintf(stderr, "before training: val loss %.4f, %.3f bits/byte", e.value("val_loss", 0.0),
                    e.value("val_bpb", 0.0));
       if (e.contains("tasks"))
@@ -198,7 +238,7 @@ TrainSummary Trainer::run() {
       save(step_);
       stage = s;
       log({{"type", "stage"}, {"step", step_}, {"stage", s}, {"seq_len", cfg_.stages[size_t(s)].seq_len}});
-      if (!opt_.quiet)
+      if (!opt_.quiet && root())
         std::fprintf(stderr, "%smyriad train: stage %lld: sequence length %lld (checkpoint saved)\n", tty ? "\n" : "",
                      static_cast<long long>(s), static_cast<long long>(cfg_.stages[size_t(s)].seq_len));
     }
@@ -206,12 +246,17 @@ TrainSummary Trainer::run() {
     fo.step = step_;  // the capacity-factor schedule
     const int64_t n_seq = cfg_.sequences_per_step(s);
     const auto t0 = std::chrono::steady_clock::now();
+    const double sync_before = sync_->seconds();
     model_.weights().zero_grad();
     double loss_sum = 0, aux_sum = 0;
     bool finite = true;
     std::vector<RoutingStats> routing;
+    // This rank's block of the step's sequences; every rank reads them all, in order (the data state is global).
+    const int64_t per_rank = n_seq / groups_->dims.data_ranks();
+    const int64_t first = groups_->data_rank * per_rank;
     for (int64_t i = 0; i < n_seq; ++i) {
       TrainBatch b = data_.next(T);
+      if (i < first || i >= first + per_rank) continue;
       ForwardResult r = model_.forward(b.tokens, b.targets, fo);
       const float loss = r.loss.value().data<float>()[0];
       finite = finite && std::isfinite(loss);
@@ -243,13 +288,29 @@ TrainSummary Trainer::run() {
         }
       }
     }
-    const double gnorm = adamw_.grad_norm(model_.weights());
+    // Over the ranks: the gradients (summed: each backward was seeded with 1 / the step's sequences), the
+    // losses, the skip decision (every rank skips together) and the routing statistics.
+    Communicator& world = *groups_->world;
+    double gnorm = 0;
+    if (world.size() > 1) {
+      sync_->all_reduce();
+      gnorm = sync_->grad_norm();
+      double sums[2] = {loss_sum, aux_sum};
+      world.all_reduce_f64(sums, 2, ReduceOp::kSum);
+      loss_sum = sums[0];
+      aux_sum = sums[1];
+      finite = world.all_reduce_value<int32_t>(finite ? 1 : 0, ReduceOp::kMin) == 1;
+    } else {
+      gnorm = adamw_.grad_norm(model_.weights());
+    }
+    std::vector<int64_t> routed_tokens(routing.size());
+    for (size_t j = 0; j < routing.size(); ++j) routed_tokens[j] = all_reduce_routing(*groups_->data_group, routing[j]);
     const double lr = cfg_.lr_at(step_);
     finite = finite && std::isfinite(gnorm);
     if (finite) {
       const float clip_scale = cfg_.clip > 0 && gnorm > cfg_.clip ? float(cfg_.clip / gnorm) : 1.0f;
       adamw_.step(model_.weights(), float(lr), clip_scale);
-      balance(routing);
+      balance(routing, routed_tokens);
       consecutive_skips_ = 0;
     } else {
       ++skipped_total_;
@@ -276,11 +337,13 @@ TrainSummary Trainer::run() {
                           {"skipped", skipped_total_},
                           {"time_s", seconds_since(t_start)}};
     if (mc.balancing == Balancing::kAuxLoss) rec["aux_loss"] = aux_sum / double(n_seq);
+    if (world.size() > 1) rec["grad_sync_s"] = sync_->seconds() - sync_before;
     if (!routing.empty()) {
       nlohmann::json moe = nlohmann::json::array();
-      for (const RoutingStats& r : routing) {
+      for (size_t j = 0; j < routing.size(); ++j) {
+        const RoutingStats& r = routing[j];
         const RoutingStatsSummary sm =
-            summarize_routing(r.load, r.scores, model_.config().num_experts_per_token, r.dropped);
+            summarize_routing_across(*groups_->data_group, r, model_.config().num_experts_per_token, routed_tokens[j]);
         moe.push_back({{"layer", r.layer},
                        {"max_violation", sm.max_violation},
                        {"dropped_fraction", sm.dropped_fraction},
@@ -300,7 +363,7 @@ TrainSummary Trainer::run() {
                   last_checkpoint_.empty() ? std::string("(none yet)") : last_checkpoint_,
                   ". Lower the learning rate or check the data.");
     }
-    if (!opt_.quiet && (step_ % cfg_.log_every == 0 || step_ == end)) {
+    if (!opt_.quiet && root() && (step_ % cfg_.log_every == 0 || step_ == end)) {
       const double avg_tps = window_tokens / std::max(window_time, 1e-9);
       double remaining_tokens = 0;
       for (int64_t k = step_; k < end; ++k)
@@ -320,7 +383,7 @@ TrainSummary Trainer::run() {
       log(e);
       sum.last_val_loss = e.value("val_loss", 0.0);
       sum.last_val_bpb = e.value("val_bpb", 0.0);
-      if (!opt_.quiet) {
+      if (!opt_.quiet && root()) {
         std::fprintf(stderr, "%seval at step %lld: val loss %.4f, %.3f bits/byte", tty ? "\n" : "",
                      static_cast<long long>(step_), sum.last_val_loss, sum.last_val_bpb);
         if (e.contains("tasks"))
@@ -331,7 +394,7 @@ TrainSummary Trainer::run() {
     }
     if (step_ % cfg_.checkpoint_every == 0 || step_ == end) save(step_);
   }
-  if (tty && !opt_.quiet) std::fprintf(stderr, "\n");
+  if (tty && !opt_.quiet && root()) std::fprintf(stderr, "\n");
   sum.steps = step_;
   sum.skipped = skipped_total_;
   sum.tokens_per_s = window_tokens / std::max(window_time, 1e-9);
@@ -340,6 +403,9 @@ TrainSummary Trainer::run() {
           .total() *
       sum.tokens_per_s / (sgemm_gflops_ * 1e9);
   sum.last_checkpoint = last_checkpoint_;
+  sum.root = root();
+  sum.grad_sync_s = sync_->seconds();
+  sum.train_time_s = window_time;
   return sum;
 }
 

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "dist/gradient_sync.h"
+#include "dist/parallel_dims.h"
 #include "model/transformer.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
@@ -40,8 +42,14 @@ struct TrainerOptions {
   std::string tokenizer_dir;      // copied into checkpoints when set
   int64_t stop_after_step = -1;   // end early (after this many steps in total) — tests, quick checks
   bool quiet = false;             // no progress line
-  // Task evaluation (returns {"tasks": {...}, "samples": [...]}); optional.
+  // Task evaluation (returns {"tasks": {...}, "samples": [...]}); optional. Run on the root only.
   std::function<nlohmann::json(const Transformer&)> evaluate_tasks;
+  // The parallel layout (dist/parallel_dims.h); null: this process alone. Under data parallelism every data
+  // rank reads the whole step's sequences in order and trains on its block of them (so the data position,
+  // saved in checkpoints, is global); gradients, losses, the skip decision and the routing statistics are
+  // reduced over the ranks; the root alone logs, prints and writes checkpoints (gathering the experts under
+  // expert parallelism). The model must hold this rank's shard and its MoE dispatcher (train/run.cc).
+  ProcessGroups* groups = nullptr;
 };
 
 struct TrainSummary {
@@ -54,7 +62,14 @@ struct TrainSummary {
   double mfu = 0;
   double sgemm_gflops = 0;
   std::string last_checkpoint;
+  bool root = true;         // this process writes and reports (rank 0, or the only one)
+  double grad_sync_s = 0;   // time spent reducing gradients over the ranks (0 in one process)
+  double train_time_s = 0;  // time in training steps (the denominator of the share above)
 };
+
+// Every stage's sequences per step must split evenly over the data ranks (dp x ep): one kConfig error naming
+// the stage and the numbers.
+void validate_data_parallel_split(const TrainConfig& config, const ParallelDims& dims);
 
 class Trainer {
  public:
@@ -65,7 +80,7 @@ class Trainer {
 
  private:
   nlohmann::json evaluate(int64_t seq_len);
-  void balance(const std::vector<RoutingStats>& routing);
+  void balance(const std::vector<RoutingStats>& routing, const std::vector<int64_t>& total_tokens);
   void log(const nlohmann::json& record);
   std::string save(int64_t step);
 
@@ -80,6 +95,11 @@ class Trainer {
   int64_t tokens_seen_ = 0;
   double sgemm_gflops_ = 0;
   std::string last_checkpoint_;
+  SingleCommunicator single_;
+  ProcessGroups own_groups_;  // the one-process layout when options.groups is null
+  ProcessGroups* groups_ = nullptr;
+  std::unique_ptr<GradientSync> sync_;
+  bool root() const { return groups_->is_root(); }
 };
 
 }  // namespace myriad
