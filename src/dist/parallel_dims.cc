@@ -1,5 +1,7 @@
 #include "dist/parallel_dims.h"
 
+#include <climits>
+#include <exception>
 #include <functional>
 #include <vector>
 
@@ -53,6 +55,20 @@ void require_same_on_all_ranks(Communicator& world, const std::string& what, con
   for (int p = 1; p < world.size(); ++p)
     MYRIAD_REQUIRE(all[size_t(p)] == all[0], kConfig, "rank ", p, " has a different ", what,
                    " from rank 0: every rank of a job must run the same ", what);
+}
+
+void check_on_all_ranks(Communicator& world, const std::function<void()>& check) {
+  std::exception_ptr error;
+  try {
+    check();
+  } catch (const Error&) {
+    error = std::current_exception();
+  }
+  const int32_t first = world.all_reduce_value<int32_t>(error ? world.rank() : INT32_MAX, ReduceOp::kMin);
+  if (first == INT32_MAX) return;
+  if (world.rank() == first) std::rethrow_exception(error);
+  world.barrier();  // rank `first` never comes: it reports and ends the job, this rank with it
+  throw_error(ErrorKind::kValue, "rank ", first, " failed a check");  // not reached under MPI
 }
 
 }  // namespace myriad

@@ -11,6 +11,7 @@
 // data (same s: different sequences; the statistics of a step), world (dense gradients, the skip decision).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -48,5 +49,10 @@ ProcessGroups make_process_groups(Communicator& world, const ParallelDims& dims)
 // Refuses a job whose ranks disagree on `what` (a config's bytes, the code version): the hash of every rank's
 // text is all-gathered and compared; the error names the first rank that differs from rank 0.
 void require_same_on_all_ranks(Communicator& world, const std::string& what, const std::string& text);
+
+// Runs `check` on every rank (it may make collectives whose outcome is the same on all ranks). If it throws on
+// any rank, the lowest such rank rethrows its error (the CLI prints it and ends the job) and the others wait to
+// be ended: one message for the job, not one per rank. Returns normally when no rank failed.
+void check_on_all_ranks(Communicator& world, const std::function<void()>& check);
 
 }  // namespace myriad

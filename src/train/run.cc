@@ -98,12 +98,14 @@ PreparedRun prepare_run(const RunRequest& req, const ModelConfig& mc, Tokenizer&
   if (resuming) validate_checkpoint_against_config(Checkpoint::open(latest_checkpoint(req.resume)), mc);
   // Training config.
   TrainConfig tc;
+  // Precedence: --train-config; when resuming, the run's own train.json (the ladder it was started with: its
+  // learning-rate schedule and stages); <config>.train.json beside the model config; the built-in ladder.
   std::string tc_path = req.train_config_path;
+  if (resuming && tc_path.empty() && fs::exists(out + "/train.json")) tc_path = out + "/train.json";
   if (tc_path.empty()) {
     const std::string beside = fs::path(config_path).replace_extension("").string() + ".train.json";
     if (fs::exists(beside)) tc_path = beside;
   }
-  if (resuming && tc_path.empty() && fs::exists(out + "/train.json")) tc_path = out + "/train.json";
   tc = tc_path.empty() ? default_train_config(mc) : load_train_config(tc_path, mc);
   if (req.seed) tc.seed = *req.seed;
   if (req.gradient_checkpointing) tc.gradient_checkpointing = *req.gradient_checkpointing;
@@ -173,7 +175,7 @@ TrainSummary run_training(const RunRequest& req) {
   const ParallelDims& dims = req.parallel;
   SingleCommunicator single;
   Communicator& world = dims.distributed() || launched_by_mpirun() ? mpi_world() : single;
-  validate_parallel_dims(dims, world.size(), mc);
+  check_on_all_ranks(world, [&] { validate_parallel_dims(dims, world.size(), mc); });
   ProcessGroups groups = make_process_groups(world, dims);
   // Ranks sharing a machine share its cores: each takes its part unless MYRIAD_THREADS says otherwise.
   if (world.size() > 1 && !std::getenv("MYRIAD_THREADS")) {
@@ -181,12 +183,14 @@ TrainSummary run_training(const RunRequest& req) {
     const int per_machine = local ? std::max(1, std::atoi(local)) : 1;
     set_num_threads(std::max(1, int(std::thread::hardware_concurrency()) / per_machine));
   }
-  if (world.size() > 1) {
-    require_same_on_all_ranks(world, "myriad executable", read_file("/proc/self/exe"));
-    require_same_on_all_ranks(world, "model config",
-                              read_file(fs::is_directory(req.model_config_path) ? req.model_config_path + "/config.json"
-                                                                                : req.model_config_path));
-  }
+  if (world.size() > 1)
+    check_on_all_ranks(world, [&] {
+      require_same_on_all_ranks(world, "myriad executable", read_file("/proc/self/exe"));
+      require_same_on_all_ranks(
+          world, "model config",
+          read_file(fs::is_directory(req.model_config_path) ? req.model_config_path + "/config.json"
+                                                            : req.model_config_path));
+    });
   // Rank 0 prepares; the others learn whether it succeeded (its error is the one printed) and then read
   // the training config, tokenizer and shards it wrote.
   Tokenizer tok;
@@ -202,7 +206,7 @@ TrainSummary run_training(const RunRequest& req) {
     }
   }
   world.broadcast(&ok, 1, DType::kI32, 0);
-  MYRIAD_REQUIRE(ok == 1, kIo, "rank 0 could not set up the run (its error says why)");
+  if (ok != 1) mpi_abort(1);  // rank 0 failed (and says why): end the job without a second message per rank
   if (!groups.is_root()) {
     const std::string out = req.out_dir;
     run.tc = load_train_config(out + "/train.json", mc);
