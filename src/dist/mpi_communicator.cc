@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "dist/watchdog.h"
 
 namespace myriad {
 
@@ -92,6 +93,7 @@ class MpiCommunicator final : public Communicator {
   Device device() const override { return Device::kCPU; }
 
   void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) override {
+    const CollectiveWatch watch("all_reduce");
     check_reducible("all_reduce", dtype);
     const int64_t esz = collective_bytes(dtype, 1);
     for (int64_t at = 0; at < count; at += kPiece) {
@@ -101,21 +103,25 @@ class MpiCommunicator final : public Communicator {
     }
   }
   void all_reduce_f64(double* buf, int64_t count, ReduceOp op) override {
+    const CollectiveWatch watch("all_reduce_f64");
     for (int64_t at = 0; at < count; at += kPiece)
       check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf + at, int(std::min(kPiece, count - at)), MPI_DOUBLE, mpi_op(op), comm_),
                 "all_reduce (f64)");
   }
   void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override {
+    const CollectiveWatch watch("reduce_scatter");
     check_reducible("reduce_scatter", dtype);
     check_mpi(
         MPI_Reduce_scatter_block(send, recv, int_count(count, "reduce_scatter"), mpi_type(dtype), mpi_op(op), comm_),
         "reduce_scatter");
   }
   void all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
+    const CollectiveWatch watch("all_gather");
     const int n = int_count(count, "all_gather");
     check_mpi(MPI_Allgather(send, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_), "all_gather");
   }
   void all_gather_v(const void* send, void* recv, std::span<const int64_t> counts, DType dtype) override {
+    const CollectiveWatch watch("all_gather_v");
     MYRIAD_REQUIRE(int(counts.size()) == size_, kValue, "all_gather_v: ", counts.size(), " counts for ", size_,
                    " ranks");
     std::vector<int> c(static_cast<size_t>(size_)), d(static_cast<size_t>(size_));
@@ -130,6 +136,7 @@ class MpiCommunicator final : public Communicator {
   }
   void all_to_all_v(const void* send, std::span<const int64_t> send_counts, void* recv,
                     std::span<const int64_t> recv_counts, DType dtype) override {
+    const CollectiveWatch watch("all_to_all_v");
     MYRIAD_REQUIRE(int(send_counts.size()) == size_ && int(recv_counts.size()) == size_, kValue,
                    "all_to_all_v: ", send_counts.size(), " send and ", recv_counts.size(), " receive counts for ",
                    size_, " ranks");
@@ -148,6 +155,7 @@ class MpiCommunicator final : public Communicator {
     check_mpi(MPI_Alltoallv(send, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, comm_), "all_to_all_v");
   }
   void broadcast(void* buf, int64_t count, DType dtype, int root) override {
+    const CollectiveWatch watch("broadcast");
     MYRIAD_REQUIRE(root >= 0 && root < size_, kValue, "broadcast: root ", root, " of ", size_, " ranks");
     const int64_t esz = collective_bytes(dtype, 1);
     for (int64_t at = 0; at < count; at += kPiece) {
@@ -155,8 +163,12 @@ class MpiCommunicator final : public Communicator {
       check_mpi(MPI_Bcast(static_cast<char*>(buf) + at * esz, n, mpi_type(dtype), root, comm_), "broadcast");
     }
   }
-  void barrier() override { check_mpi(MPI_Barrier(comm_), "barrier"); }
+  void barrier() override {
+    const CollectiveWatch watch("barrier");
+    check_mpi(MPI_Barrier(comm_), "barrier");
+  }
   std::unique_ptr<Communicator> split(int color, int key) const override {
+    const CollectiveWatch watch("comm_split");
     MPI_Comm sub;
     check_mpi(MPI_Comm_split(comm_, color, key, &sub), "comm_split");
     return std::make_unique<MpiCommunicator>(sub, true);

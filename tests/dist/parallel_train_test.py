@@ -21,8 +21,10 @@ one-process run of the same data:
        turns a 1e-7 relative difference of its gradient into a larger one of its update; measured <= 4e-5).
   2. Resharding: 10 steps on 2 ranks (ep 2), resumed to 15 on 4 (dp 2 x ep 2), resumed to 20 on 1: steps 11-20 as
      in the uninterrupted one-process run, by the same rule.
-  3. Faults: a rank killed (SIGKILL) mid-run ends the job with OpenMPI's message naming the rank in under 60 s;
-     ranks started with different model configs are refused at start with one message naming the rank.
+  3. Faults: a rank killed (SIGKILL) mid-run ends the job with OpenMPI's message naming the rank in under 60 s; a
+     rank stopped (SIGSTOP) mid-run: rank 0's collective watchdog (MYRIAD_COLLECTIVE_TIMEOUT_S=5 here) ends the
+     job in under 60 s with its message; ranks started with different model configs are refused at start with one
+     message naming the rank.
   4. Bad layouts: --ep 3 on 3 ranks (does not divide 8 experts) and --dp 3 on 2 ranks: one error each, nothing
      written.
 """
@@ -136,6 +138,28 @@ def compare_weights(name, want_dir, got_dir):
           f"{where})")
 
 
+def find_rank(p, run_dir, rank):
+    """The pid of rank `rank` of the job p training into run_dir, once it has logged 3 steps (None if it ends)."""
+    deadline = time.time() + 120
+    while time.time() < deadline and p.poll() is None:
+        time.sleep(0.5)
+        if not os.path.exists(f"{run_dir}/metrics.jsonl") or len(steps(run_dir)) < 3:
+            continue
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().split(b"\0")
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    environ = f.read().split(b"\0")
+            except OSError:
+                continue
+            if run_dir.encode() in cmd and f"OMPI_COMM_WORLD_RANK={rank}".encode() in environ:
+                return int(pid)
+    return None
+
+
 def main():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
@@ -193,24 +217,7 @@ def main():
     d = f"{WORK}/killed"
     p = subprocess.Popen(MPIRUN + ["-np", "2"] + train_args(d, t300, ["--dp", "2"]), stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True, env=env())
-    victim = None
-    deadline = time.time() + 120
-    while victim is None and time.time() < deadline and p.poll() is None:
-        time.sleep(0.5)
-        if not os.path.exists(f"{d}/metrics.jsonl") or len(steps(d)) < 3:
-            continue
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    cmd = f.read().split(b"\0")
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    environ = f.read().split(b"\0")
-            except OSError:
-                continue
-            if d.encode() in cmd and b"OMPI_COMM_WORLD_RANK=1" in environ:
-                victim = int(pid)
+    victim = find_rank(p, d, 1)
     check(victim is not None, "killed rank: found rank 1 of a running job")
     if victim is not None:
         os.kill(victim, signal.SIGKILL)
@@ -227,7 +234,32 @@ def main():
         p.kill()
         p.wait()
 
-    # 3b. Different model configs across ranks.
+    # 3b. A rank that stops responding (SIGSTOP): the others' collective watchdog ends the job.
+    d = f"{WORK}/stopped"
+    e = env()
+    e["MYRIAD_COLLECTIVE_TIMEOUT_S"] = "5"
+    p = subprocess.Popen(MPIRUN + ["-np", "2"] + train_args(d, t300, ["--dp", "2"]), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, env=e)
+    victim = find_rank(p, d, 1)
+    check(victim is not None, "stopped rank: found rank 1 of a running job")
+    if victim is not None:
+        os.kill(victim, signal.SIGSTOP)
+        t0 = time.time()
+        try:
+            out, _ = p.communicate(timeout=60)
+            took = time.time() - t0
+            check(p.returncode != 0 and "(rank 0): waited" in out and "stopped responding" in out,
+                  f"stopped rank: rank 0's watchdog ended the job in {took:.1f} s (< 60), exit {p.returncode}"
+                  + ("" if "stopped responding" in out else "\n" + out[-2000:]))
+        except subprocess.TimeoutExpired:
+            os.kill(victim, signal.SIGKILL)
+            p.kill()
+            check(False, "stopped rank: the job still ran 60 s after rank 1 stopped")
+    else:
+        p.kill()
+        p.wait()
+
+    # 3c. Different model configs across ranks.
     other = os.path.join(WORK, "other.json")
     with open(CONFIG) as f:
         c = json.load(f)
