@@ -3,11 +3,13 @@
 // `myriad bench model --config F [--seq T] [--seconds S] [--json FILE]`: the whole model (forward, forward +
 // backward), KDA chunkwise vs recurrent training, MoE scaling from 8 to 896 experts, and where the time goes,
 // beside the sgemm ceiling of the same run (src/bench/model_bench.h).
+// `mpirun -np N myriad bench dist`: the expert-parallel all-to-all against MPI_Alltoallv (src/bench/dist_bench.h).
 // Benchmarks, not tests: figures below target print "below" and the exit status stays 0. The measuring code
 // lives in src/bench/.
 #include <cstdio>
 #include <string>
 
+#include "bench/dist_bench.h"
 #include "bench/model_bench.h"
 #include "bench/op_bench.h"
 #include "bench/report.h"
@@ -15,6 +17,7 @@
 #include "cli.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "dist/mpi_communicator.h"
 #include "model/config.h"
 #include "ops/machine_limits.h"
 #include "quant/quant.h"
@@ -162,12 +165,55 @@ int run_serve(const myriad::cli::Args& args) {
   return 0;
 }
 
+int run_dist(const myriad::cli::Args& args) {
+  using namespace myriad;
+  using namespace myriad::bench;
+  const long seconds = args.get_int("seconds", 10, 1, 3600);
+  MYRIAD_REQUIRE(launched_by_mpirun(), kValue,
+                 "bench dist: start it under mpirun, e.g. scripts/mpirun.sh -np 2 myriad bench dist");
+  Communicator& world = mpi_world();
+  const std::vector<DistBenchRow> rows = run_dist_bench(world, double(seconds));
+  if (world.rank() != 0) return 0;
+  std::printf("myriad bench dist: %d ranks, %d threads each; each figure the best repeat of the slowest rank\n\n",
+              world.size(), num_threads());
+  std::printf("%-17s %-34s %10s %10s %10s %9s %7s\n", "what", "shape", "MB/rank", "ours ms", "base ms", "ours GB/s",
+              "ratio");
+  int met = 0, targeted = 0;
+  for (const DistBenchRow& r : rows) {
+    targeted += r.targeted;
+    met += r.targeted && r.pass();
+    std::printf("%-17s %-34s %10.2f %10.3f %10.3f %9.2f %6.2fx%s\n", r.what.c_str(), r.shape.c_str(),
+                r.bytes_per_rank / 1e6, r.ours_s * 1e3, r.mpi_s * 1e3, r.bytes_per_rank / r.ours_s / 1e9, r.ratio(),
+                !r.targeted ? "  (vs 2 raw all-to-alls)"
+                : r.pass()  ? ""
+                            : "  below target");
+  }
+  std::printf("\n%d of %d all-to-all rows within 10%% of MPI_Alltoallv on the same buffers\n", met, targeted);
+  if (const auto json_path = args.get("json")) {
+    nlohmann::ordered_json j;
+    j["bench"] = "dist";
+    j["ranks"] = world.size();
+    for (const DistBenchRow& r : rows)
+      j["rows"].push_back({{"what", r.what},
+                           {"shape", r.shape},
+                           {"bytes_per_rank", r.bytes_per_rank},
+                           {"ours_s", r.ours_s},
+                           {"baseline_s", r.mpi_s},
+                           {"ratio", r.ratio()},
+                           {"targeted", r.targeted}});
+    write_text_file(*json_path, j.dump(2) + "\n");
+    std::printf("wrote %s\n", json_path->c_str());
+  }
+  return 0;
+}
+
 int run_bench(const myriad::cli::Args& args) {
   const auto& pos = args.positional();
-  MYRIAD_REQUIRE(pos.size() == 1 && (pos[0] == "ops" || pos[0] == "model" || pos[0] == "serve"), kValue,
-                 "bench: expected one benchmark name (ops, model or serve), got ",
+  MYRIAD_REQUIRE(pos.size() == 1 && (pos[0] == "ops" || pos[0] == "model" || pos[0] == "serve" || pos[0] == "dist"),
+                 kValue, "bench: expected one benchmark name (ops, model, serve or dist), got ",
                  pos.empty() ? std::string("none") : "'" + pos[0] + "'" + (pos.size() > 1 ? " and more" : ""));
   if (pos[0] == "serve") return run_serve(args);
+  if (pos[0] == "dist") return run_dist(args);
   return pos[0] == "ops" ? run_ops(args) : run_model(args);
 }
 
@@ -176,7 +222,8 @@ int run_bench(const myriad::cli::Args& args) {
 MYRIAD_COMMAND("bench", "benchmark the CPU kernels or a whole model against this machine's sgemm and memory ceilings",
                "myriad bench ops [--seconds S] [--json FILE]\n"
                "       myriad bench model --config FILE [--seq T] [--seconds S] [--json FILE]\n"
-               "       myriad bench serve (--model DIR | --config FILE) [--formats LIST] [--seconds S] [--json FILE]",
+               "       myriad bench serve (--model DIR | --config FILE) [--formats LIST] [--seconds S] [--json FILE]\n"
+               "       mpirun -np N myriad bench dist [--seconds S] [--json FILE]   (scripts/mpirun.sh here)",
                {{"seconds", "S",
                  "seconds of timed repeats, all rows together (ops: default 20, about 30 s in all; model: default 40, "
                  "about 65 s in all for configs/small.json on 2 cores)"},

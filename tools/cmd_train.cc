@@ -34,8 +34,10 @@ int run_train(const myriad::cli::Args& args) {
       (long long)s.steps, (long long)s.skipped, s.last_loss, s.last_val_loss, s.last_val_bpb, s.tokens_per_s,
       100.0 * s.mfu, s.sgemm_gflops, r.out_dir.c_str(), s.last_checkpoint.c_str());
   if (r.parallel.distributed())
-    std::printf("parallel: %s; gradient all-reduce %.2f s of %.2f s in steps (%.1f%%)\n", r.parallel.str().c_str(),
-                s.grad_sync_s, s.train_time_s, 100.0 * s.grad_sync_s / std::max(s.train_time_s, 1e-9));
+    std::printf(
+        "parallel: %s; of %.2f s in steps, gradient all-reduce %.2f s (%.1f%%), expert all-to-all %.2f s (%.1f%%)\n",
+        r.parallel.str().c_str(), s.train_time_s, s.grad_sync_s, 100.0 * s.grad_sync_s / std::max(s.train_time_s, 1e-9),
+        s.expert_exchange_s, 100.0 * s.expert_exchange_s / std::max(s.train_time_s, 1e-9));
   return 0;
 }
 

@@ -1,11 +1,29 @@
 #include "dist/expert_parallel.h"
 
+#include <chrono>
 #include <numeric>
 
 #include "autograd/functions.h"
 #include "core/error.h"
 
 namespace myriad {
+
+namespace {
+
+// Seconds this process has spent in the expert all-to-alls (rows both ways, counts): the trainer reports them.
+double g_exchange_seconds = 0;
+struct ExchangeTimer {
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~ExchangeTimer() {
+    g_exchange_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
+}  // namespace
+
+double expert_exchange_seconds() {
+  return g_exchange_seconds;
+}
 
 ag::Var all_to_all_rows(const ag::Var& x, std::span<const int64_t> send_rows, std::span<const int64_t> recv_rows,
                         Communicator& comm) {
@@ -21,7 +39,10 @@ ag::Var all_to_all_rows(const ag::Var& x, std::span<const int64_t> send_rows, st
   for (size_t p = 0; p < recv_rows.size(); ++p) recv_elems[p] = recv_rows[p] * N;
   const Tensor xc = x.value().contiguous();
   Tensor y = Tensor::empty({received, N});
-  comm.all_to_all_v(xc.raw_data(), send_elems, y.raw_data(), recv_elems, DType::kF32);
+  {
+    const ExchangeTimer timer;
+    comm.all_to_all_v(xc.raw_data(), send_elems, y.raw_data(), recv_elems, DType::kF32);
+  }
   const bool needs = ag::needs_grad({&x});
   ag::Var out(y, needs);
   if (needs) {
@@ -32,6 +53,7 @@ ag::Var all_to_all_rows(const ag::Var& x, std::span<const int64_t> send_rows, st
     ag::Tape::current().record("all_to_all_rows", {oi}, [x, oi, send_elems, recv_elems, &comm, sent, N]() mutable {
       Tensor dx = Tensor::empty({sent, N});
       const Tensor dy = oi->grad.contiguous();
+      const ExchangeTimer timer;
       comm.all_to_all_v(dy.raw_data(), recv_elems, dx.raw_data(), send_elems, DType::kF32);
       if (x.requires_grad()) {
         Tensor& g = x.grad_buffer();
@@ -70,7 +92,10 @@ ExpertBatch ExpertParallelDispatcher::dispatch(const ag::Var& z, const ExpertGro
   }
   std::vector<int64_t> received_counts(size_t(R * El));  // [source, local expert]
   const std::vector<int64_t> per_rank(static_cast<size_t>(R), El);
-  comm_.all_to_all_v(expert_counts.data(), per_rank, received_counts.data(), per_rank, DType::kI64);
+  {
+    const ExchangeTimer timer;
+    comm_.all_to_all_v(expert_counts.data(), per_rank, received_counts.data(), per_rank, DType::kI64);
+  }
   std::vector<int64_t> recv_rows(static_cast<size_t>(R), 0);
   for (int p = 0; p < R; ++p)
     for (int64_t j = 0; j < El; ++j) recv_rows[size_t(p)] += received_counts[size_t(p * El + j)];

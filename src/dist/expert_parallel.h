@@ -43,6 +43,10 @@ class ExpertParallelDispatcher final : public MoeDispatcher {
   Communicator& comm_;
 };
 
+// Seconds this process has spent in the expert-parallel all-to-alls so far (forward and backward; the waiting
+// for the slowest rank included): the communication share of an expert-parallel step.
+double expert_exchange_seconds();
+
 // Whether rank ep_rank of ep ranks holds a parameter: every one but the routed experts it does not own.
 std::function<bool(const ParamSpec&)> expert_shard_filter(const ModelConfig& config, int ep_rank, int ep);
 

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "dist/expert_gather.h"
+#include "dist/expert_parallel.h"
 #include "dist/routing_sync.h"
 #include "io/checkpoint.h"
 #include "model/accounting.h"
@@ -211,6 +212,7 @@ TrainSummary Trainer::run() {
   TrainSummary sum;
   sum.sgemm_gflops = sgemm_gflops_;
   const auto t_start = std::chrono::steady_clock::now();
+  const double exchange_at_start = expert_exchange_seconds();
   int64_t stage = step_ < total ? cfg_.stage_of(step_) : -1;
   if (step_ == 0) {
     log({{"type", "stage"}, {"step", 0}, {"stage", 0}, {"seq_len", cfg_.stages[0].seq_len}});
@@ -246,7 +248,7 @@ TrainSummary Trainer::run() {
     fo.step = step_;  // the capacity-factor schedule
     const int64_t n_seq = cfg_.sequences_per_step(s);
     const auto t0 = std::chrono::steady_clock::now();
-    const double sync_before = sync_->seconds();
+    const double sync_before = sync_->seconds(), exchange_before = expert_exchange_seconds();
     model_.weights().zero_grad();
     double loss_sum = 0, aux_sum = 0;
     bool finite = true;
@@ -338,6 +340,7 @@ TrainSummary Trainer::run() {
                           {"time_s", seconds_since(t_start)}};
     if (mc.balancing == Balancing::kAuxLoss) rec["aux_loss"] = aux_sum / double(n_seq);
     if (world.size() > 1) rec["grad_sync_s"] = sync_->seconds() - sync_before;
+    if (groups_->dims.ep > 1) rec["expert_exchange_s"] = expert_exchange_seconds() - exchange_before;
     if (!routing.empty()) {
       nlohmann::json moe = nlohmann::json::array();
       for (size_t j = 0; j < routing.size(); ++j) {
@@ -405,6 +408,7 @@ TrainSummary Trainer::run() {
   sum.last_checkpoint = last_checkpoint_;
   sum.root = root();
   sum.grad_sync_s = sync_->seconds();
+  sum.expert_exchange_s = expert_exchange_seconds() - exchange_at_start;
   sum.train_time_s = window_time;
   return sum;
 }

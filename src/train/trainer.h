@@ -62,9 +62,10 @@ struct TrainSummary {
   double mfu = 0;
   double sgemm_gflops = 0;
   std::string last_checkpoint;
-  bool root = true;         // this process writes and reports (rank 0, or the only one)
-  double grad_sync_s = 0;   // time spent reducing gradients over the ranks (0 in one process)
-  double train_time_s = 0;  // time in training steps (the denominator of the share above)
+  bool root = true;              // this process writes and reports (rank 0, or the only one)
+  double grad_sync_s = 0;        // time spent reducing gradients over the ranks (0 in one process)
+  double expert_exchange_s = 0;  // time in the expert-parallel all-to-alls (0 without --ep)
+  double train_time_s = 0;       // time in training steps (the denominator of the share above)
 };
 
 // Every stage's sequences per step must split evenly over the data ranks (dp x ep): one kConfig error naming
