@@ -27,6 +27,18 @@ AdamWConfig adamw_config(const TrainConfig& c) {
   return AdamWConfig{float(c.beta1), float(c.beta2), float(c.eps), float(c.weight_decay)};
 }
 
+// This process's resident memory now and at its peak (bytes), from /proc/self/status; 0 where unknown.
+std::pair<double, double> resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  double now = 0, peak = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) now = std::strtod(line.c_str() + 6, nullptr) * 1024.0;
+    if (line.rfind("VmHWM:", 0) == 0) peak = std::strtod(line.c_str() + 6, nullptr) * 1024.0;
+  }
+  return {now, peak};
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -231,6 +243,8 @@ TrainSummary Trainer::run() {
   ForwardOptions fo;
   fo.kda_chunk = cfg_.kda_chunk;
   fo.checkpoint_layers = cfg_.gradient_checkpointing;
+  const int64_t first_step = step_;
+  const double rss_before_steps = resident_bytes().first;
   const bool tty = ::isatty(fileno(stderr));
   double window_tokens = 0, window_time = 0;
   while (step_ < end) {
@@ -357,6 +371,26 @@ TrainSummary Trainer::run() {
       rec["moe"] = moe;
     }
     log(rec);
+    if (step_ == first_step + 1) {
+      // What this rank holds, counted from its tensors (the plan's cross-check: myriad plan --recipe myriad-cpu),
+      // and its resident memory before and after the first step (the difference: activations and temporaries).
+      double weights = 0, grads = 0;
+      for (const auto& [name, v] : model_.weights().all()) {
+        weights += double(v.value().numel()) * 4.0;
+        if (v.has_grad()) grads += double(v.grad().numel()) * 4.0;
+      }
+      double optimizer = 0;
+      for (const auto& [name, t] : adamw_.state_tensors()) optimizer += double(t.numel()) * 4.0;
+      const auto [rss_now, rss_peak] = resident_bytes();
+      log({{"type", "memory"},
+           {"step", step_},
+           {"rank", groups_->rank},
+           {"weights_bytes", weights},
+           {"gradients_bytes", grads},
+           {"optimizer_bytes", optimizer},
+           {"resident_before_steps_bytes", rss_before_steps},
+           {"resident_peak_bytes", rss_peak}});
+    }
     sum.last_loss = loss;
     if (!finite && consecutive_skips_ >= cfg_.max_consecutive_skips) {
       throw_error(ErrorKind::kValue, "training stopped: ", consecutive_skips_,

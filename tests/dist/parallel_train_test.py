@@ -25,7 +25,9 @@ one-process run of the same data:
      rank stopped (SIGSTOP) mid-run: rank 0's collective watchdog (MYRIAD_COLLECTIVE_TIMEOUT_S=5 here) ends the
      job in under 60 s with its message; ranks started with different model configs are refused at start with one
      message naming the rank.
-  4. Bad layouts: --ep 3 on 3 ranks (does not divide 8 experts) and --dp 3 on 2 ranks: one error each, nothing
+  4. The planner: `myriad plan --recipe myriad-cpu` for the 2-rank layouts gives the weights and optimizer bytes
+     rank 0 held (its metrics' memory record), and gradients within 1% (those of tensors the step reached).
+  5. Bad layouts: --ep 3 on 3 ranks (does not divide 8 experts) and --dp 3 on 2 ranks: one error each, nothing
      written.
 """
 import json
@@ -160,6 +162,32 @@ def find_rank(p, run_dir, rank):
     return None
 
 
+def cross_check_plan(name, run_dir, flags):
+    """myriad plan --recipe myriad-cpu for this layout against what rank 0 of the run held (its memory record)."""
+    dims = {"--dp": "1", "--ep": "1"}
+    dims.update(dict(zip(flags[::2], flags[1::2])))
+    rc, out, _ = run([MYRIAD, "plan", "--config", CONFIG, "--gpus", "2", "--dp", dims["--dp"], "--ep", dims["--ep"],
+                      "--recipe", "myriad-cpu", "--gpu", "cpu", "--mem-gb", "24", "--peak-tflops", "0.1",
+                      "--intra-gbs", "10", "--inter-gbs", "10", "--seq", "128", "--batch-tokens", "1024", "--json"])
+    check(rc == 0, f"{name}: myriad plan for the layout" + ("" if rc == 0 else "\n" + out[-2000:]))
+    if rc != 0:
+        return
+    plan = json.loads(out)["chosen"]["memory_bytes"]
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        mem = [json.loads(line) for line in f if '"memory"' in line][0]
+    check(mem["weights_bytes"] == plan["weights"] and mem["optimizer_bytes"] == plan["optimizer"],
+          f"{name}: the plan's weights and optimizer bytes per rank equal what rank 0 held "
+          f"({plan['weights']:.0f} and {plan['optimizer']:.0f} B)")
+    # Gradients are allocated on first use: a tensor whose gradient is structurally zero has none (layer 0's
+    # attention AttnRes query and its norm: a softmax over the one source there is constant), nor would an expert
+    # no token chose.
+    check(0.99 * plan["gradients"] <= mem["gradients_bytes"] <= plan["gradients"],
+          f"{name}: gradients held {mem['gradients_bytes']:.0f} B, the plan {plan['gradients']:.0f} B")
+    grew = mem["resident_peak_bytes"] - mem["resident_before_steps_bytes"]
+    print(f"info {name}: resident memory grew {grew / 1e6:.1f} MB over the first step; the plan's activation floor "
+          f"{plan['activations_full'] / 1e6:.1f} MB and gradients {plan['gradients'] / 1e6:.1f} MB", flush=True)
+
+
 def main():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
@@ -194,6 +222,8 @@ def main():
         if flip is None:
             compare_weights(name, f"{WORK}/single", d)
         check("parallel: " in out and "gradient all-reduce" in out, f"{name}: rank 0 reports the layout once")
+        if np_ == 2:
+            cross_check_plan(name, d, flags)
 
     # 2. Resharding 2 -> 4 -> 1.
     d = f"{WORK}/reshard"
@@ -273,7 +303,7 @@ def main():
     check(rc != 0 and "rank 1 has a different model config" in out,
           f"mismatched configs refused at start ({t:.1f} s)" + ("" if rc != 0 else "\n" + out[-2000:]))
 
-    # 4. Bad layouts.
+    # 5. Bad layouts.
     for np_, flags, want in [(3, ["--ep", "3"], "--ep 3 does not divide num_experts 8"),
                              (2, ["--dp", "3"], "= 3 ranks, but this job has 2")]:
         d = f"{WORK}/bad{''.join(flags)}"
