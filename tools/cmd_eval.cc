@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "deploy/prune.h"
+#include "dist/expert_parallel.h"
 #include "serve/engine.h"
 #include "serve/evaluate.h"
 
@@ -15,9 +16,16 @@ int run_eval(const myriad::cli::Args& args) {
   const auto model_dir = args.get("model");
   const auto data = args.get("data");
   MYRIAD_REQUIRE(model_dir && data, kValue, "eval needs --model DIR and --data PATH");
-  const auto model = InferenceModel::load(*model_dir);
+  // Under mpirun with --ep N: this rank's experts only; every rank evaluates in lockstep, rank 0 prints.
+  const std::unique_ptr<ExpertParallelJob> job = start_expert_parallel_job(int(args.get_int("ep", 1, 1, 1 << 20)));
+  const auto model = job ? InferenceModel::load(*model_dir, [&](const ModelConfig& c) { return job->filter(c); })
+                         : InferenceModel::load(*model_dir);
+  if (job) model->set_moe_dispatcher(job->dispatcher.get());
   std::shared_ptr<InferenceModel> reference;
-  if (const auto r = args.get("reference")) reference = InferenceModel::load(*r);
+  if (const auto r = args.get("reference")) {
+    MYRIAD_REQUIRE(!job, kUnsupported, "eval --reference under --ep: load the reference in a one-process run");
+    reference = InferenceModel::load(*r);
+  }
   const int64_t max_tokens = args.get_int("max-tokens", 32768, 2, 1L << 40);
   const std::vector<int32_t> tokens =
       read_data_tokens(*data, args.get_or("split", "val"), model->tokenizer(), max_tokens);
@@ -28,6 +36,7 @@ int run_eval(const myriad::cli::Args& args) {
   opt.cache_dtype = cache_dtype_from_name(cache);
   opt.decode = args.has("decode");
   const ServedEval e = evaluate_served(*model, tokens, window, reference.get(), opt);
+  if (job && !job->root()) return 0;
   std::printf("%s: %lld tokens, loss %.4f nats, perplexity %.4f (%d quantized weights; %s latent cache, %s)\n",
               model_dir->c_str(), (long long)e.tokens, e.loss, e.perplexity, int(model->weights().quantized_count()),
               cache.c_str(), opt.decode ? "token by token" : "one prefill per window");
@@ -56,6 +65,7 @@ MYRIAD_COMMAND("eval", "perplexity of a model as served (plain or quantized); KL
                 {"window", "T", "tokens per window (default min(1024, max_position_embeddings))"},
                 {"split", "NAME", "split of a shard directory: val (default) or train"},
                 {"cache-dtype", "f32|bf16|q8", "the model's MLA latent cache (default f32; the reference's is f32)"},
+                {"ep", "N", "under mpirun -np N: split the routed experts over the N ranks (rank 0 prints)"},
                 {"decode", "",
                  "run every window token by token (the decode path serving uses) instead of one prefill"}},
                run_eval);

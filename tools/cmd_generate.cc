@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli.h"
+#include "dist/expert_parallel.h"
 #include "serve/engine.h"
 
 namespace {
@@ -29,7 +30,12 @@ int run_generate(const myriad::cli::Args& args) {
   const auto prompt = args.get("prompt");
   MYRIAD_REQUIRE(model_dir && prompt, kValue, "generate needs --model DIR and --prompt TEXT");
   const auto t0 = std::chrono::steady_clock::now();
-  auto model = InferenceModel::load(*model_dir);
+  // Under mpirun with --ep N: this rank's experts only; every rank generates in lockstep, rank 0 prints.
+  const std::unique_ptr<ExpertParallelJob> job = start_expert_parallel_job(int(args.get_int("ep", 1, 1, 1 << 20)));
+  auto model = job ? InferenceModel::load(*model_dir, [&](const ModelConfig& c) { return job->filter(c); })
+                   : InferenceModel::load(*model_dir);
+  if (job) model->set_moe_dispatcher(job->dispatcher.get());
+  const bool speak = !job || job->root();
   GenerationRequest req;
   req.prompt = model->tokenizer().encode(*prompt);
   MYRIAD_REQUIRE(!req.prompt.empty(), kValue, "generate: the prompt is empty");
@@ -46,17 +52,18 @@ int run_generate(const myriad::cli::Args& args) {
   std::chrono::steady_clock::time_point first;
   int64_t n = 0;
   std::string reason;
-  std::printf("%s", prompt->c_str());
+  if (speak) std::printf("%s", prompt->c_str());
   std::fflush(stdout);
   engine.submit(req, [&](const TokenEvent& ev) {
     if (ev.token >= 0 && n++ == 0) first = std::chrono::steady_clock::now();
-    std::fputs(ev.text.c_str(), stdout);
+    if (speak) std::fputs(ev.text.c_str(), stdout);
     std::fflush(stdout);
     if (ev.finish != FinishReason::kNone) reason = finish_reason_name(ev.finish);
   });
   engine.run_until_idle();
   const auto t2 = std::chrono::steady_clock::now();
   auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  if (!speak) return 0;
   std::printf("\n");
   std::fflush(stdout);  // the text before the statistics line on a shared terminal
   std::fprintf(stderr,
@@ -80,5 +87,6 @@ MYRIAD_COMMAND("generate", "generate text from a model, streamed as it comes (th
                 {"min-p", "P", "drop tokens below P x the most likely (0 = off)"},
                 {"repetition-penalty", "R", "CTRL repetition penalty (1 = off)"},
                 {"seed", "S", "sampling seed"},
-                {"stop", "TEXT", "stop string (not printed)"}},
+                {"stop", "TEXT", "stop string (not printed)"},
+                {"ep", "N", "under mpirun -np N: split the routed experts over the N ranks (rank 0 prints)"}},
                run_generate);

@@ -5,6 +5,8 @@
 
 #include "autograd/functions.h"
 #include "core/error.h"
+#include "dist/mpi_communicator.h"
+#include "io/atomic_file.h"
 
 namespace myriad {
 
@@ -150,6 +152,28 @@ std::function<bool(const ParamSpec&)> expert_shard_filter(const ModelConfig& con
                  ep_rank, " of ", ep, " for num_experts ", config.num_experts);
   const int64_t per = config.num_experts / ep;
   return [per, ep_rank](const ParamSpec& s) { return s.expert < 0 || s.expert / per == ep_rank; };
+}
+
+std::unique_ptr<ExpertParallelJob> start_expert_parallel_job(int ep) {
+  if (ep == 1 && !launched_by_mpirun()) return nullptr;
+  auto job = std::make_unique<ExpertParallelJob>();
+  job->world = &mpi_world();
+  Communicator& world = *job->world;
+  check_on_all_ranks(world, [&] {
+    MYRIAD_REQUIRE(ep == world.size(), kConfig, "--ep ", ep, " but this job has ", world.size(),
+                   " ranks: inference splits the experts over every rank (mpirun -np ", ep, ")");
+  });
+  if (world.size() > 1)
+    check_on_all_ranks(world,
+                       [&] { require_same_on_all_ranks(world, "myriad executable", read_file("/proc/self/exe")); });
+  job->groups = make_process_groups(world, ParallelDims{1, ep, 1});
+  job->dispatcher = std::make_unique<ExpertParallelDispatcher>(*job->groups.ep_group);
+  return job;
+}
+
+ParamFilter ExpertParallelJob::filter(const ModelConfig& config) {
+  check_on_all_ranks(*world, [&] { validate_parallel_dims(groups.dims, world->size(), config); });
+  return groups.dims.ep > 1 ? expert_shard_filter(config, groups.e, groups.dims.ep) : ParamFilter{};
 }
 
 }  // namespace myriad

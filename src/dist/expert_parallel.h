@@ -22,8 +22,10 @@
 
 #include "autograd/tape.h"
 #include "dist/communicator.h"
+#include "dist/parallel_dims.h"
 #include "model/moe_dispatch.h"
 #include "model/param_spec.h"
+#include "model/weights.h"
 
 namespace myriad {
 
@@ -49,5 +51,20 @@ double expert_exchange_seconds();
 
 // Whether rank ep_rank of ep ranks holds a parameter: every one but the routed experts it does not own.
 std::function<bool(const ParamSpec&)> expert_shard_filter(const ModelConfig& config, int ep_rank, int ep);
+
+// One process of an expert-parallel inference job (`mpirun -np N myriad generate|eval --ep N`): every rank runs the
+// same requests in lockstep (their dense layers replicated, the routed experts split N ways, the copies exchanged
+// by the dispatcher), so a model whose experts do not fit one machine's memory runs over several; rank 0 reports.
+// Logits equal one process's bit for bit (each source's copies multiplied as their own product).
+struct ExpertParallelJob {
+  Communicator* world = nullptr;
+  ProcessGroups groups;
+  std::unique_ptr<ExpertParallelDispatcher> dispatcher;
+  bool root() const { return groups.is_root(); }
+  // The tensors this rank holds, after checking --ep against the config (once, on every rank: one error).
+  ParamFilter filter(const ModelConfig& config);
+};
+// Under mpirun: the world as dp 1 x ep (ep = the number of ranks, checked); null when not under mpirun and ep is 1.
+std::unique_ptr<ExpertParallelJob> start_expert_parallel_job(int ep);
 
 }  // namespace myriad

@@ -33,10 +33,15 @@ std::shared_ptr<const DecodeWeights> DecodeWeights::from_model(const ModelWeight
   return d;
 }
 
-std::shared_ptr<const DecodeWeights> DecodeWeights::from_checkpoint(const Checkpoint& ck, const ModelConfig& c) {
+std::shared_ptr<const DecodeWeights> DecodeWeights::from_checkpoint(const Checkpoint& ck, const ModelConfig& c,
+                                                                    const ParamFilter& keep) {
   auto d = std::make_shared<DecodeWeights>();
   std::set<std::string> used;
   for (const ParamSpec& spec : model_param_specs(c)) {
+    if (keep && !keep(spec)) {  // another rank's: accounted for, not read
+      for (const std::string& n : {spec.name, spec.name + kQWeightSuffix, spec.name + kQScaleSuffix}) used.insert(n);
+      continue;
+    }
     if (ck.contains(spec.name)) {
       const Tensor t = ck.tensor(spec.name);
       MYRIAD_REQUIRE(t.shape() == spec.shape, kFormat, "checkpoint: tensor ", spec.name, " is ", shape_str(t.shape()),

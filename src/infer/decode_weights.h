@@ -23,7 +23,10 @@ class DecodeWeights {
   // Every tensor of model_param_specs(config) from the checkpoint, stored plain (F32/BF16/F16, converted to f32)
   // or quantized (W.qweight + W.qscale). Throws kFormat naming the tensor, the expected and the found shape for a
   // wrong shape, a missing tensor, or one that is not in the model.
-  static std::shared_ptr<const DecodeWeights> from_checkpoint(const Checkpoint& ckpt, const ModelConfig& config);
+  // keep: which tensors this process holds (all when absent; under expert parallelism a rank's experts only,
+  // dist/expert_parallel.h expert_shard_filter): the others are neither read nor stored.
+  static std::shared_ptr<const DecodeWeights> from_checkpoint(const Checkpoint& ckpt, const ModelConfig& config,
+                                                              const ParamFilter& keep = {});
 
   // A copy of `src` with its quantizable linear weights (model/param_spec.h is_quantizable_linear; only the
   // routed experts with only_experts; cols % 32 == 0) quantized in memory: what `myriad quantize` would store,

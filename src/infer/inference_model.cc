@@ -76,8 +76,10 @@ InferenceModel::InferenceModel(ModelConfig config, std::shared_ptr<const DecodeW
       }
       if (config_.num_shared_experts > 0) r.shared = glu(m + "shared_experts.");
       for (int64_t e = 0; e < config_.num_experts; ++e)
-        for (const char* w : {"w1", "w3", "w2"})
-          r.experts.push_back(&lin(m + "experts." + std::to_string(e) + "." + w + ".weight"));
+        for (const char* w : {"w1", "w3", "w2"}) {
+          const std::string name = m + "experts." + std::to_string(e) + "." + w + ".weight";
+          r.experts.push_back(w_->contains(name) ? &lin(name) : nullptr);  // null: another rank's expert
+        }
     } else {
       r.mlp = glu(pre + "mlp.");
     }
@@ -95,14 +97,16 @@ InferenceModel::InferenceModel(ModelConfig config, std::shared_ptr<const DecodeW
   lm_head_ = &lin(config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
 }
 
-std::shared_ptr<InferenceModel> InferenceModel::load(const std::string& dir_in) {
+std::shared_ptr<InferenceModel> InferenceModel::load(const std::string& dir_in,
+                                                     const std::function<ParamFilter(const ModelConfig&)>& keep_for) {
   std::string dir = dir_in;
   MYRIAD_REQUIRE(fs::is_directory(dir), kIo, "model: ", dir, " is not a directory");
   if (!fs::exists(fs::path(dir) / "model.safetensors") && !fs::exists(fs::path(dir) / "model.safetensors.index.json"))
     dir = latest_checkpoint(dir_in);
   ModelConfig mc = load_model_config(dir, nullptr);
   const Checkpoint ck = Checkpoint::open(dir);
-  auto m = std::make_shared<InferenceModel>(mc, DecodeWeights::from_checkpoint(ck, mc));
+  auto m = std::make_shared<InferenceModel>(
+      mc, DecodeWeights::from_checkpoint(ck, mc, keep_for ? keep_for(mc) : ParamFilter{}));
   const fs::path tok =
       fs::exists(fs::path(dir) / "tokenizer") ? fs::path(dir) / "tokenizer" : fs::path(dir_in) / "tokenizer";
   m->tokenizer_ = Tokenizer::load(tok.string());
@@ -239,14 +243,22 @@ struct HostFfn {
     Tensor outs = Tensor::empty({rows.size(0), L});  // local expert i writes rows off[i] .. off[i+1]
     const std::vector<const LinearWeight*>& ew = *w.experts;
     auto run_expert = [&](size_t a) {
-      const int64_t i = active[a], e = local.first + i, b0 = off[size_t(i)], n = off[size_t(i + 1)] - b0;
-      thread_local std::vector<float> g, up;  // [n, F] each
-      if (g.size() < size_t(n * F)) g.resize(size_t(n * F)), up.resize(size_t(n * F));
-      const float* ze = rows.data<float>() + b0 * L;
-      ew[size_t(3 * e)]->apply(ze, n, g.data());       // w1 (gate)
-      ew[size_t(3 * e + 1)]->apply(ze, n, up.data());  // w3 (up)
-      ops::glu_forward(device, glu_params(c), g.data(), g.data(), up.data(), n, F);
-      ew[size_t(3 * e + 2)]->apply(g.data(), n, outs.data<float>() + b0 * L);  // w2 (down)
+      const int64_t i = active[a], e = local.first + i, e0 = off[size_t(i)], e1 = off[size_t(i + 1)];
+      MYRIAD_CHECK(ew[size_t(3 * e)], "moe: expert ", e, " is not held by this process");
+      // One product per piece (each source rank's copies under expert parallelism: ExpertBatch::row_cuts).
+      const auto cut0 = std::upper_bound(batch.row_cuts.begin(), batch.row_cuts.end(), e0);
+      for (auto cut = cut0;; ++cut) {
+        const int64_t b0 = cut == cut0 ? e0 : *(cut - 1);
+        const int64_t b1 = cut != batch.row_cuts.end() && *cut < e1 ? *cut : e1, n = b1 - b0;
+        thread_local std::vector<float> g, up;  // [n, F] each
+        if (g.size() < size_t(n * F)) g.resize(size_t(n * F)), up.resize(size_t(n * F));
+        const float* ze = rows.data<float>() + b0 * L;
+        ew[size_t(3 * e)]->apply(ze, n, g.data());       // w1 (gate)
+        ew[size_t(3 * e + 1)]->apply(ze, n, up.data());  // w3 (up)
+        ops::glu_forward(device, glu_params(c), g.data(), g.data(), up.data(), n, F);
+        ew[size_t(3 * e + 2)]->apply(g.data(), n, outs.data<float>() + b0 * L);  // w2 (down)
+        if (b1 == e1) break;
+      }
     };
     const bool shared = c.num_shared_experts > 0;
     if (x.size(0) * c.num_experts_per_token <= 64 && active.size() > 1) {
@@ -376,6 +388,7 @@ size_t InferenceModel::weight_bytes_read(int64_t tokens, bool routed_only) const
   for (const ParamSpec& spec : model_param_specs(config_)) {
     const bool routed = spec.component == Component::kRoutedExperts;
     if (routed_only && !routed) continue;
+    if (!w_->contains(spec.name) && spec.component != Component::kEmbeddings) continue;  // another rank's expert
     if (spec.component == Component::kEmbeddings) {
       b += double(std::max<int64_t>(tokens, 1) * config_.hidden_size) * sizeof(float);  // a row per token
       continue;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -51,7 +52,9 @@ class InferenceModel {
   InferenceModel(ModelConfig config, std::shared_ptr<const DecodeWeights> weights, Tokenizer tokenizer = {});
   // A model directory (config.json, model.safetensors or shards, tokenizer/), or a training run (its latest
   // checkpoint). Plain or quantized checkpoints.
-  static std::shared_ptr<InferenceModel> load(const std::string& dir);
+  // keep_for(config): the tensors this process holds (under expert parallelism a rank's experts; absent: all).
+  static std::shared_ptr<InferenceModel> load(const std::string& dir,
+                                              const std::function<ParamFilter(const ModelConfig&)>& keep_for = {});
 
   const ModelConfig& config() const { return config_; }
   const DecodeWeights& weights() const { return *w_; }

@@ -29,6 +29,8 @@ one-process run of the same data:
      rank 0 held (its metrics' memory record), and gradients within 1% (those of tensors the step reached).
   5. Bad layouts: --ep 3 on 3 ranks (does not divide 8 experts) and --dp 3 on 2 ranks: one error each, nothing
      written.
+  6. Expert-parallel inference: `generate` (sampled) and `eval` (prefill and --decode) with --ep 2 and --ep 4 print
+     exactly what one process prints.
 """
 import json
 import os
@@ -310,6 +312,28 @@ def main():
         rc, out, _ = run(MPIRUN + ["-np", str(np_)] + train_args(d, t20, flags), timeout=120)
         check(rc != 0 and want in out and not os.path.exists(d),
               f"{' '.join(flags)} on {np_} ranks: one error, nothing written" + ("" if rc != 0 and want in out else "\n" + out[-2000:]))
+
+    # 6. Expert-parallel inference: a random model (varied tokens), sampled generation and perplexity (prefill and
+    # token by token) on 1, 2 and 4 ranks; rank 0 prints, and prints what one process prints.
+    init = f"{WORK}/init"
+    rc, out, _ = run([MYRIAD, "init", "--config", CONFIG, "--out", init, "--seed", "3"])
+    assert rc == 0, out
+    shutil.copytree(f"{WORK}/prep/tokenizer", f"{init}/tokenizer")
+    gen = [MYRIAD, "generate", "--model", init, "--prompt", "Once upon", "--max-tokens", "48", "--temperature", "1",
+           "--seed", "7"]
+    ev = [MYRIAD, "eval", "--model", init, "--data", f"{WORK}/prep/data", "--max-tokens", "2048", "--window", "256"]
+
+    def stdout_of(cmd):
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), timeout=300)
+        return p.returncode, p.stdout, p.stderr
+
+    for what, cmd in [("generate", gen), ("eval", ev), ("eval --decode", ev + ["--decode"])]:
+        rc, want, err = stdout_of(cmd)
+        check(rc == 0 and want.strip(), f"{what}: one process" + ("" if rc == 0 else "\n" + err[-2000:]))
+        for np_ in (2, 4):
+            rc, got, err = stdout_of(MPIRUN + ["-np", str(np_)] + cmd + ["--ep", str(np_)])
+            check(rc == 0 and got == want, f"{what} --ep {np_}: rank 0 prints exactly what one process prints"
+                  + ("" if rc == 0 and got == want else f"\n{got[-500:]!r}\nvs\n{want[-500:]!r}\n{err[-1500:]}"))
 
     if FAILURES:
         print(f"{len(FAILURES)} checks failed")
