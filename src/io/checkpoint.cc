@@ -30,7 +30,7 @@ bool safe_relative_name(const std::string& name) {
 
 }  // namespace
 
-Checkpoint Checkpoint::open(const std::string& path) {
+Checkpoint Checkpoint::open(const std::string& path, const std::string& stem) {
   Checkpoint c;
   c.path_ = path;
   std::error_code ec;
@@ -42,14 +42,15 @@ Checkpoint Checkpoint::open(const std::string& path) {
     c.files_.push_back(SafetensorsFile::open(path));
   } else {
     MYRIAD_REQUIRE(fs::is_directory(st), kIo, "checkpoint '", path, "' is neither a file nor a directory");
-    const std::string single = (fs::path(path) / kCheckpointSingleFile).string();
-    const std::string index = (fs::path(path) / kCheckpointIndexFile).string();
+    const std::string single_name = stem + ".safetensors", index_name = stem + ".safetensors.index.json";
+    const std::string single = (fs::path(path) / single_name).string();
+    const std::string index = (fs::path(path) / index_name).string();
     const bool has_single = fs::exists(single, ec);
     const bool has_index = fs::exists(index, ec);
-    MYRIAD_REQUIRE(!(has_single && has_index), kFormat, "checkpoint '", path, "' holds both ", kCheckpointSingleFile,
-                   " and ", kCheckpointIndexFile, "; it is ambiguous which one holds the weights (remove one)");
-    MYRIAD_REQUIRE(has_single || has_index, kIo, "checkpoint directory '", path, "' holds neither ",
-                   kCheckpointSingleFile, " nor ", kCheckpointIndexFile);
+    MYRIAD_REQUIRE(!(has_single && has_index), kFormat, "checkpoint '", path, "' holds both ", single_name, " and ",
+                   index_name, "; it is ambiguous which one holds the weights (remove one)");
+    MYRIAD_REQUIRE(has_single || has_index, kIo, "checkpoint directory '", path, "' holds neither ", single_name,
+                   " nor ", index_name);
     if (has_single) {
       c.files_.push_back(SafetensorsFile::open(single));
     } else {
@@ -207,8 +208,7 @@ std::vector<std::string> save_checkpoint(const std::string& dir, const NamedTens
   json weight_map = json::object();
   const size_t n = shards.size();
   for (size_t s = 0; s < n; ++s) {
-    char name[64];
-    std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", s + 1, n);
+    const std::string name = checkpoint_shard_name("model", int64_t(s), int64_t(n));
     NamedTensors part;
     part.reserve(shards[s].size());
     for (size_t i : shards[s]) {
@@ -223,6 +223,21 @@ std::vector<std::string> save_checkpoint(const std::string& dir, const NamedTens
   written.push_back(kCheckpointIndexFile);
   remove_stale(kCheckpointSingleFile);
   return written;
+}
+
+std::string checkpoint_shard_name(const std::string& stem, int64_t shard, int64_t shards) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "-%05lld-of-%05lld.safetensors", static_cast<long long>(shard + 1),
+                static_cast<long long>(shards));
+  return stem + buf;
+}
+
+void write_checkpoint_index(const std::string& dir, const std::string& stem,
+                            const std::map<std::string, std::string>& weight_map, uint64_t total_size) {
+  json map = json::object();
+  for (const auto& [name, file] : weight_map) map[name] = file;
+  const json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", map}};
+  write_file_atomic((fs::path(dir) / (stem + ".safetensors.index.json")).string(), index.dump(2) + "\n");
 }
 
 }  // namespace myriad

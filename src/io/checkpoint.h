@@ -30,8 +30,10 @@ inline constexpr const char* kCheckpointIndexFile = "model.safetensors.index.jso
 class Checkpoint {
  public:
   Checkpoint() = default;
-  // `path`: a checkpoint directory, or a single .safetensors file (a checkpoint of one file).
-  static Checkpoint open(const std::string& path);
+  // `path`: a checkpoint directory, or a single .safetensors file (a checkpoint of one file). stem names the
+  // files looked for in a directory: "model" (model.safetensors or model.safetensors.index.json), or e.g.
+  // "optimizer" for a training checkpoint's optimizer state, which follows the same layout.
+  static Checkpoint open(const std::string& path, const std::string& stem = "model");
 
   const std::string& path() const { return path_; }
   bool sharded() const { return sharded_; }  // opened through an index
@@ -65,6 +67,14 @@ class Checkpoint {
 // its own), plus model.safetensors.index.json. `metadata` goes into every shard's __metadata__. A stale
 // model.safetensors or index from an earlier save with the other layout is removed after the new one is
 // complete, so the directory is never ambiguous. Returns the files written (names relative to dir), index last.
+// "model-00002-of-00004.safetensors" for shard 1 of 4 (0-based shard, the file names count from 1).
+std::string checkpoint_shard_name(const std::string& stem, int64_t shard, int64_t shards);
+
+// Writes <stem>.safetensors.index.json into dir (atomically): weight_map maps each tensor to its shard file.
+// For shards written by several processes; the caller writes it after every shard is complete on disk.
+void write_checkpoint_index(const std::string& dir, const std::string& stem,
+                            const std::map<std::string, std::string>& weight_map, uint64_t total_size);
+
 std::vector<std::string> save_checkpoint(const std::string& dir, const NamedTensors& tensors,
                                          const std::map<std::string, std::string>& metadata = {},
                                          uint64_t max_shard_bytes = 0);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "model/param_spec.h"
 
@@ -63,7 +64,8 @@ void AdamW::save(const std::string& path, const std::map<std::string, std::strin
 }
 
 void AdamW::load(const std::string& path) {
-  SafetensorsFile f = SafetensorsFile::open(path);
+  // A file, or a checkpoint directory's optimizer.safetensors or its shards (optimizer.safetensors.index.json).
+  const Checkpoint f = Checkpoint::open(path, "optimizer");
   auto it = f.metadata().find("adamw_step");
   MYRIAD_REQUIRE(it != f.metadata().end(), kFormat, path, ": optimizer state has no adamw_step metadata");
   step_ = std::stoll(it->second);

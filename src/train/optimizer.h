@@ -40,7 +40,8 @@ class AdamW {
   NamedTensors state_tensors() const;
   void save(const std::string& path, const std::map<std::string, std::string>& metadata = {}) const;
   // Loads the state of the tensors this optimizer holds (a checkpoint with more, e.g. every expert when this
-  // rank holds some, is fine): checks each one's presence and shape.
+  // rank holds some, is fine): checks each one's presence and shape. path: a safetensors file, or a checkpoint
+  // directory holding optimizer.safetensors or its shards with optimizer.safetensors.index.json.
   void load(const std::string& path);
 
  private:

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/checkpoint.h"
 #include "io/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -38,26 +39,45 @@ void maybe_fault() {
 
 }  // namespace
 
-std::string save_run_checkpoint(const std::string& run_dir, int64_t step, const CheckpointContents& c, int64_t keep) {
-  const fs::path root = fs::path(run_dir) / "checkpoints";
+namespace {
+bool is_staging(const fs::path& p) {
+  return p.filename().string().find(".tmp-") != std::string::npos;
+}
+}  // namespace
+
+RunCheckpointWriter::RunCheckpointWriter(const std::string& run_dir, int64_t step)
+    : root_((fs::path(run_dir) / "checkpoints").string()), name_(step_name(step)) {
   std::error_code ec;
-  fs::create_directories(root, ec);
-  MYRIAD_REQUIRE(!ec, kIo, "cannot create ", root.string(), ": ", ec.message());
+  fs::create_directories(root_, ec);
+  MYRIAD_REQUIRE(!ec, kIo, "cannot create ", root_, ": ", ec.message());
   // Stale staging directories of an interrupted save (`step-N.tmp-XXXXXX`, or `.tmp-*` from older versions).
-  const auto is_staging = [](const fs::path& p) { return p.filename().string().find(".tmp-") != std::string::npos; };
-  for (const auto& e : fs::directory_iterator(root))
+  for (const auto& e : fs::directory_iterator(root_))
     if (e.is_directory() && is_staging(e.path())) fs::remove_all(e.path(), ec);
-  const std::string name = step_name(step);
   // io's staged directory: written beside the destination, then put in place by one rename, or by an atomic
   // exchange with a checkpoint of the same step saved before (a re-save after a resume): no window without one.
-  StagedDirectory staged((root / name).string());
-  const fs::path tmp = staged.path();
+  staged_ = std::make_unique<StagedDirectory>((fs::path(root_) / name_).string());
+}
+
+RunCheckpointWriter::~RunCheckpointWriter() = default;
+
+const std::string& RunCheckpointWriter::staging() const {
+  return staged_->path();
+}
+
+std::string RunCheckpointWriter::commit(const CheckpointContents& c, int64_t keep) {
+  const fs::path tmp = staged_->path();
   write_file_atomic((tmp / "config.json").string(), c.config_json);
-  std::map<std::string, std::string> meta = {{"format", "pt"}, {"myriad_step", std::to_string(step)}};
-  save_safetensors((tmp / "model.safetensors").string(), c.weights, meta);
-  maybe_fault();
-  save_optimizer_state((tmp / "optimizer.safetensors").string(), c.optimizer_state, c.optimizer_step, meta);
+  std::map<std::string, std::string> meta = {{"format", "pt"},
+                                             {"myriad_step", std::to_string(c.trainer_state.value("step", 0))}};
+  if (!c.sharded) {
+    save_safetensors((tmp / "model.safetensors").string(), c.weights, meta);
+    maybe_fault();
+    save_optimizer_state((tmp / "optimizer.safetensors").string(), c.optimizer_state, c.optimizer_step, meta);
+  } else {
+    maybe_fault();
+  }
   write_file_atomic((tmp / "trainer_state.json").string(), c.trainer_state.dump(1));
+  std::error_code ec;
   if (!c.tokenizer_dir.empty()) {
     fs::create_directories(tmp / "tokenizer", ec);
     for (const auto& e : fs::directory_iterator(c.tokenizer_dir)) {
@@ -69,9 +89,9 @@ std::string save_run_checkpoint(const std::string& run_dir, int64_t step, const 
     }
     fsync_directory((tmp / "tokenizer").string());
   }
-  staged.commit();
-  const fs::path dst = root / name;
-  write_file_atomic((root / "latest").string(), name + "\n");
+  staged_->commit();
+  const fs::path root(root_);
+  write_file_atomic((root / "latest").string(), name_ + "\n");
   // Keep the newest `keep` complete checkpoints.
   std::vector<std::string> all;
   for (const auto& e : fs::directory_iterator(root))
@@ -79,7 +99,20 @@ std::string save_run_checkpoint(const std::string& run_dir, int64_t step, const 
       all.push_back(e.path().filename());
   std::sort(all.begin(), all.end());
   for (size_t i = 0; i + size_t(keep) < all.size(); ++i) fs::remove_all(root / all[i], ec);
-  return dst.string();
+  return (root / name_).string();
+}
+
+std::string save_run_checkpoint(const std::string& run_dir, int64_t step, const CheckpointContents& c, int64_t keep) {
+  RunCheckpointWriter w(run_dir, step);
+  return w.commit(c, keep);
+}
+
+void write_checkpoint_shard(const std::string& staging, int64_t shard, int64_t shards, const NamedTensors& weights,
+                            const NamedTensors& optimizer_state, int64_t optimizer_step, int64_t step) {
+  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"myriad_step", std::to_string(step)}};
+  save_safetensors((fs::path(staging) / checkpoint_shard_name("model", shard, shards)).string(), weights, meta);
+  save_optimizer_state((fs::path(staging) / checkpoint_shard_name("optimizer", shard, shards)).string(),
+                       optimizer_state, optimizer_step, meta);
 }
 
 }  // namespace myriad

@@ -9,15 +9,21 @@
 // by the next save. The last `keep` checkpoints are kept.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "io/atomic_file.h"
 #include "io/run_layout.h"
 #include "model/weights.h"
 #include "train/optimizer.h"
 
 namespace myriad {
 
+// A sharded checkpoint (expert parallelism: each rank of one ep group writes its experts) holds instead
+//   model-0000i-of-0000n.safetensors + model.safetensors.index.json, and the same for optimizer.*,
+// the Hugging Face sharded layout (`myriad convert --in step-N --out model.safetensors` consolidates it). Every
+// reader loads by name through the index, so a run resumes on any number of ranks.
 struct CheckpointContents {
   std::string config_json;       // the model config file's bytes
   NamedTensors weights;          // every tensor of the model (gathered from the ranks under expert parallelism)
@@ -25,7 +31,27 @@ struct CheckpointContents {
   int64_t optimizer_step = 0;
   nlohmann::json trainer_state;
   std::string tokenizer_dir;  // copied in when not empty
+  bool sharded = false;       // the shards and indexes are already in the staging directory: weights and
+                              // optimizer_state are not written
 };
+
+// One checkpoint being written: the staged directory (made by rank 0), into which shard writers put their files,
+// then commit() writes the rest, puts the directory in place and updates `latest`.
+class RunCheckpointWriter {
+ public:
+  RunCheckpointWriter(const std::string& run_dir, int64_t step);
+  ~RunCheckpointWriter();
+  const std::string& staging() const;
+  std::string commit(const CheckpointContents& c, int64_t keep);  // the checkpoint's directory
+
+ private:
+  std::string root_, name_;
+  std::unique_ptr<StagedDirectory> staged_;
+};
+
+// Shard `shard` of `shards` of a sharded checkpoint into the staging directory: its model and optimizer files.
+void write_checkpoint_shard(const std::string& staging, int64_t shard, int64_t shards, const NamedTensors& weights,
+                            const NamedTensors& optimizer_state, int64_t optimizer_step, int64_t step);
 
 // Returns the checkpoint's directory.
 std::string save_run_checkpoint(const std::string& run_dir, int64_t step, const CheckpointContents& c, int64_t keep);

@@ -10,12 +10,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "dist/expert_gather.h"
 #include "dist/expert_parallel.h"
 #include "dist/routing_sync.h"
 #include "io/checkpoint.h"
 #include "model/accounting.h"
 #include "model/balancing.h"
+#include "model/param_spec.h"
 #include "ops/machine_limits.h"
 #include "train/run_checkpoint.h"
 
@@ -91,7 +91,7 @@ void Trainer::resume(const std::string& dir) {
     Tensor dst = v.value();
     dst.copy_from(weights.tensor(name));
   }
-  adamw_.load(ck + "/optimizer.safetensors");
+  adamw_.load(ck);
   std::ifstream in(ck + "/trainer_state.json");
   nlohmann::json st = nlohmann::json::parse(in);
   step_ = st.at("step").get<int64_t>();
@@ -119,16 +119,62 @@ std::string Trainer::save(int64_t step) {
                        {"tokens_seen", tokens_seen_},
                        {"data", data_.state()},
                        {"train_config", train_config_to_json(cfg_)}};
-  // Every rank takes part (the experts come to the root); the root writes.
   NamedTensors weights;
   for (const auto& [n, v] : model_.weights().all()) weights.emplace_back(n, v.value());
-  CheckpointContents c{opt_.model_config_json,
-                       gather_experts_to_root(model_.config(), weights, {""}, *groups_),
-                       gather_experts_to_root(model_.config(), adamw_.state_tensors(), {"m.", "v."}, *groups_),
-                       adamw_.steps(),
-                       st,
-                       opt_.tokenizer_dir};
-  if (root()) last_checkpoint_ = save_run_checkpoint(opt_.run_dir, step, c, cfg_.keep_checkpoints);
+  const int ep = groups_->dims.ep;
+  if (ep == 1) {  // every rank holds everything: the root writes the single-file checkpoint
+    if (!root()) return last_checkpoint_;
+    CheckpointContents c{opt_.model_config_json, weights, adamw_.state_tensors(),
+                         adamw_.steps(),         st,      opt_.tokenizer_dir};
+    last_checkpoint_ = save_run_checkpoint(opt_.run_dir, step, c, cfg_.keep_checkpoints);
+    return last_checkpoint_;
+  }
+  // Expert parallelism: the ep group of d = 0 (one copy of every expert) writes one shard per rank (rank e its
+  // experts, rank 0 also every dense tensor) into the directory rank 0 stages; rank 0 then writes the indexes
+  // (which shard holds each tensor follows from the layout) and the rest, and commits. No rank ever holds more
+  // than its own experts.
+  if (groups_->d != 0 || groups_->s != 0) return last_checkpoint_;
+  Communicator& group = *groups_->ep_group;
+  std::unique_ptr<RunCheckpointWriter> writer;
+  std::string staging;
+  if (root()) {
+    writer = std::make_unique<RunCheckpointWriter>(opt_.run_dir, step);
+    staging = writer->staging();
+  }
+  int64_t length = int64_t(staging.size());
+  group.broadcast(&length, 1, DType::kI64, 0);
+  staging.resize(static_cast<size_t>(length));
+  group.broadcast(staging.data(), length, DType::kU8, 0);
+  const ModelConfig& mc = model_.config();
+  const int64_t per = mc.num_experts / ep;
+  std::map<std::string, int64_t> owner;           // checkpoint name -> shard
+  uint64_t model_bytes = 0, optimizer_bytes = 0;  // the indexes' total_size: the tensors' data bytes (f32)
+  for (const ParamSpec& spec : model_param_specs(mc)) {
+    const int64_t shard = spec.expert < 0 ? 0 : spec.expert / per;
+    owner[spec.name] = shard;
+    model_bytes += uint64_t(spec.numel()) * 4;
+    if (spec.buffer) continue;
+    owner["m." + spec.name] = owner["v." + spec.name] = shard;
+    optimizer_bytes += uint64_t(spec.numel()) * 8;
+  }
+  const auto mine = [&](const NamedTensors& all) {
+    NamedTensors out;
+    for (const auto& [n, t] : all)
+      if (owner.at(n) == groups_->e) out.emplace_back(n, t);
+    return out;
+  };
+  write_checkpoint_shard(staging, groups_->e, ep, mine(weights), mine(adamw_.state_tensors()), adamw_.steps(), step);
+  group.barrier();  // every shard is complete on disk before the indexes name them
+  if (!root()) return last_checkpoint_;
+  for (const std::string stem : {"model", "optimizer"}) {
+    std::map<std::string, std::string> map;
+    for (const auto& [n, shard] : owner)
+      if ((stem == "model") == (n.rfind("m.", 0) != 0 && n.rfind("v.", 0) != 0))
+        map[n] = checkpoint_shard_name(stem, shard, ep);
+    write_checkpoint_index(staging, stem, map, stem == "model" ? model_bytes : optimizer_bytes);
+  }
+  CheckpointContents c{opt_.model_config_json, {}, {}, adamw_.steps(), st, opt_.tokenizer_dir, true};
+  last_checkpoint_ = writer->commit(c, cfg_.keep_checkpoints);
   return last_checkpoint_;
 }
 

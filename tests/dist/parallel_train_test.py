@@ -16,8 +16,8 @@ one-process run of the same data:
        valid) trajectories. After the first differing load the test asks only rel 1e-3 (the same training, not
        equality) and prints the step. Measured: dp 2, ep 2 and ep 4 never flip in these 20 steps (<= 6e-8);
        dp 4 and dp 2 x ep 2 flip at step 16 (then <= 2e-5).
-     - The final weights (the root's checkpoint, every expert gathered to it) within 1e-4 of each tensor's largest
-       value when the routing never differed (AdamW divides by sqrt(v), so an element whose gradient is near zero
+     - The final weights (the checkpoint: one file, or with ep one shard per rank and an index) within 1e-4 of
+       each tensor's largest value when the routing never differed (AdamW divides by sqrt(v), so an element whose gradient is near zero
        turns a 1e-7 relative difference of its gradient into a larger one of its update; measured <= 4e-5).
   2. Resharding: 10 steps on 2 ranks (ep 2), resumed to 15 on 4 (dp 2 x ep 2), resumed to 20 on 1: steps 11-20 as
      in the uninterrupted one-process run, by the same rule.
@@ -126,9 +126,28 @@ def read_safetensors(path):
     return out
 
 
-def compare_weights(name, want_dir, got_dir):
-    w = read_safetensors(os.path.join(want_dir, "checkpoints", "step-000020", "model.safetensors"))
-    g = read_safetensors(os.path.join(got_dir, "checkpoints", "step-000020", "model.safetensors"))
+def read_model(step_dir):
+    """Every tensor of a checkpoint: model.safetensors, or the shards model.safetensors.index.json names."""
+    index = os.path.join(step_dir, "model.safetensors.index.json")
+    if not os.path.exists(index):
+        return read_safetensors(os.path.join(step_dir, "model.safetensors"))
+    with open(index) as f:
+        weight_map = json.load(f)["weight_map"]
+    out = {}
+    for shard in sorted(set(weight_map.values())):
+        part = read_safetensors(os.path.join(step_dir, shard))
+        check(all(weight_map[k] == shard for k in part), f"{step_dir}: {shard} holds only what the index maps there")
+        out.update(part)
+    return out
+
+
+def compare_weights(name, want_dir, got_dir, ep):
+    step = os.path.join(got_dir, "checkpoints", "step-000020")
+    sharded = os.path.exists(os.path.join(step, "model.safetensors.index.json"))
+    check(sharded == (ep > 1) and (not sharded or len([f for f in os.listdir(step) if f.startswith("model-")]) == ep),
+          f"{name}: the checkpoint is {'sharded ' + str(ep) + ' ways' if ep > 1 else 'one file'}")
+    w = read_model(os.path.join(want_dir, "checkpoints", "step-000020"))
+    g = read_model(step)
     check(sorted(w) == sorted(g), f"{name}: the checkpoint holds every tensor ({len(g)} of {len(w)})")
     worst, where = 0.0, ""
     for k in w:
@@ -222,7 +241,8 @@ def main():
               f"({got[1]['loss']!r} vs {single[1]['loss']!r})")
         flip = compare_steps(name, single, got, 1, 20)
         if flip is None:
-            compare_weights(name, f"{WORK}/single", d)
+            ep = int(flags[flags.index("--ep") + 1]) if "--ep" in flags else 1
+            compare_weights(name, f"{WORK}/single", d, ep)
         check("parallel: " in out and "gradient all-reduce" in out, f"{name}: rank 0 reports the layout once")
         if np_ == 2:
             cross_check_plan(name, d, flags)
@@ -246,50 +266,35 @@ def main():
     with open(t300, "w") as f:
         json.dump({"stages": [{"seq_len": 128, "steps": 300}], "batch_tokens": 1024, "eval_every": 1000,
                    "eval_batches": 1, "task_eval_per_task": 0, "checkpoint_every": 1000, "kda_chunk": 32}, f)
-    d = f"{WORK}/killed"
-    p = subprocess.Popen(MPIRUN + ["-np", "2"] + train_args(d, t300, ["--dp", "2"]), stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, env=env())
-    victim = find_rank(p, d, 1)
-    check(victim is not None, "killed rank: found rank 1 of a running job")
-    if victim is not None:
-        os.kill(victim, signal.SIGKILL)
-        t0 = time.time()
-        try:
-            out, _ = p.communicate(timeout=60)
-            took = time.time() - t0
-            check(p.returncode != 0 and "rank 1" in out,
-                  f"killed rank: the job ended in {took:.1f} s (< 60), exit {p.returncode}, naming rank 1")
-        except subprocess.TimeoutExpired:
+    def fault(name, sig, extra_env, wants):
+        """Signals rank 1 of a running 2-rank job; the job must end within 60 s, non-zero, its output holding wants."""
+        d = f"{WORK}/{name}"
+        e = env()
+        e.update(extra_env)
+        p = subprocess.Popen(MPIRUN + ["-np", "2"] + train_args(d, t300, ["--dp", "2"]), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env=e)
+        victim = find_rank(p, d, 1)
+        check(victim is not None, f"{name} rank: found rank 1 of a running job")
+        if victim is None:
             p.kill()
-            check(False, "killed rank: the job still ran 60 s after rank 1 died")
-    else:
-        p.kill()
-        p.wait()
-
-    # 3b. A rank that stops responding (SIGSTOP): the others' collective watchdog ends the job.
-    d = f"{WORK}/stopped"
-    e = env()
-    e["MYRIAD_COLLECTIVE_TIMEOUT_S"] = "5"
-    p = subprocess.Popen(MPIRUN + ["-np", "2"] + train_args(d, t300, ["--dp", "2"]), stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, env=e)
-    victim = find_rank(p, d, 1)
-    check(victim is not None, "stopped rank: found rank 1 of a running job")
-    if victim is not None:
-        os.kill(victim, signal.SIGSTOP)
+            p.wait()
+            return
+        os.kill(victim, sig)
         t0 = time.time()
         try:
             out, _ = p.communicate(timeout=60)
-            took = time.time() - t0
-            check(p.returncode != 0 and "(rank 0): waited" in out and "stopped responding" in out,
-                  f"stopped rank: rank 0's watchdog ended the job in {took:.1f} s (< 60), exit {p.returncode}"
-                  + ("" if "stopped responding" in out else "\n" + out[-2000:]))
+            ok = p.returncode != 0 and all(w in out for w in wants)
+            check(ok, f"{name} rank: the job ended in {time.time() - t0:.1f} s (< 60), exit {p.returncode}, saying "
+                  f"{wants}" + ("" if ok else "\n" + out[-2000:]))
         except subprocess.TimeoutExpired:
             os.kill(victim, signal.SIGKILL)
             p.kill()
-            check(False, "stopped rank: the job still ran 60 s after rank 1 stopped")
-    else:
-        p.kill()
-        p.wait()
+            check(False, f"{name} rank: the job still ran 60 s after rank 1 was signalled")
+
+    # 3a. A killed rank: mpirun ends the job. 3b. A rank that stops responding (SIGSTOP): the others' collective
+    # watchdog does.
+    fault("killed", signal.SIGKILL, {}, ["rank 1"])
+    fault("stopped", signal.SIGSTOP, {"MYRIAD_COLLECTIVE_TIMEOUT_S": "5"}, ["(rank 0): waited", "stopped responding"])
 
     # 3c. Different model configs across ranks.
     other = os.path.join(WORK, "other.json")
