@@ -13,6 +13,9 @@
 
 #include "cli.h"
 #include "core/error.h"
+#include "dist/expert_parallel.h"
+#include "dist/mpi_communicator.h"
+#include "serve/expert_server.h"
 #include "serve/server.h"
 
 namespace {
@@ -44,11 +47,33 @@ int run_serve(const myriad::cli::Args& args) {
   opt.http_threads = int(args.get_int("http-threads", 0, 0, 4096));
 
   // SIGINT / SIGTERM are taken here with sigtimedwait: block them before any thread starts (threads inherit it).
+  // Expert followers block them too: mpirun passes them to every rank, and a follower ends when rank 0, stopping,
+  // tells it to (a clean exit 0 for the whole job).
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  // Under mpirun with --ep N (serve/expert_server.h): rank 0 serves, the others hold their experts and serve
+  // rank 0's token copies until it stops.
+  const std::unique_ptr<myriad::ExpertParallelJob> job =
+      myriad::start_expert_parallel_job(int(args.get_int("ep", 1, 1, 1 << 20)));
+  std::unique_ptr<myriad::ExpertLeaderDispatcher> leader;
+  if (job) {
+    auto filter = [&](const myriad::ModelConfig& c) { return job->filter(c); };
+    if (!job->root()) {
+      const auto model = myriad::InferenceModel::load(opt.model_dir, filter);
+      myriad::run_expert_follower(*model, *job->dispatcher, *job->world);
+      return 0;
+    }
+    opt.loader = [&, filter]() -> std::shared_ptr<const myriad::InferenceModel> {
+      auto model = myriad::InferenceModel::load(opt.model_dir, filter);
+      leader = std::make_unique<myriad::ExpertLeaderDispatcher>(*job->world, *job->groups.ep_group, model->config());
+      model->set_moe_dispatcher(leader.get());
+      return model;
+    };
+  }
 
   myriad::Server server(opt);
   server.start();
@@ -69,6 +94,7 @@ int run_serve(const myriad::cli::Args& args) {
       const std::string why = server.load_error();
       server.stop();
       std::fprintf(stderr, "myriad serve: cannot load the model from %s: %s\n", opt.model_dir.c_str(), why.c_str());
+      if (job) myriad::mpi_abort(1);  // the followers wait for rank 0: end them with it
       return 1;
     }
     if (state == myriad::Server::State::kReady && !announced) {
@@ -85,6 +111,7 @@ int run_serve(const myriad::cli::Args& args) {
     }
   }
   server.stop();
+  if (leader) leader->stop();  // the engine is joined: the followers' loop ends
   std::printf("myriad serve: stopped\n");
   return 0;
 }
@@ -106,6 +133,9 @@ MYRIAD_COMMAND("serve", "serve a model over an OpenAI-compatible HTTP API (chat,
                  "how MLA latent rows are cached: f32 (default), bf16 (half the memory) or q8 (int8 per group of 32: "
                  "~48% of the memory, fastest at long context)"},
                 {"max-batch", "N", "sequences decoded together (default 16)"},
+                {"ep", "N",
+                 "under mpirun -np N: rank 0 serves, every rank holds 1/N of the routed experts (the others serve "
+                 "rank 0's token copies)"},
                 {"max-waiting", "N", "queued requests before 429 (default 64)"},
                 {"page-tokens", "N", "MLA cache page size in tokens (default 64)"},
                 {"prefill-chunk", "N", "prompt tokens per engine step (default 256)"},

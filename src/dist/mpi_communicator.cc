@@ -192,7 +192,10 @@ Communicator& mpi_world() {
     MPI_Initialized(&initialized);
     if (!initialized) {
       int provided = 0;
-      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "init");
+      // SERIALIZED: any one thread at a time may call MPI (a server's engine thread makes the collectives).
+      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "init");
+      MYRIAD_REQUIRE(provided >= MPI_THREAD_SERIALIZED, kUnsupported,
+                     "this MPI library does not allow calls from more than one thread (MPI_THREAD_SERIALIZED)");
       g_initialized_here = true;
       std::atexit(finalize_at_exit);
     }

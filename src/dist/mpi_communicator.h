@@ -3,8 +3,8 @@
 // message. Counts above INT_MAX are split into pieces for the reductions and broadcasts; the gathers and the
 // all-to-all refuse them (MPI 3's int counts) with a message.
 //
-// mpi_world() initialises MPI on first use (MPI_THREAD_FUNNELED: only the main thread calls MPI; OpenMP threads
-// compute) and finalises it at exit. launched_by_mpirun() tells from the environment whether this process is
+// mpi_world() initialises MPI on first use (MPI_THREAD_SERIALIZED: one thread at a time calls MPI, the main one or
+// a server's engine thread; OpenMP threads compute) and finalises it at exit. launched_by_mpirun() tells from the environment whether this process is
 // one rank of an mpirun job, so that a plain `myriad train` never touches MPI.
 #pragma once
 

@@ -17,6 +17,7 @@ namespace {
 std::atomic<int64_t> g_since_ms{0};  // when the current collective began (steady clock ms), 0 = none
 std::atomic<const char*> g_what{nullptr};
 std::atomic<int> g_depth{0};
+std::atomic<int> g_paused{0};
 std::once_flag g_started;
 
 int64_t now_ms() {
@@ -60,9 +61,16 @@ double collective_timeout_s() {
   return t;
 }
 
-CollectiveWatch::CollectiveWatch(const char* what) {
+UnwatchedWait::UnwatchedWait() {
+  g_paused.fetch_add(1);
+}
+UnwatchedWait::~UnwatchedWait() {
+  g_paused.fetch_sub(1);
+}
+
+CollectiveWatch::CollectiveWatch(const char* what) : active_(collective_timeout_s() > 0 && g_paused.load() == 0) {
   const double timeout = collective_timeout_s();
-  if (timeout <= 0) return;
+  if (!active_) return;
   std::call_once(g_started, [timeout] { std::thread(watch_loop, timeout).detach(); });
   if (g_depth.fetch_add(1) == 0) {  // the outermost collective (split's all-gathers run inside one)
     g_what.store(what);
@@ -71,7 +79,7 @@ CollectiveWatch::CollectiveWatch(const char* what) {
 }
 
 CollectiveWatch::~CollectiveWatch() {
-  if (collective_timeout_s() <= 0) return;
+  if (!active_) return;
   if (g_depth.fetch_sub(1) == 1) g_since_ms.store(0);
 }
 

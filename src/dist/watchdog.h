@@ -18,6 +18,19 @@ class CollectiveWatch {
   ~CollectiveWatch();
   CollectiveWatch(const CollectiveWatch&) = delete;
   CollectiveWatch& operator=(const CollectiveWatch&) = delete;
+
+ private:
+  bool active_;
+};
+
+// While one exists, collectives are not watched: a wait that is idle by design (an expert server waiting for the
+// next request's forward) is not a stopped rank.
+class UnwatchedWait {
+ public:
+  UnwatchedWait();
+  ~UnwatchedWait();
+  UnwatchedWait(const UnwatchedWait&) = delete;
+  UnwatchedWait& operator=(const UnwatchedWait&) = delete;
 };
 
 // The timeout in seconds (<= 0: off); the first call reads MYRIAD_COLLECTIVE_TIMEOUT_S.

@@ -293,6 +293,20 @@ Tensor InferenceModel::ffn(int64_t l, const Tensor& x_in) const {
                      moe_dispatcher_ ? *moe_dispatcher_ : local_moe_dispatcher());
 }
 
+void InferenceModel::serve_remote_experts(int64_t l, const MoeDispatcher& dispatcher) const {
+  MYRIAD_REQUIRE(config_.is_moe_layer(l), kValue, "serve_remote_experts: layer ", l, " is not an MoE layer");
+  const LayerRefs& lw = layers_[size_t(l)];
+  HostFfn exec{config_, w_->device(), {}};
+  const HostFfn::Moe w{lw.router, lw.latent_down, lw.latent_up, lw.latent_norm, lw.shared, &lw.experts};
+  const int64_t k = config_.num_experts_per_token, L = config_.expert_width();
+  const ExpertGroups none = group_by_expert(Tensor::empty({0, k}, DType::kI32), config_.num_experts);
+  const ExpertBatch batch =
+      dispatcher.dispatch(ag::Var(Tensor::empty({0, L}), false), none, ag::Var(Tensor::empty({0, k}), false));
+  const Tensor out =
+      exec.experts(batch, dispatcher.local_experts(config_.num_experts), w, Tensor::empty({0, config_.hidden_size}));
+  (void)dispatcher.combine(ag::Var(out, false), batch, 0);
+}
+
 // model/layer_module.h's execution without the tape: the mixers as decoders over each sequence's state (the
 // batch's segments), the FFN through ffn_module.h, the fused AttnRes read.
 struct InferenceModel::Stack {

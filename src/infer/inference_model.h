@@ -99,6 +99,14 @@ class InferenceModel {
 
   size_t weight_bytes_read(int64_t tokens, bool routed_only) const;
   Tensor ffn(int64_t layer, const Tensor& x) const;
+
+ public:
+  // Expert-parallel serving (serve/expert_server.h): MoE layer `layer`'s dispatch, local experts and combine for a
+  // process with no tokens of its own, serving the copies other ranks send through `dispatcher` (collective with
+  // their forward's call for the same layer).
+  void serve_remote_experts(int64_t layer, const MoeDispatcher& dispatcher) const;
+
+ private:
   // AttnRes read over the candidates [N, D] each: softmax over candidates of (norm * proj) . v / rms(v).
   Tensor attn_res_read(const float* norm, const float* proj, const std::vector<Tensor>& cands) const;
   Tensor rmsnorm(const Tensor& x, const float* weight) const;  // rows of x [N, D] with weight [D], rms_norm_eps

@@ -31,6 +31,8 @@ one-process run of the same data:
      written.
   6. Expert-parallel inference: `generate` (sampled) and `eval` (prefill and --decode) with --ep 2 and --ep 4 print
      exactly what one process prints.
+  7. Expert-parallel serving: `mpirun -np 2 myriad serve --ep 2` answers completions (greedy with logprobs, and
+     sampled) exactly as a one-process server does; SIGTERM ends it.
 """
 import json
 import os
@@ -38,8 +40,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
+import re
 import struct
+import time
+import urllib.request
 from array import array
 
 MYRIAD, SRC, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -339,6 +343,47 @@ def main():
             rc, got, err = stdout_of(MPIRUN + ["-np", str(np_)] + cmd + ["--ep", str(np_)])
             check(rc == 0 and got == want, f"{what} --ep {np_}: rank 0 prints exactly what one process prints"
                   + ("" if rc == 0 and got == want else f"\n{got[-500:]!r}\nvs\n{want[-500:]!r}\n{err[-1500:]}"))
+
+    # 7. Expert-parallel serving: rank 0 serves HTTP, rank 1 its experts; the same completions (text and
+    # logprobs, greedy and sampled) as a one-process server; SIGTERM ends both.
+    def start_server(cmd):
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env())
+        port, t0, seen = None, time.time(), []
+        while time.time() - t0 < 120:
+            line = p.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+            m = re.search(r"listening on http://127.0.0.1:(\d+)", line)
+            port = int(m.group(1)) if m else port
+            if "ready:" in line:
+                return p, port, ""
+        return p, None, "".join(seen)
+
+    def complete(port, body):
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        return json.loads(urllib.request.urlopen(req, timeout=120).read())["choices"][0]
+
+    one, port1, why1 = start_server([MYRIAD, "serve", "--model", init, "--port", "0"])
+    two, port2, why2 = start_server(MPIRUN + ["-np", "2", MYRIAD, "serve", "--model", init, "--port", "0", "--ep", "2"])
+    check(port1 is not None and port2 is not None, "serve: one process and --ep 2 ready" + why1[-1000:] + why2[-1000:])
+    if port1 is not None and port2 is not None:
+        for body in [{"model": "init", "prompt": "Once upon a time", "max_tokens": 24, "temperature": 0, "logprobs": 3},
+                     {"model": "init", "prompt": "The", "max_tokens": 32, "temperature": 1.0, "seed": 11}]:
+            a, b = complete(port1, body), complete(port2, body)
+            check(a["text"] == b["text"] and a.get("logprobs") == b.get("logprobs"),
+                  f"serve --ep 2: the same completion as one process (temperature {body['temperature']})"
+                  + ("" if a == b else f"\n{a!r}\nvs\n{b!r}"))
+    for p in (one, two):
+        p.send_signal(signal.SIGTERM)
+    for name, p in (("one process", one), ("--ep 2", two)):
+        try:
+            p.communicate(timeout=30)
+            check(True, f"serve {name}: ended on SIGTERM")
+        except subprocess.TimeoutExpired:
+            p.kill()
+            check(False, f"serve {name}: still running 30 s after SIGTERM")
 
     if FAILURES:
         print(f"{len(FAILURES)} checks failed")
