@@ -26,6 +26,7 @@ int run_train(const myriad::cli::Args& args) {
   r.parallel.dp = int(args.get_int("dp", 1, 1, 1 << 20));
   r.parallel.ep = int(args.get_int("ep", 1, 1, 1 << 20));
   r.parallel.sp = int(args.get_int("sp", 1, 1, 1 << 20));
+  r.zero1 = args.has("zero1");
   const myriad::TrainSummary s = myriad::run_training(r);
   if (!s.root) return 0;  // rank 0 reports
   std::printf(
@@ -57,6 +58,7 @@ MYRIAD_COMMAND("train", "train a model (built-in corpus when no data is given)",
                 {"dp", "N", "data-parallel ranks (under mpirun; dp x ep x sp = the number of ranks)"},
                 {"ep", "N", "expert-parallel ranks: each holds num_experts / N routed experts"},
                 {"sp", "N", "sequence-parallel ranks (not implemented yet: refused)"},
+                {"zero1", "", "ZeRO-1: each rank keeps the optimizer state of its share of the tensors (same weights)"},
                 {"stop-after", "N", "stop after N steps in total (checkpointed), e.g. to test resumption"},
                 {"force", "", "replace an existing run directory"},
                 {"quiet", "", "no progress line"}},

@@ -8,9 +8,12 @@
 
 namespace myriad {
 
-AdamW::AdamW(const ModelConfig& config, const ModelWeights& weights, AdamWConfig hp) : hp_(hp) {
+AdamW::AdamW(const ModelConfig& config, const ModelWeights& weights, AdamWConfig hp,
+             const std::function<bool(const std::string&)>& keeps)
+    : hp_(hp) {
   for (const ParamSpec& spec : model_param_specs(config)) {
     if (spec.buffer || !weights.contains(spec.name)) continue;  // a rank's shard holds some experts only
+    if (keeps && !keeps(spec.name)) continue;                   // ZeRO-1: another replica's share
     decay_[spec.name] = spec.weight_decay;
     m_[spec.name] = Tensor::zeros(spec.shape);
     v_[spec.name] = Tensor::zeros(spec.shape);

@@ -3,6 +3,7 @@
 // its state (m, v per tensor, the step count) saved and restored as safetensors for exact resumption.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -27,8 +28,11 @@ void save_optimizer_state(const std::string& path, const NamedTensors& state, in
 
 class AdamW {
  public:
-  // Over the trainable tensors `weights` holds (all of the config's, or a rank's shard of the experts).
-  AdamW(const ModelConfig& config, const ModelWeights& weights, AdamWConfig hp);
+  // Over the trainable tensors `weights` holds (all of the config's, or a rank's shard of the experts), and of
+  // those only the ones `keeps` accepts when given (ZeRO-1: this rank's share; the others it neither updates nor
+  // keeps state for).
+  AdamW(const ModelConfig& config, const ModelWeights& weights, AdamWConfig hp,
+        const std::function<bool(const std::string&)>& keeps = {});
 
   // Global L2 norm of all gradients (double accumulation); infinite or NaN when any gradient is.
   double grad_norm(const ModelWeights& weights) const;

@@ -175,7 +175,11 @@ TrainSummary run_training(const RunRequest& req) {
   const ParallelDims& dims = req.parallel;
   SingleCommunicator single;
   Communicator& world = dims.distributed() || launched_by_mpirun() ? mpi_world() : single;
-  check_on_all_ranks(world, [&] { validate_parallel_dims(dims, world.size(), mc); });
+  check_on_all_ranks(world, [&] {
+    validate_parallel_dims(dims, world.size(), mc);
+    MYRIAD_REQUIRE(!req.zero1 || dims.distributed(), kConfig,
+                   "--zero1 shards the optimizer state over the ranks of an mpirun job (--dp / --ep > 1)");
+  });
   ProcessGroups groups = make_process_groups(world, dims);
   // Ranks sharing a machine share its cores: each takes its part unless MYRIAD_THREADS says otherwise.
   if (world.size() > 1 && !std::getenv("MYRIAD_THREADS")) {
@@ -232,6 +236,7 @@ TrainSummary run_training(const RunRequest& req) {
   to.model_config_json = run.config_json;
   to.tokenizer_dir = run.tok_dir;
   to.groups = &groups;
+  to.zero1 = req.zero1;
   to.stop_after_step = req.stop_after_step;
   to.quiet = req.quiet;
   const int32_t eot = tok.id_of("<|endoftext|>");

@@ -30,6 +30,7 @@ struct RunRequest {
   // product must be the number of ranks. Rank 0 prepares the run directory (corpus, tokenizer, shards); the
   // others wait for it, then load what it wrote (the run directory must be on a filesystem every rank sees).
   ParallelDims parallel;
+  bool zero1 = false;  // ZeRO-1: the optimizer state sharded over the replicas (needs more than one rank)
 };
 
 TrainSummary run_training(const RunRequest& req);

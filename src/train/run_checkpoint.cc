@@ -107,12 +107,17 @@ std::string save_run_checkpoint(const std::string& run_dir, int64_t step, const 
   return w.commit(c, keep);
 }
 
-void write_checkpoint_shard(const std::string& staging, int64_t shard, int64_t shards, const NamedTensors& weights,
-                            const NamedTensors& optimizer_state, int64_t optimizer_step, int64_t step) {
+void write_weights_shard(const std::string& staging, int64_t shard, int64_t shards, const NamedTensors& weights,
+                         int64_t step) {
   const std::map<std::string, std::string> meta = {{"format", "pt"}, {"myriad_step", std::to_string(step)}};
   save_safetensors((fs::path(staging) / checkpoint_shard_name("model", shard, shards)).string(), weights, meta);
-  save_optimizer_state((fs::path(staging) / checkpoint_shard_name("optimizer", shard, shards)).string(),
-                       optimizer_state, optimizer_step, meta);
+}
+
+void write_optimizer_shard(const std::string& staging, int64_t shard, int64_t shards, const NamedTensors& state,
+                           int64_t optimizer_step, int64_t step) {
+  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"myriad_step", std::to_string(step)}};
+  save_optimizer_state((fs::path(staging) / checkpoint_shard_name("optimizer", shard, shards)).string(), state,
+                       optimizer_step, meta);
 }
 
 }  // namespace myriad

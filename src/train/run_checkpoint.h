@@ -20,14 +20,15 @@
 
 namespace myriad {
 
-// A sharded checkpoint (expert parallelism: each rank of one ep group writes its experts) holds instead
+// A sharded checkpoint (expert parallelism: each rank of one ep group writes its experts; ZeRO-1: each rank its
+// share of the optimizer state) holds instead
 //   model-0000i-of-0000n.safetensors + model.safetensors.index.json, and the same for optimizer.*,
 // the Hugging Face sharded layout (`myriad convert --in step-N --out model.safetensors` consolidates it). Every
 // reader loads by name through the index, so a run resumes on any number of ranks.
 struct CheckpointContents {
   std::string config_json;       // the model config file's bytes
-  NamedTensors weights;          // every tensor of the model (gathered from the ranks under expert parallelism)
-  NamedTensors optimizer_state;  // AdamW::state_tensors() of every trainable tensor, likewise
+  NamedTensors weights;          // every tensor of the model (unless sharded)
+  NamedTensors optimizer_state;  // AdamW::state_tensors() of every trainable tensor (unless sharded)
   int64_t optimizer_step = 0;
   nlohmann::json trainer_state;
   std::string tokenizer_dir;  // copied in when not empty
@@ -49,11 +50,15 @@ class RunCheckpointWriter {
   std::unique_ptr<StagedDirectory> staged_;
 };
 
-// Shard `shard` of `shards` of a sharded checkpoint into the staging directory: its model and optimizer files.
-void write_checkpoint_shard(const std::string& staging, int64_t shard, int64_t shards, const NamedTensors& weights,
-                            const NamedTensors& optimizer_state, int64_t optimizer_step, int64_t step);
-
-// Returns the checkpoint's directory.
+// The single-file checkpoint of one process (or of rank 0 when every rank holds everything): the checkpoint's
+// directory.
 std::string save_run_checkpoint(const std::string& run_dir, int64_t step, const CheckpointContents& c, int64_t keep);
+
+// Shard `shard` of `shards` of a sharded checkpoint's weights (model-...) or optimizer state (optimizer-...), into
+// the staging directory.
+void write_weights_shard(const std::string& staging, int64_t shard, int64_t shards, const NamedTensors& weights,
+                         int64_t step);
+void write_optimizer_shard(const std::string& staging, int64_t shard, int64_t shards, const NamedTensors& state,
+                           int64_t optimizer_step, int64_t step);
 
 }  // namespace myriad

@@ -63,11 +63,7 @@ void validate_data_parallel_split(const TrainConfig& config, const ParallelDims&
 }
 
 Trainer::Trainer(Transformer& model, TrainConfig config, BatchSource& data, TrainerOptions options)
-    : model_(model),
-      cfg_(std::move(config)),
-      data_(data),
-      opt_(std::move(options)),
-      adamw_(model.config(), model.weights(), adamw_config(cfg_)) {
+    : model_(model), cfg_(std::move(config)), data_(data), opt_(std::move(options)) {
   if (opt_.groups) {
     groups_ = opt_.groups;
   } else {
@@ -76,6 +72,12 @@ Trainer::Trainer(Transformer& model, TrainConfig config, BatchSource& data, Trai
   }
   validate_data_parallel_split(cfg_, groups_->dims);
   sync_ = std::make_unique<GradientSync>(model.config(), model.weights(), *groups_);
+  std::function<bool(const std::string&)> keeps;
+  if (opt_.zero1) {
+    sharding_ = std::make_unique<OptimizerSharding>(model.config(), model.weights(), *groups_);
+    keeps = [this](const std::string& name) { return sharding_->owns(name); };
+  }
+  adamw_ = std::make_unique<AdamW>(model.config(), model.weights(), adamw_config(cfg_), keeps);
   if (!root()) return;
   std::error_code ec;
   std::filesystem::create_directories(opt_.run_dir, ec);
@@ -91,7 +93,7 @@ void Trainer::resume(const std::string& dir) {
     Tensor dst = v.value();
     dst.copy_from(weights.tensor(name));
   }
-  adamw_.load(ck);
+  adamw_->load(ck);
   std::ifstream in(ck + "/trainer_state.json");
   nlohmann::json st = nlohmann::json::parse(in);
   step_ = st.at("step").get<int64_t>();
@@ -122,19 +124,19 @@ std::string Trainer::save(int64_t step) {
   NamedTensors weights;
   for (const auto& [n, v] : model_.weights().all()) weights.emplace_back(n, v.value());
   const int ep = groups_->dims.ep;
-  if (ep == 1) {  // every rank holds everything: the root writes the single-file checkpoint
+  if (ep == 1 && !sharding_) {  // every rank holds everything: the root writes the single-file checkpoint
     if (!root()) return last_checkpoint_;
-    CheckpointContents c{opt_.model_config_json, weights, adamw_.state_tensors(),
-                         adamw_.steps(),         st,      opt_.tokenizer_dir};
+    CheckpointContents c{opt_.model_config_json, weights, adamw_->state_tensors(),
+                         adamw_->steps(),        st,      opt_.tokenizer_dir};
     last_checkpoint_ = save_run_checkpoint(opt_.run_dir, step, c, cfg_.keep_checkpoints);
     return last_checkpoint_;
   }
-  // Expert parallelism: the ep group of d = 0 (one copy of every expert) writes one shard per rank (rank e its
-  // experts, rank 0 also every dense tensor) into the directory rank 0 stages; rank 0 then writes the indexes
-  // (which shard holds each tensor follows from the layout) and the rest, and commits. No rank ever holds more
-  // than its own experts.
-  if (groups_->d != 0 || groups_->s != 0) return last_checkpoint_;
-  Communicator& group = *groups_->ep_group;
+  // Sharded (expert parallelism, or ZeRO-1): into the directory rank 0 stages, the ep group of d = 0 (one copy of
+  // every expert) writes one model shard per rank (rank e its experts, rank 0 also every dense tensor); the
+  // optimizer state goes the same way, or under ZeRO-1 one shard per rank (each its share). Rank 0 then writes the
+  // indexes (which shard holds each tensor follows from the layout) and the rest, and commits. No rank ever holds
+  // more than its own share.
+  Communicator& world = *groups_->world;
   std::unique_ptr<RunCheckpointWriter> writer;
   std::string staging;
   if (root()) {
@@ -142,38 +144,48 @@ std::string Trainer::save(int64_t step) {
     staging = writer->staging();
   }
   int64_t length = int64_t(staging.size());
-  group.broadcast(&length, 1, DType::kI64, 0);
+  world.broadcast(&length, 1, DType::kI64, 0);
   staging.resize(static_cast<size_t>(length));
-  group.broadcast(staging.data(), length, DType::kU8, 0);
+  world.broadcast(staging.data(), length, DType::kU8, 0);
   const ModelConfig& mc = model_.config();
-  const int64_t per = mc.num_experts / ep;
-  std::map<std::string, int64_t> owner;           // checkpoint name -> shard
+  const int64_t per = mc.num_experts > 0 ? mc.num_experts / ep : 1;
+  const int64_t optimizer_shards = sharding_ ? world.size() : ep;
+  std::map<std::string, int64_t> model_shard, optimizer_shard;  // checkpoint name -> shard
   uint64_t model_bytes = 0, optimizer_bytes = 0;  // the indexes' total_size: the tensors' data bytes (f32)
   for (const ParamSpec& spec : model_param_specs(mc)) {
     const int64_t shard = spec.expert < 0 ? 0 : spec.expert / per;
-    owner[spec.name] = shard;
+    model_shard[spec.name] = shard;
     model_bytes += uint64_t(spec.numel()) * 4;
     if (spec.buffer) continue;
-    owner["m." + spec.name] = owner["v." + spec.name] = shard;
+    const int64_t o = sharding_ ? sharding_->owner_ranks().at(spec.name) : shard;
+    optimizer_shard["m." + spec.name] = optimizer_shard["v." + spec.name] = o;
     optimizer_bytes += uint64_t(spec.numel()) * 8;
   }
-  const auto mine = [&](const NamedTensors& all) {
-    NamedTensors out;
-    for (const auto& [n, t] : all)
-      if (owner.at(n) == groups_->e) out.emplace_back(n, t);
-    return out;
-  };
-  write_checkpoint_shard(staging, groups_->e, ep, mine(weights), mine(adamw_.state_tensors()), adamw_.steps(), step);
-  group.barrier();  // every shard is complete on disk before the indexes name them
-  if (!root()) return last_checkpoint_;
-  for (const std::string stem : {"model", "optimizer"}) {
-    std::map<std::string, std::string> map;
-    for (const auto& [n, shard] : owner)
-      if ((stem == "model") == (n.rfind("m.", 0) != 0 && n.rfind("v.", 0) != 0))
-        map[n] = checkpoint_shard_name(stem, shard, ep);
-    write_checkpoint_index(staging, stem, map, stem == "model" ? model_bytes : optimizer_bytes);
+  const bool model_writer = groups_->d == 0 && groups_->s == 0;
+  if (model_writer) {
+    NamedTensors mine;
+    for (const auto& [n, t] : weights)
+      if (model_shard.at(n) == groups_->e) mine.emplace_back(n, t);
+    write_weights_shard(staging, groups_->e, ep, mine, step);
   }
-  CheckpointContents c{opt_.model_config_json, {}, {}, adamw_.steps(), st, opt_.tokenizer_dir, true};
+  if (sharding_ || model_writer) {  // the optimizer state this rank keeps is all its shard holds
+    const NamedTensors state = adamw_->state_tensors();
+    NamedTensors mine;
+    const int64_t me = sharding_ ? world.rank() : groups_->e;
+    for (const auto& [n, t] : state)
+      if (optimizer_shard.at(n) == me) mine.emplace_back(n, t);
+    write_optimizer_shard(staging, me, optimizer_shards, mine, adamw_->steps(), step);
+  }
+  world.barrier();  // every shard is complete on disk before the indexes name them
+  if (!root()) return last_checkpoint_;
+  for (const auto& [stem, shards, count, bytes] :
+       {std::tuple{std::string("model"), &model_shard, int64_t(ep), model_bytes},
+        std::tuple{std::string("optimizer"), &optimizer_shard, optimizer_shards, optimizer_bytes}}) {
+    std::map<std::string, std::string> map;
+    for (const auto& [n, shard] : *shards) map[n] = checkpoint_shard_name(stem, shard, count);
+    write_checkpoint_index(staging, stem, map, bytes);
+  }
+  CheckpointContents c{opt_.model_config_json, {}, {}, adamw_->steps(), st, opt_.tokenizer_dir, true};
   last_checkpoint_ = writer->commit(c, cfg_.keep_checkpoints);
   return last_checkpoint_;
 }
@@ -363,7 +375,7 @@ TrainSummary Trainer::run() {
       aux_sum = sums[1];
       finite = world.all_reduce_value<int32_t>(finite ? 1 : 0, ReduceOp::kMin) == 1;
     } else {
-      gnorm = adamw_.grad_norm(model_.weights());
+      gnorm = adamw_->grad_norm(model_.weights());
     }
     std::vector<int64_t> routed_tokens(routing.size());
     for (size_t j = 0; j < routing.size(); ++j) routed_tokens[j] = all_reduce_routing(*groups_->data_group, routing[j]);
@@ -371,7 +383,8 @@ TrainSummary Trainer::run() {
     finite = finite && std::isfinite(gnorm);
     if (finite) {
       const float clip_scale = cfg_.clip > 0 && gnorm > cfg_.clip ? float(cfg_.clip / gnorm) : 1.0f;
-      adamw_.step(model_.weights(), float(lr), clip_scale);
+      adamw_->step(model_.weights(), float(lr), clip_scale);
+      if (sharding_) sharding_->broadcast_updates();  // ZeRO-1: the owners' new values to every replica
       balance(routing, routed_tokens);
       consecutive_skips_ = 0;
     } else {
@@ -426,7 +439,7 @@ TrainSummary Trainer::run() {
         if (v.has_grad()) grads += double(v.grad().numel()) * 4.0;
       }
       double optimizer = 0;
-      for (const auto& [name, t] : adamw_.state_tensors()) optimizer += double(t.numel()) * 4.0;
+      for (const auto& [name, t] : adamw_->state_tensors()) optimizer += double(t.numel()) * 4.0;
       const auto [rss_now, rss_peak] = resident_bytes();
       log({{"type", "memory"},
            {"step", step_},

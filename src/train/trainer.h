@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dist/gradient_sync.h"
+#include "dist/optimizer_sharding.h"
 #include "dist/parallel_dims.h"
 #include "model/transformer.h"
 #include "train/optimizer.h"
@@ -50,6 +51,9 @@ struct TrainerOptions {
   // reduced over the ranks; the root alone logs, prints and writes checkpoints (gathering the experts under
   // expert parallelism). The model must hold this rank's shard and its MoE dispatcher (train/run.cc).
   ProcessGroups* groups = nullptr;
+  // ZeRO-1 (dist/optimizer_sharding.h): each rank keeps the optimizer state of its share of the replicated
+  // tensors and updates those, then the owners broadcast the new values. The same weights, less memory.
+  bool zero1 = false;
 };
 
 struct TrainSummary {
@@ -89,8 +93,8 @@ class Trainer {
   TrainConfig cfg_;
   BatchSource& data_;
   TrainerOptions opt_;
-  AdamW adamw_;
-  int64_t step_ = 0;  // steps done
+  std::unique_ptr<AdamW> adamw_;  // over the tensors whose optimizer state this rank keeps (all, or its ZeRO-1 share)
+  int64_t step_ = 0;              // steps done
   int64_t skipped_total_ = 0;
   int64_t consecutive_skips_ = 0;
   int64_t tokens_seen_ = 0;
@@ -100,6 +104,7 @@ class Trainer {
   ProcessGroups own_groups_;  // the one-process layout when options.groups is null
   ProcessGroups* groups_ = nullptr;
   std::unique_ptr<GradientSync> sync_;
+  std::unique_ptr<OptimizerSharding> sharding_;  // ZeRO-1 (options.zero1), else null
   bool root() const { return groups_->is_root(); }
 };
 

@@ -19,8 +19,10 @@ one-process run of the same data:
      - The final weights (the checkpoint: one file, or with ep one shard per rank and an index) within 1e-4 of
        each tensor's largest value when the routing never differed (AdamW divides by sqrt(v), so an element whose gradient is near zero
        turns a 1e-7 relative difference of its gradient into a larger one of its update; measured <= 4e-5).
-  2. Resharding: 10 steps on 2 ranks (ep 2), resumed to 15 on 4 (dp 2 x ep 2), resumed to 20 on 1: steps 11-20 as
-     in the uninterrupted one-process run, by the same rule.
+     ZeRO-1 (dp 2; dp 2 x ep 2): every loss and the final weights equal the same layout without it bit for bit,
+     and rank 0 keeps about 1 / ranks of the optimizer state.
+  2. Resharding: 10 steps on 2 ranks (ep 2), resumed to 15 on 4 (dp 2 x ep 2), resumed to 20 on 1; and a ZeRO-1
+     run resumed in one process: steps 11-20 as in the uninterrupted one-process run, by the same rule.
   3. Faults: a rank killed (SIGKILL) mid-run ends the job with OpenMPI's message naming the rank in under 60 s; a
      rank stopped (SIGSTOP) mid-run: rank 0's collective watchdog (MYRIAD_COLLECTIVE_TIMEOUT_S=5 here) ends the
      job in under 60 s with its message; ranks started with different model configs are refused at start with one
@@ -251,6 +253,25 @@ def main():
         if np_ == 2:
             cross_check_plan(name, d, flags)
 
+    # 1b. ZeRO-1: the same weights as without it, bit for bit, with each rank keeping its share of Adam's state.
+    for np_, flags in [(2, ["--dp", "2"]), (4, ["--dp", "2", "--ep", "2"])]:
+        name = f"np {np_} {' '.join(flags)} --zero1"
+        base = f"{WORK}/np{np_}{''.join(flags).replace('-', '')}"
+        d = base + "zero1"
+        rc, out, t = run(MPIRUN + ["-np", str(np_)] + train_args(d, t20, flags + ["--zero1"]))
+        check(rc == 0, f"{name}: exit 0 ({t:.1f} s)" + ("" if rc == 0 else "\n" + out[-3000:]))
+        if rc != 0:
+            continue
+        want, got = steps(base), steps(d)
+        check(all(want[s]["loss"] == got[s]["loss"] for s in range(1, 21)), f"{name}: every loss equals the run "
+              "without ZeRO-1 bit for bit")
+        step20 = lambda r: os.path.join(r, "checkpoints", "step-000020")
+        check(read_model(step20(base)) == read_model(step20(d)), f"{name}: the final weights equal bit for bit")
+        mem = lambda r: [json.loads(line) for line in open(os.path.join(r, "metrics.jsonl")) if '"memory"' in line][0]
+        ratio = mem(d)["optimizer_bytes"] / mem(base)["optimizer_bytes"]
+        check(ratio <= 1.0 / np_ + 0.1, f"{name}: rank 0 keeps {ratio:.2f} of the optimizer state (1/{np_} of it "
+              "ideally)")
+
     # 2. Resharding 2 -> 4 -> 1.
     d = f"{WORK}/reshard"
     rc, out, _ = run(MPIRUN + ["-np", "2"] + train_args(d, t20, ["--ep", "2", "--stop-after", "10"]))
@@ -264,6 +285,16 @@ def main():
     check(rc == 0, "reshard: resumed to step 20 in one process" + ("" if rc == 0 else "\n" + out[-3000:]))
     if rc == 0:
         compare_steps("reshard 2 -> 4 -> 1", single, steps(d), 11, 20)
+
+    # ... and a ZeRO-1 checkpoint (the optimizer state in one shard per rank) resumes in one process.
+    d = f"{WORK}/reshard_zero1"
+    rc, out, _ = run(MPIRUN + ["-np", "2"] + train_args(d, t20, ["--dp", "2", "--zero1", "--stop-after", "10"]))
+    check(rc == 0, "reshard: 10 steps on 2 ranks with ZeRO-1" + ("" if rc == 0 else "\n" + out[-3000:]))
+    rc, out, _ = run([MYRIAD, "train", "--config", CONFIG, "--data", f"{WORK}/prep/data", "--tokenizer",
+                      f"{WORK}/prep/tokenizer", "--resume", d, "--quiet"])
+    check(rc == 0, "reshard: the ZeRO-1 run resumed to step 20 in one process" + ("" if rc == 0 else "\n" + out[-3000:]))
+    if rc == 0:
+        compare_steps("reshard ZeRO-1 2 -> 1", single, steps(d), 11, 20)
 
     # 3a. A killed rank ends the job.
     t300 = os.path.join(WORK, "t300.json")
