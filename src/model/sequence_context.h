@@ -27,8 +27,9 @@ class SequenceContext {
   virtual int64_t token_offset() const = 0;
 
   // KDA layer `layer`, short conv `which` (0 q, 1 k, 2 v): the W-1 inputs [1, W-1, C] before this shard, or
-  // undefined (zeros: the sequence starts here).
-  virtual ag::Var kda_conv_state_in(int64_t layer, int which) = 0;
+  // undefined (zeros: the sequence starts here). inputs [T, C]: this shard's own conv inputs (what a context that
+  // runs the shards side by side sends its successor).
+  virtual ag::Var kda_conv_state_in(int64_t layer, int which, const ag::Var& inputs) = 0;
   // KDA layer `layer`: the state [1, H, K, V] entering this shard, or undefined (zeros).
   virtual ag::Var kda_state_in(int64_t layer) = 0;
   // Whether kda_shard_done wants what each shard leaves (building the conv tails on the tape costs a copy of the
@@ -38,9 +39,18 @@ class SequenceContext {
   // v) and the final state [1, H, K, V], all on the tape, so a following shard's gradient flows back through them.
   virtual void kda_shard_done(int64_t layer, const std::array<ag::Var, 3>& conv_state_out,
                               const ag::Var& state_out) = 0;
+  // Shards side by side (sequence parallelism): instead of kda_state_in, the layer gives the context its shard's
+  // affine map of the state, S_out = transition S_in + offset (transition [1, H, K, K]: the final state from the
+  // identity with zero values; offset [1, H, K, V]: from zeros), and gets back the state entering the shard
+  // (composed from the earlier shards' maps in order; undefined: zeros). Both on the tape.
+  virtual bool kda_composes_states() const { return false; }
+  virtual ag::Var kda_compose_state(int64_t /*layer*/, const ag::Var& /*transition*/, const ag::Var& /*offset*/) {
+    return ag::Var();
+  }
 
   // MLA layer `layer`: the latent rows [T_before + T, C + Dr] of every token up to this shard's last, given this
-  // shard's own rows [T, C + Dr] (before kv_a_layernorm and RoPE). The local context returns `rows`.
+  // shard's own rows [T, C + Dr] (before kv_a_layernorm and RoPE); T_before must be token_offset(). The local
+  // context returns `rows`.
   virtual ag::Var mla_latents(int64_t layer, const ag::Var& rows) = 0;
 };
 
@@ -48,7 +58,7 @@ class SequenceContext {
 class LocalSequenceContext final : public SequenceContext {
  public:
   int64_t token_offset() const override { return 0; }
-  ag::Var kda_conv_state_in(int64_t, int) override { return ag::Var(); }
+  ag::Var kda_conv_state_in(int64_t, int, const ag::Var&) override { return ag::Var(); }
   ag::Var kda_state_in(int64_t) override { return ag::Var(); }
   bool wants_kda_shard_states() const override { return false; }
   void kda_shard_done(int64_t, const std::array<ag::Var, 3>&, const ag::Var&) override {}

@@ -67,7 +67,7 @@ struct TapeKda {
   Var linear(const Var& x, const Var& w) const { return ag::linear(x, w); }
   Var short_conv(const Var& lin, const Var& w, int which) {
     const int64_t HK = H * K;
-    const Var state_in = ctx.kda_conv_state_in(layer, which);
+    const Var state_in = ctx.kda_conv_state_in(layer, which, lin);
     auto [y, tail] = ag::conv1d(ag::reshape(lin, {1, T, HK}), w, state_in);
     (void)tail;
     if (hand_over) {  // the last W-1 inputs as a Var (conv1d's tail is a plain value): zeros or state_in, then lin
@@ -83,10 +83,25 @@ struct TapeKda {
   Var kda_gate(const Var& f, const Var& A_log, const Var& dt_bias, float lower_bound) const {
     return ag::kda_gate(ag::reshape(f, {T, H, K}), A_log, dt_bias, lower_bound);
   }
-  Var delta_rule(const Var& q, const Var& k, const Var& v, const Var& g, const Var& beta) {
-    auto [o, state] =
-        ag::kda(ag::reshape(q, {1, T, H, K}), ag::reshape(k, {1, T, H, K}), ag::reshape(v, {1, T, H, K}),
-                ag::reshape(g, {1, T, H, K}), ag::reshape(beta, {1, T, H}), ctx.kda_state_in(layer), chunk);
+  Var delta_rule(const Var& q_in, const Var& k_in, const Var& v_in, const Var& g_in, const Var& beta_in) {
+    const Var q = ag::reshape(q_in, {1, T, H, K}), k = ag::reshape(k_in, {1, T, H, K}),
+              v = ag::reshape(v_in, {1, T, H, K}), g = ag::reshape(g_in, {1, T, H, K}),
+              beta = ag::reshape(beta_in, {1, T, H});
+    Var state_in;
+    if (ctx.kda_composes_states()) {
+      // The shard's affine map of the state (the delta rule is linear in it): from zeros with the real values
+      // (offset) and from the identity with zero values (transition, K x K: KDA's K = V); the context composes the
+      // earlier shards' maps into the state entering this one, then the shard runs from it.
+      Tensor eye = Tensor::zeros({1, H, K, K});
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < K; ++i) eye.data<float>()[(h * K + i) * K + i] = 1.0f;
+      const Var offset = ag::kda(q, k, v, g, beta, Var(), chunk).second;
+      const Var transition = ag::kda(q, k, constant(Tensor::zeros({1, T, H, K})), g, beta, constant(eye), chunk).second;
+      state_in = ctx.kda_compose_state(layer, transition, offset);
+    } else {
+      state_in = ctx.kda_state_in(layer);
+    }
+    auto [o, state] = ag::kda(q, k, v, g, beta, state_in, chunk);
     if (hand_over) ctx.kda_shard_done(layer, tails, state);
     return o;
   }
@@ -153,23 +168,30 @@ struct TapeMla {
   Latents latents(const Var& kv_a_local, const Var& norm) const {
     // This shard's latents and, through the sequence context, the earlier ones: [Tk, C + Dr].
     const Var kv_a = ctx.mla_latents(layer, kv_a_local);
-    MYRIAD_REQUIRE(kv_a.shape()[0] == T, kUnsupported, "mla layer ", layer, ": ", kv_a.shape()[0] - T,
-                   " latent rows of earlier shards; attention with more keys than queries is not built yet");
+    const int64_t Tk = kv_a.shape()[0];
+    MYRIAD_REQUIRE(Tk == T + ctx.token_offset(), kValue, "mla layer ", layer, ": ", Tk, " latent rows for a shard of ",
+                   T, " tokens at offset ", ctx.token_offset(), " (the rows of every token up to the shard's last)");
     const int64_t C = c.kv_lora_rank, Dr = c.qk_rope_head_dim;
     const Var c_kv = ag::slice_last(kv_a, 0, C);
-    const Var k_pe = ag::reshape(ag::slice_last(kv_a, C, C + Dr), {T, 1, Dr});
+    const Var k_pe = ag::reshape(ag::slice_last(kv_a, C, C + Dr), {Tk, 1, Dr});
     return {ag::rmsnorm(c_kv, norm, kMlaLatentNormEps), k_pe};
   }
-  Var attend(const Var& q_rows, const Latents& lat) const {
+  Var attend(const Var& q_shard, const Latents& lat) const {
     const int64_t H = c.num_attention_heads, Dn = c.qk_nope_head_dim, Dr = c.qk_rope_head_dim, Dv = c.v_head_dim,
                   Dq = Dn + Dr;
-    const Var q = ag::reshape(q_rows, {T, H, Dq});
-    const Var kv = ag::reshape(ag::linear(lat.c_kv, w.kv_b_proj), {T, H, Dn + Dv});
+    // Keys of every token up to the shard's last (Tk = offset + T): the queries are padded in front to Tk rows
+    // (zeros, their outputs dropped), so the causal square attention puts the shard's queries at their positions.
+    // NOTE: that costs Tk x Tk scores for T x Tk useful ones; an attention with a query offset is the fix.
+    const int64_t Tk = lat.c_kv.shape()[0];
+    const Var q_rows =
+        Tk == T ? q_shard : ag::concat_rows({constant(Tensor::zeros({Tk - T, H * Dq})), q_shard}, H * Dq);
+    const Var q = ag::reshape(q_rows, {Tk, H, Dq});
+    const Var kv = ag::reshape(ag::linear(lat.c_kv, w.kv_b_proj), {Tk, H, Dn + Dv});
     const Var k_nope = ag::slice_last(kv, 0, Dn), v = ag::slice_last(kv, Dn, Dn + Dv);
     Var q_nope = ag::slice_last(q, 0, Dn), q_pe = ag::slice_last(q, Dn, Dq), k_pe = lat.k_pe;
     if (!c.mla_use_nope && Dr > 0) {
-      std::vector<int64_t> pos(static_cast<size_t>(T));
-      std::iota(pos.begin(), pos.end(), ctx.token_offset());
+      std::vector<int64_t> pos(static_cast<size_t>(Tk));  // the padded queries and the keys: positions 0 .. Tk - 1
+      std::iota(pos.begin(), pos.end(), ctx.token_offset() - (Tk - T));
       const std::optional<YarnParams> yarn = mla_yarn_params(c);
       const RopeTables rt = make_rope_tables(pos, Dr, c.rope_theta, yarn ? &*yarn : nullptr);
       const RopeLayout layout{0, Dr, false};
@@ -177,11 +199,12 @@ struct TapeMla {
       k_pe = ag::rope(k_pe, rt.cos, rt.sin, layout);
     }
     // k_pe is shared by every head: broadcast it over H through an add (its gradient sums over heads).
-    const Var k_pe_h = ag::add(constant(Tensor::zeros({T, H, Dr})), k_pe);
+    const Var k_pe_h = ag::add(constant(Tensor::zeros({Tk, H, Dr})), k_pe);
     const Var qf = ag::concat_last({q_nope, q_pe}), kf = ag::concat_last({k_nope, k_pe_h});
-    const Var att = ag::attention(ag::reshape(qf, {1, T, H, Dq}), ag::reshape(kf, {1, T, H, Dq}),
-                                  ag::reshape(v, {1, T, H, Dv}), mla_score_scale(c));
-    return ag::reshape(att, {T, H * Dv});
+    const Var att = ag::attention(ag::reshape(qf, {1, Tk, H, Dq}), ag::reshape(kf, {1, Tk, H, Dq}),
+                                  ag::reshape(v, {1, Tk, H, Dv}), mla_score_scale(c));
+    const Var rows = ag::reshape(att, {Tk, H * Dv});
+    return Tk == T ? rows : ag::slice_rows(rows, Tk - T, Tk);
   }
 };
 

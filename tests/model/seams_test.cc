@@ -93,7 +93,7 @@ TEST(MoeDispatchSeam, TrainingAndInferenceRouteEveryMoeLayerThroughTheGivenDispa
 class SequentialShards final : public SequenceContext {
  public:
   int64_t token_offset() const override { return offset; }
-  Var kda_conv_state_in(int64_t layer, int which) override {
+  Var kda_conv_state_in(int64_t layer, int which, const Var&) override {
     auto it = conv.find(layer);
     return it == conv.end() ? Var() : it->second[size_t(which)];
   }
