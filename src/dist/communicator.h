@@ -54,6 +54,10 @@ class Communicator {
   virtual void all_to_all_v(const void* send, std::span<const int64_t> send_counts, void* recv,
                             std::span<const int64_t> recv_counts, DType dtype) = 0;
   virtual void broadcast(void* buf, int64_t count, DType dtype, int root) = 0;
+  // The same, for a wait that may be long by design (an idle server's followers): sleeps between checks instead
+  // of keeping a core busy. Every rank of one such broadcast must call this form (MPI does not match blocking
+  // with non-blocking collectives). Default: broadcast.
+  virtual void broadcast_idle(void* buf, int64_t count, DType dtype, int root) { broadcast(buf, count, dtype, root); }
   virtual void barrier() = 0;
   // The ranks with the same color form a new communicator, ordered by key (then by rank here).
   virtual std::unique_ptr<Communicator> split(int color, int key) const = 0;

@@ -68,7 +68,7 @@ void GradientSync::reduce_group(const std::vector<ag::Var>& vars, Communicator& 
 void GradientSync::all_reduce() {
   const auto t0 = std::chrono::steady_clock::now();
   reduce_group(dense_, *groups_.world);
-  reduce_group(experts_, *groups_.dp_group);
+  reduce_group(experts_, *groups_.expert_replicas);
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

@@ -1,8 +1,8 @@
 // Data-parallel gradients (issue 16): after a step's backward passes, every rank's gradients are summed over
 // the ranks that hold the same tensor, so every replica of a tensor takes the same optimizer step:
 //   dense tensors (replicated on every rank): summed over the world;
-//   routed experts (replicated over dp, split over ep): summed over the dp group (the ep all-to-all already
-//   brought every token copy of the rank's ep group to its experts in the backward).
+//   routed experts (replicated over dp and sp, split over ep): summed over their replicas (the ep all-to-all
+//   already brought every token copy of the rank's ep group to its experts in the backward).
 // The sums run over flat buckets (tensors packed in name order up to bucket_bytes, one all-reduce each) so a
 // model of thousands of tensors costs a few large messages, not thousands of small ones. Each rank seeds its
 // backward with 1 / (the step's sequences over all ranks), so the sum is the step's mean gradient.

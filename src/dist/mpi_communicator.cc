@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 #include "core/error.h"
 #include "dist/watchdog.h"
@@ -161,6 +162,16 @@ class MpiCommunicator final : public Communicator {
     for (int64_t at = 0; at < count; at += kPiece) {
       const int n = int(std::min(kPiece, count - at));
       check_mpi(MPI_Bcast(static_cast<char*>(buf) + at * esz, n, mpi_type(dtype), root, comm_), "broadcast");
+    }
+  }
+  void broadcast_idle(void* buf, int64_t count, DType dtype, int root) override {
+    MPI_Request req;
+    check_mpi(MPI_Ibcast(buf, int_count(count, "broadcast"), mpi_type(dtype), root, comm_, &req), "broadcast");
+    for (int done = 0;;) {
+      check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "broadcast");
+      if (done) return;
+      const timespec pause{0, 1'000'000};  // 1 ms: the first token of a request waits at most that much longer
+      nanosleep(&pause, nullptr);
     }
   }
   void barrier() override {

@@ -4,8 +4,8 @@
 // all-to-all refuse them (MPI 3's int counts) with a message.
 //
 // mpi_world() initialises MPI on first use (MPI_THREAD_SERIALIZED: one thread at a time calls MPI, the main one or
-// a server's engine thread; OpenMP threads compute) and finalises it at exit. launched_by_mpirun() tells from the environment whether this process is
-// one rank of an mpirun job, so that a plain `myriad train` never touches MPI.
+// a server's engine thread; OpenMP threads compute) and finalises it at exit. launched_by_mpirun() tells from the
+// environment whether this process is one rank of an mpirun job, so that a plain `myriad train` never touches MPI.
 #pragma once
 
 #include <memory>

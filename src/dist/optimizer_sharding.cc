@@ -30,9 +30,9 @@ std::map<std::string, int> assign(std::vector<const ParamSpec*> specs, int repli
 OptimizerSharding::OptimizerSharding(const ModelConfig& config, ModelWeights& weights, ProcessGroups& g) {
   const ParallelDims& d = g.dims;
   dense_.comm = g.world;
-  experts_.comm = g.dp_group.get();
+  experts_.comm = g.expert_replicas.get();
   dense_.by_owner.resize(static_cast<size_t>(g.world->size()));
-  experts_.by_owner.resize(static_cast<size_t>(g.dp_group->size()));
+  experts_.by_owner.resize(static_cast<size_t>(g.expert_replicas->size()));
   const std::vector<ParamSpec> specs = model_param_specs(config);
   std::vector<const ParamSpec*> dense, experts;
   for (const ParamSpec& s : specs) {
@@ -40,8 +40,9 @@ OptimizerSharding::OptimizerSharding(const ModelConfig& config, ModelWeights& we
     (s.expert < 0 ? dense : experts).push_back(&s);
   }
   const std::map<std::string, int> dense_owner = assign(dense, g.world->size());
-  // An expert's replicas are the dp ranks of its ep slice; the assignment is the same in every slice.
-  const std::map<std::string, int> expert_owner = assign(experts, d.dp);
+  // An expert's replicas are the dp x sp ranks of its ep slice (ordered d sp + s); the same assignment in every
+  // slice.
+  const std::map<std::string, int> expert_owner = assign(experts, d.dp * d.sp);
   const int64_t per = config.num_experts > 0 ? config.num_experts / d.ep : 1;
   for (const ParamSpec& s : specs) {
     if (s.buffer) continue;
@@ -51,10 +52,10 @@ OptimizerSharding::OptimizerSharding(const ModelConfig& config, ModelWeights& we
       mine_[s.name] = o == g.rank;
       if (weights.contains(s.name)) dense_.by_owner[size_t(o)].push_back(weights.at(s.name));
     } else {
-      const int o = expert_owner.at(s.name);  // a dp index
+      const int o = expert_owner.at(s.name);  // an index among the replicas: d sp + s
       const int e = int(s.expert / per);
-      owner_rank_[s.name] = (o * d.ep + e) * d.sp;  // that replica's world rank (s = 0: sp is refused for now)
-      mine_[s.name] = weights.contains(s.name) && o == g.d;
+      owner_rank_[s.name] = ((o / d.sp) * d.ep + e) * d.sp + o % d.sp;  // that replica's world rank
+      mine_[s.name] = weights.contains(s.name) && o == g.d * d.sp + g.s;
       if (weights.contains(s.name)) experts_.by_owner[size_t(o)].push_back(weights.at(s.name));
     }
   }

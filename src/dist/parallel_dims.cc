@@ -27,9 +27,6 @@ void validate_parallel_dims(const ParallelDims& dims, int world_size, const Mode
     MYRIAD_REQUIRE(c.num_experts % dims.ep == 0, kConfig, "--ep ", dims.ep, " does not divide num_experts ",
                    c.num_experts);
   }
-  MYRIAD_REQUIRE(dims.sp == 1, kUnsupported, "--sp ", dims.sp,
-                 ": sequence parallelism is not implemented yet (data and expert parallelism are; see "
-                 "docs/distributed.md)");
 }
 
 ProcessGroups make_process_groups(Communicator& world, const ParallelDims& dims) {
@@ -45,6 +42,8 @@ ProcessGroups make_process_groups(Communicator& world, const ParallelDims& dims)
   g.ep_group = world.split(g.d * dims.sp + g.s, g.e);
   g.dp_group = world.split(g.e * dims.sp + g.s, g.d);
   g.data_group = world.split(g.s, g.data_rank);
+  g.sp_group = world.split(g.data_rank, g.s);
+  g.expert_replicas = world.split(g.e, g.d * dims.sp + g.s);
   return g;
 }
 

@@ -29,8 +29,8 @@ struct ParallelDims {
 };
 
 // One kConfig error naming the flag and the values: a degree below 1, a product that is not the number of
-// ranks mpirun started, --ep that does not divide num_experts (or on a model without MoE layers), --sp (not
-// implemented yet: sequence parallelism is the next part of issue 16, for issue 17's long contexts).
+// ranks mpirun started, --ep that does not divide num_experts (or on a model without MoE layers). (How the
+// sequence splits over --sp is the trainer's check: it depends on the stages.)
 void validate_parallel_dims(const ParallelDims& dims, int world_size, const ModelConfig& config);
 
 // This rank's place in the layout and its groups (split from the world communicator).
@@ -41,6 +41,8 @@ struct ProcessGroups {
   int data_rank = 0;  // d * ep + e: which block of a step's sequences this rank reads
   Communicator* world = nullptr;
   std::unique_ptr<Communicator> ep_group, dp_group, data_group;
+  std::unique_ptr<Communicator> sp_group;         // same d and e: the shards of one sequence, in token order
+  std::unique_ptr<Communicator> expert_replicas;  // same e: every copy of this rank's experts (dp x sp of them)
   bool is_root() const { return rank == 0; }
 };
 

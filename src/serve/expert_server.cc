@@ -18,7 +18,7 @@ ExpertBatch ExpertLeaderDispatcher::dispatch(const ag::Var& z, const ExpertGroup
                                              const ag::Var& weights) const {
   if (calls_++ % moe_layers_ == 0) {  // a forward begins: the followers join its MoE layers
     int32_t cmd = kForward;
-    world_.broadcast(&cmd, 1, DType::kI32, 0);
+    world_.broadcast_idle(&cmd, 1, DType::kI32, 0);  // the followers wait in the non-blocking form: match it
   }
   return inner_.dispatch(z, groups, weights);
 }
@@ -27,7 +27,7 @@ void ExpertLeaderDispatcher::stop() {
   if (stopped_) return;
   stopped_ = true;
   int32_t cmd = kStop;
-  world_.broadcast(&cmd, 1, DType::kI32, 0);
+  world_.broadcast_idle(&cmd, 1, DType::kI32, 0);
 }
 
 void run_expert_follower(const InferenceModel& model, const ExpertParallelDispatcher& dispatcher, Communicator& world) {
@@ -39,7 +39,7 @@ void run_expert_follower(const InferenceModel& model, const ExpertParallelDispat
     int32_t cmd = 0;
     {
       const UnwatchedWait idle;  // until the next request: as long as the server is idle
-      world.broadcast(&cmd, 1, DType::kI32, 0);
+      world.broadcast_idle(&cmd, 1, DType::kI32, 0);
     }
     if (cmd == kStop) return;
     MYRIAD_CHECK(cmd == kForward, "expert server: unknown command ", cmd, " from rank 0");

@@ -240,12 +240,12 @@ TrainSummary run_training(const RunRequest& req) {
   to.stop_after_step = req.stop_after_step;
   to.quiet = req.quiet;
   const int32_t eot = tok.id_of("<|endoftext|>");
-  if (tc.task_eval_per_task > 0 && dims.ep > 1 && groups.is_root() && !req.quiet)
+  if (tc.task_eval_per_task > 0 && (dims.ep > 1 || dims.sp > 1) && groups.is_root() && !req.quiet)
     std::fprintf(stderr,
-                 "myriad train: task evaluation is off under --ep (it decodes with every expert in one "
-                 "process); validation loss is on\n");
-  if (tc.task_eval_per_task > 0 &&
-      dims.ep == 1)  // the built-in tasks (on other data they only show the format is unknown)
+                 "myriad train: task evaluation is off under --ep / --sp (it decodes with the whole model in "
+                 "one process); validation loss is on\n");
+  if (tc.task_eval_per_task > 0 && dims.ep == 1 &&
+      dims.sp == 1)  // the built-in tasks (on other data they only show the format is unknown)
     to.evaluate_tasks = [&tok, &tc, eot](const Transformer& m) {
       TaskScores s = evaluate_tasks(
           m, [&tok](const std::string& t) { return tok.encode(t); },

@@ -12,6 +12,7 @@
 
 #include "dist/expert_parallel.h"
 #include "dist/routing_sync.h"
+#include "dist/sequence_parallel.h"
 #include "io/checkpoint.h"
 #include "model/accounting.h"
 #include "model/balancing.h"
@@ -39,6 +40,19 @@ std::pair<double, double> resident_bytes() {
   return {now, peak};
 }
 
+// Shard s of sp of a batch: tokens and targets [s T / sp, (s + 1) T / sp).
+TrainBatch shard_of(const TrainBatch& b, int s, int sp) {
+  const int64_t T = b.tokens.numel() / sp;
+  return {b.tokens.slice(0, s * T, (s + 1) * T).contiguous(), b.targets.slice(0, s * T, (s + 1) * T).contiguous()};
+}
+
+int64_t counted_targets(const TrainBatch& b) {
+  int64_t n = 0;
+  const int64_t* t = b.targets.data<int64_t>();
+  for (int64_t i = 0; i < b.targets.numel(); ++i) n += t[i] != -100;
+  return n;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -60,6 +74,9 @@ void validate_data_parallel_split(const TrainConfig& config, const ParallelDims&
     MYRIAD_REQUIRE(config.sequences_per_step(s) % data_ranks == 0, kConfig, "stage ", s, " trains ",
                    config.sequences_per_step(s), " sequences per step, which do not split evenly over the ", data_ranks,
                    " data ranks of ", dims.str(), ": make sequences per step a multiple of dp x ep = ", data_ranks);
+  for (int64_t s = 0; s < int64_t(config.stages.size()); ++s)
+    MYRIAD_REQUIRE(config.stages[size_t(s)].seq_len % dims.sp == 0, kConfig, "stage ", s, "'s sequences of ",
+                   config.stages[size_t(s)].seq_len, " tokens do not split into --sp ", dims.sp, " equal shards");
 }
 
 Trainer::Trainer(Transformer& model, TrainConfig config, BatchSource& data, TrainerOptions options)
@@ -191,29 +208,36 @@ std::string Trainer::save(int64_t step) {
 }
 
 nlohmann::json Trainer::evaluate(int64_t seq_len) {
-  // Every rank sees the same validation batches. Without expert parallelism the root alone evaluates (the
-  // others go on to the next step's collectives and wait there); with it every rank of the ep group must run
-  // the same forwards (their all-to-alls), so all do and the root reports.
-  if (!root() && groups_->dims.ep == 1) return nlohmann::json::object();
+  // Every rank sees the same validation batches. Without expert or sequence parallelism the root alone
+  // evaluates (the others go on to the next step's collectives and wait there); with them every rank must run
+  // the same forwards (their all-to-alls and gathers), so all do (each its shard under sp) and the root reports.
+  const int sp = groups_->dims.sp;
+  if (!root() && groups_->dims.ep == 1 && sp == 1) return nlohmann::json::object();
   ag::NoGradGuard no_grad;
-  double nats = 0, targets = 0, bytes = 0;
+  double sums[3] = {0, 0, 0};  // nats, counted targets, target bytes
   ForwardOptions fo;
   fo.kda_chunk = cfg_.kda_chunk;
-  for (const TrainBatch& b : data_.validation(seq_len, cfg_.eval_batches)) {
-    ForwardResult r = model_.forward(b.tokens, b.targets, fo);
-    int64_t n = 0;
-    const int64_t* t = b.targets.data<int64_t>();
-    for (int64_t i = 0; i < b.targets.numel(); ++i) n += t[i] != -100;
-    nats += double(r.loss.value().data<float>()[0]) * double(n);
-    targets += double(n);
-    bytes += double(data_.target_bytes(b));
+  std::unique_ptr<SequenceParallelContext> shards;
+  if (sp > 1) {
+    shards = std::make_unique<SequenceParallelContext>(*groups_->sp_group, model_.config(), seq_len / sp);
+    fo.sequence = shards.get();
   }
+  for (const TrainBatch& whole : data_.validation(seq_len, cfg_.eval_batches)) {
+    const TrainBatch b = sp > 1 ? shard_of(whole, groups_->s, sp) : whole;
+    ForwardResult r = model_.forward(b.tokens, b.targets, fo);
+    const int64_t n = counted_targets(b);
+    sums[0] += double(r.loss.value().data<float>()[0]) * double(n);
+    sums[1] += double(n);
+    sums[2] += double(data_.target_bytes(b));
+  }
+  if (sp > 1) groups_->sp_group->all_reduce_f64(sums, 3, ReduceOp::kSum);
+  const double nats = sums[0], targets = sums[1], bytes = sums[2];
   nlohmann::json e = {{"type", "eval"}, {"step", step_}};
   if (targets > 0) {
     e["val_loss"] = nats / targets;
     if (bytes > 0) e["val_bpb"] = nats / std::log(2.0) / bytes;
   }
-  if (opt_.evaluate_tasks && root()) {
+  if (opt_.evaluate_tasks && root() && groups_->dims.ep == 1 && sp == 1) {
     nlohmann::json t = opt_.evaluate_tasks(model_);
     if (t.contains("tasks")) e["tasks"] = t["tasks"];
     if (t.contains("samples"))
@@ -232,7 +256,7 @@ void Trainer::balance(const std::vector<RoutingStats>& routing, const std::vecto
   // applied to the next. Only the selection moves; the mixture weights never see b. (aux_loss balancing acts
   // through the loss, in run(): nothing to do here.) Every rank computes the same new b.
   const ModelConfig& c = model_.config();
-  Communicator& data = *groups_->data_group;
+  Communicator& data = *groups_->world;  // every rank's tokens
   for (size_t l = 0; l < routing.size(); ++l) {
     const RoutingStats& r = routing[l];
     const std::string name =
@@ -328,21 +352,41 @@ TrainSummary Trainer::run() {
     // This rank's block of the step's sequences; every rank reads them all, in order (the data state is global).
     const int64_t per_rank = n_seq / groups_->dims.data_ranks();
     const int64_t first = groups_->data_rank * per_rank;
+    // Sequence parallelism: the sp ranks of a data rank run their shards of each of its sequences side by side.
+    const int sp = groups_->dims.sp;
+    std::unique_ptr<SequenceParallelContext> shards;
+    if (sp > 1) {
+      shards = std::make_unique<SequenceParallelContext>(*groups_->sp_group, model_.config(), T / sp);
+      fo.sequence = shards.get();
+    } else {
+      fo.sequence = nullptr;
+    }
     for (int64_t i = 0; i < n_seq; ++i) {
       TrainBatch b = data_.next(T);
       if (i < first || i >= first + per_rank) continue;
+      if (sp > 1) b = shard_of(b, groups_->s, sp);
       ForwardResult r = model_.forward(b.tokens, b.targets, fo);
       const float loss = r.loss.value().data<float>()[0];
       finite = finite && std::isfinite(loss);
-      loss_sum += loss;
-      // The step's loss is the mean over its sequences: each backward is seeded with 1 / n_seq. Balancing
-      // "aux_loss" adds its balance loss to the objective (logged apart: "loss" stays the cross entropy).
-      std::vector<std::pair<ag::Var, Tensor>> seeds = {{r.loss, Tensor::full({}, 1.0f / float(n_seq))}};
+      // The step's loss is the mean over its sequences: each backward is seeded with 1 / n_seq, times, for a
+      // shard, its share of the sequence's counted targets. Balancing "aux_loss" adds its balance loss to the
+      // objective (logged apart: "loss" stays the cross entropy).
+      float seed = 1.0f / float(n_seq);
+      double share = 1.0;
+      if (sp > 1) {
+        const int64_t mine = counted_targets(b);
+        const int64_t all = groups_->sp_group->all_reduce_value(mine);
+        share = all > 0 ? double(mine) / double(all) : 1.0 / sp;
+        seed = float(share / double(n_seq));
+      }
+      loss_sum += double(loss) * share;
+      std::vector<std::pair<ag::Var, Tensor>> seeds = {{r.loss, Tensor::full({}, seed)}};
       if (r.aux_loss.defined()) {
         const float aux = r.aux_loss.value().data<float>()[0];
         finite = finite && std::isfinite(aux);
-        aux_sum += aux;
-        seeds.emplace_back(r.aux_loss, Tensor::full({}, 1.0f / float(n_seq)));
+        aux_sum += sp > 1 ? double(aux) / sp : double(aux);
+        seeds.emplace_back(r.aux_loss,
+                           Tensor::full({}, sp > 1 ? float(1.0 / (double(sp) * double(n_seq))) : 1.0f / float(n_seq)));
       }
       ag::Tape::current().backward(seeds);
       // Balancing statistics over the whole step: loads summed, router scores of every sequence stacked.
@@ -378,7 +422,8 @@ TrainSummary Trainer::run() {
       gnorm = adamw_->grad_norm(model_.weights());
     }
     std::vector<int64_t> routed_tokens(routing.size());
-    for (size_t j = 0; j < routing.size(); ++j) routed_tokens[j] = all_reduce_routing(*groups_->data_group, routing[j]);
+    // Every rank's tokens are distinct tokens of the step (sequences over the data ranks, shards over sp).
+    for (size_t j = 0; j < routing.size(); ++j) routed_tokens[j] = all_reduce_routing(world, routing[j]);
     const double lr = cfg_.lr_at(step_);
     finite = finite && std::isfinite(gnorm);
     if (finite) {
@@ -419,7 +464,7 @@ TrainSummary Trainer::run() {
       for (size_t j = 0; j < routing.size(); ++j) {
         const RoutingStats& r = routing[j];
         const RoutingStatsSummary sm =
-            summarize_routing_across(*groups_->data_group, r, model_.config().num_experts_per_token, routed_tokens[j]);
+            summarize_routing_across(world, r, model_.config().num_experts_per_token, routed_tokens[j]);
         moe.push_back({{"layer", r.layer},
                        {"max_violation", sm.max_violation},
                        {"dropped_fraction", sm.dropped_fraction},

@@ -34,7 +34,27 @@ TEST(ParallelDims, ValidationNamesTheFlagAndTheValues) {
   EXPECT_NE(error_of({0, 1, 1}, 1, c).find("--dp 0: must be at least 1"), std::string::npos);
   const std::string ep3 = error_of({1, 3, 1}, 3, c);
   EXPECT_NE(ep3.find("--ep 3 does not divide num_experts " + std::to_string(c.num_experts)), std::string::npos) << ep3;
-  EXPECT_NE(error_of({1, 1, 2}, 2, c).find("sequence parallelism is not implemented yet"), std::string::npos);
+  EXPECT_EQ(error_of({1, 1, 2}, 2, c), "");  // sequence parallelism: the trainer checks the stages' lengths
+}
+
+// dp x ep x sp on 4 ranks when the world has 4 (dp 1 x ep 2 x sp 2, dp 2 x ep 1 x sp 2): the sp group holds the
+// consecutive ranks of one sequence in token order, the expert replicas every rank with the same e.
+TEST(ParallelDims, SequenceAndExpertReplicaGroups) {
+  Communicator& w = test::test_world();
+  if (w.size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  for (const ParallelDims dims : {ParallelDims{1, 2, 2}, ParallelDims{2, 1, 2}}) {
+    ProcessGroups g = make_process_groups(w, dims);
+    EXPECT_EQ(g.s, w.rank() % 2);
+    EXPECT_EQ(g.sp_group->size(), 2);
+    EXPECT_EQ(g.sp_group->rank(), g.s);
+    // The sp group of rank r is {r - s, r - s + 1}: the sum of its world ranks is 2 (r - s) + 1.
+    EXPECT_EQ(g.sp_group->all_reduce_value(int64_t(w.rank())), 2 * int64_t(w.rank() - g.s) + 1);
+    EXPECT_EQ(g.expert_replicas->size(), dims.dp * dims.sp);
+    EXPECT_EQ(g.expert_replicas->rank(), g.d * dims.sp + g.s);
+    // Every member of the expert replica group has this rank's e.
+    EXPECT_EQ(g.expert_replicas->all_reduce_value(int64_t(g.e), ReduceOp::kMax), g.e);
+    EXPECT_EQ(g.expert_replicas->all_reduce_value(int64_t(g.e), ReduceOp::kMin), g.e);
+  }
 }
 
 TEST(ParallelDims, RanksMapToDataExpertAndGroupIndices) {
