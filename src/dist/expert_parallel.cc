@@ -84,7 +84,7 @@ ExpertBatch ExpertParallelDispatcher::dispatch(const ag::Var& z, const ExpertGro
   const int R = comm_.size();
   const int64_t E = int64_t(groups.start.size()) - 1;
   const Range local = local_experts(E);
-  const int64_t El = local.count, served = groups.served(), T = weights.shape()[0], k = weights.shape()[1];
+  const int64_t El = local.count;
 
   // What goes where: the copies of rank p's experts are positions [start[p El], start[(p+1) El]).
   std::vector<int64_t> send_rows(static_cast<size_t>(R)), expert_counts(size_t(R * El));
@@ -104,10 +104,7 @@ ExpertBatch ExpertParallelDispatcher::dispatch(const ag::Var& z, const ExpertGro
 
   ExpertBatch b;
   b.first_expert = local.first;
-  b.copy_token = Tensor::from_vector(groups.copy_token, {served});
-  const Tensor copy_slot = Tensor::from_vector(groups.copy_slot, {served});
-  b.copy_weight = ag::reshape(ag::gather_rows(ag::reshape(weights, {T * k, 1}), copy_slot), {served});
-  const ag::Var grouped = ag::gather_rows(z, b.copy_token);  // [served, L], grouped by expert
+  const ag::Var grouped = gather_copies(b, z, groups, weights);  // [served, L], grouped by expert
   const ag::Var received = all_to_all_rows(grouped, send_rows, recv_rows, comm_);
 
   // Source-major -> expert-major: local expert j's rows are, for each source in rank order, that source's block.

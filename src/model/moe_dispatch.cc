@@ -9,15 +9,19 @@ ExpertBatch LocalMoeDispatcher::dispatch(const ag::Var& z, const ExpertGroups& g
   MYRIAD_REQUIRE(z.value().ndim() == 2 && weights.value().ndim() == 2 && z.shape()[0] == weights.shape()[0], kShape,
                  "moe dispatch: token rows ", shape_str(z.shape()), " and weights ", shape_str(weights.shape()),
                  " must be [T, L] and [T, k]");
-  const int64_t served = groups.served(), T = weights.shape()[0], k = weights.shape()[1];
   ExpertBatch b;
   b.offsets = groups.start;
   b.first_expert = 0;
+  b.rows = gather_copies(b, z, groups, weights);  // [served, L]
+  return b;
+}
+
+ag::Var gather_copies(ExpertBatch& b, const ag::Var& z, const ExpertGroups& groups, const ag::Var& weights) {
+  const int64_t served = groups.served(), T = weights.shape()[0], k = weights.shape()[1];
   b.copy_token = Tensor::from_vector(groups.copy_token, {served});
   const Tensor copy_slot = Tensor::from_vector(groups.copy_slot, {served});
-  b.rows = ag::gather_rows(z, b.copy_token);  // [served, L]
   b.copy_weight = ag::reshape(ag::gather_rows(ag::reshape(weights, {T * k, 1}), copy_slot), {served});
-  return b;
+  return ag::gather_rows(z, b.copy_token);
 }
 
 ag::Var LocalMoeDispatcher::combine(const ag::Var& expert_out, const ExpertBatch& batch, int64_t tokens) const {

@@ -59,6 +59,10 @@ class LocalMoeDispatcher final : public MoeDispatcher {
   ag::Var combine(const ag::Var& expert_out, const ExpertBatch& batch, int64_t tokens) const override;
 };
 
+// What every dispatcher records of the copies it dispatches: each copy's token (batch.copy_token) and mixture
+// weight (batch.copy_weight, on the tape), in the groups' order; returns the copies' rows of z, grouped by expert.
+ag::Var gather_copies(ExpertBatch& batch, const ag::Var& z, const ExpertGroups& groups, const ag::Var& weights);
+
 // The dispatcher a model uses when none is given.
 const MoeDispatcher& local_moe_dispatcher();
 
