@@ -181,6 +181,9 @@ void validate(const SamplingParams& p) {
                  p.presence_penalty, ") must be in [-2, 2] (0 = off)");
   MYRIAD_REQUIRE(p.top_logprobs >= 0 && p.top_logprobs <= 20, kValue, "sampling: top_logprobs (", p.top_logprobs,
                  ") must be in [0, 20]");
+  for (const auto& [t, b] : p.logit_bias)
+    MYRIAD_REQUIRE(t >= 0 && t < kMaxVocab && b >= -100 && b <= 100, kValue, "sampling: logit_bias entry (", t, ", ", b,
+                   ") needs a token id in [0, 2^24) and a bias in [-100, 100]");
 }
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {
@@ -198,6 +201,11 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const int32_t> p
   const int64_t V = int64_t(logits.size());
   MYRIAD_REQUIRE(V > 0, kValue, "sampling: the logits are empty");
   float* x = logits.data();
+
+  // 0. logit_bias, on the model's logits.
+  for (const auto& [t, b] : p_.logit_bias)
+    MYRIAD_REQUIRE(t < V, kValue, "sampling: logit_bias token id ", t, " is outside the vocabulary [0, ", V, ")");
+  for (const auto& [t, b] : p_.logit_bias) x[t] += b;
 
   // 1. Penalties. Every id is checked before any mark is set, so that an error leaves mark_ all zero.
   const float r = p_.repetition_penalty;

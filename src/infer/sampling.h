@@ -41,11 +41,15 @@ struct SamplingParams {
   float presence_penalty = 0.0f;
   uint64_t seed = 0;
   int64_t top_logprobs = 0;  // alternatives to report per token (0..20)
+  // OpenAI's logit_bias: (token id, bias) added to the model's logits before anything else (-100 bans a token,
+  // +100 all but forces it). Ids in [0, vocab), biases in [-100, 100].
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 // Throws kValue naming the field and the rule: temperature finite and >= 0; top_k >= 0; top_p in (0, 1];
 // min_p in [0, 1]; repetition_penalty finite and > 0; frequency/presence penalties finite, in [-2, 2];
-// top_logprobs in [0, 20].
+// top_logprobs in [0, 20]; every logit_bias id in [0, 2^24) and bias in [-100, 100] (the vocabulary bound is
+// checked against the logits in sample()).
 void validate(const SamplingParams& p);
 
 struct TokenLogprob {

@@ -14,6 +14,7 @@ namespace {
 constexpr int kMaxJsonDepth = 64;                     // deeper request bodies are refused before parsing
 constexpr int64_t kCompletionsDefaultMaxTokens = 16;  // OpenAI's default for /v1/completions
 constexpr size_t kMaxStopStrings = 16;
+constexpr size_t kMaxLogitBias = 1024;  // logit_bias entries
 
 json null_if_empty(const std::string& s) {
   return s.empty() ? json(nullptr) : json(s);
@@ -327,6 +328,27 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
     sp.top_logprobs = get_integer(*v, "logprobs");
   }
   validate_sampling(sp, chat);
+  if (const json* v = field(b, "logit_bias")) {
+    // {"<token id>": bias}: ids as decimal strings within the vocabulary, biases in [-100, 100] (as OpenAI).
+    if (!v->is_object()) type_error("logit_bias", "an object mapping token ids to biases", *v);
+    if (v->size() > kMaxLogitBias)
+      throw bad_request(str("'logit_bias' has ", v->size(), " entries: at most ", kMaxLogitBias), "logit_bias");
+    for (const auto& [key, bias] : v->items()) {
+      const bool digits = !key.empty() && key.size() <= 9 &&
+                          std::all_of(key.begin(), key.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+      if (!digits)
+        throw bad_request(str("logit_bias key '", key, "' is not a token id (a non-negative integer)"), "logit_bias");
+      const int64_t id = std::stoll(key);
+      if (id >= m.vocab_size())
+        throw bad_request(str("logit_bias token id ", id, " is outside the vocabulary [0, ", m.vocab_size(), ")"),
+                          "logit_bias");
+      if (!bias.is_number()) type_error("logit_bias", "numbers as biases", bias);
+      const double x = bias.get<double>();
+      if (!(x >= -100 && x <= 100))
+        throw bad_request(str("logit_bias for token ", id, " is ", x, ": must be in [-100, 100]"), "logit_bias");
+      sp.logit_bias.emplace_back(int32_t(id), float(x));
+    }
+  }
 
   if (const json* v = field(b, "stop")) {
     if (v->is_string()) {

@@ -227,6 +227,46 @@ TEST(Sampling, BadLogitsAndIdsAreValueErrors) {
   EXPECT_NEAR(r.top[1].logprob, lp[0], 1e-5);
 }
 
+// logit_bias is added to the model's logits before the penalties: +100 all but forces a token, -100 bans one, and
+// the reported logprobs are the log-softmax of the biased (then penalised) logits, against the naive reference.
+TEST(Sampling, LogitBiasShiftsTheLogitsBeforeEverythingElse) {
+  const std::vector<float> logits = random_logits(31, 50, 1.0f);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.top_logprobs = 3;
+  const int32_t top = naive_argmax(std::vector<double>(logits.begin(), logits.end()));
+  const int32_t other = top == 7 ? 8 : 7;
+  SamplingParams force = greedy;
+  force.logit_bias = {{other, 100.0f}};
+  EXPECT_EQ(sample_once(force, logits).token, other);
+  SamplingParams ban = greedy;
+  ban.logit_bias = {{top, -100.0f}};
+  EXPECT_NE(sample_once(ban, logits).token, top);
+  SamplingParams both = greedy;
+  both.logit_bias = {{3, 2.5f}, {top, -1.0f}};
+  both.repetition_penalty = 1.5f;
+  const std::vector<int32_t> prompt = {3, 11};
+  std::vector<float> biased = logits;
+  biased[3] += 2.5f;
+  biased[size_t(top)] -= 1.0f;
+  const std::vector<double> want = naive_log_softmax(naive_penalised(biased, prompt, {}, both));
+  const SampledToken r = sample_once(both, logits, prompt);
+  EXPECT_EQ(r.token, naive_argmax(want));
+  ASSERT_EQ(r.top.size(), 3u);
+  for (const TokenLogprob& t : r.top) EXPECT_NEAR(t.logprob, want[size_t(t.token)], 1e-5) << t.token;
+  // Bad entries: one value error each.
+  SamplingParams bad = greedy;
+  bad.logit_bias = {{2, 101.0f}};
+  expect_value_error(bad, "logit_bias");
+  bad.logit_bias = {{-1, 1.0f}};
+  expect_value_error(bad, "logit_bias");
+  bad.logit_bias = {{2, std::numeric_limits<float>::quiet_NaN()}};
+  expect_value_error(bad, "logit_bias");
+  SamplingParams outside = greedy;
+  outside.logit_bias = {{50, 1.0f}};  // the vocabulary is [0, 50)
+  EXPECT_THROW(sample_once(outside, logits), Error);
+}
+
 TEST(Sampling, GreedyIsArgmaxWithTiesToTheLowestId) {
   SamplingParams p;
   p.temperature = 0;

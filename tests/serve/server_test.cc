@@ -246,6 +246,22 @@ TEST_F(ServerTest, GreedyCompletionEqualsDirectEngine) {
   EXPECT_EQ(r2["choices"][0]["text"], choice["text"]);
 }
 
+// logit_bias reaches the sampler: +100 on one token makes greedy decoding emit only it (a token the unbiased
+// continuation does not start with).
+TEST_F(ServerTest, LogitBiasForcesAToken) {
+  const std::string prompt = "The cat sat on the";
+  const auto model = InferenceModel::load(*model_dir_);
+  const std::vector<int32_t> ids = model->tokenizer().encode(prompt);
+  const std::string plain = direct_greedy(ids, 4, {});
+  const int32_t forced = model->tokenizer().encode(" dog").back();
+  const std::string piece = model->tokenizer().decode(std::vector<int32_t>{forced});
+  ASSERT_NE(plain.rfind(piece, 0), 0u) << "pick another token: the plain continuation starts with it";
+  const json r = post_json(
+      "/v1/completions",
+      {{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}, {"logit_bias", {{std::to_string(forced), 100}}}});
+  EXPECT_EQ(r["choices"][0]["text"], piece + piece + piece + piece);
+}
+
 TEST_F(ServerTest, GreedyChatEqualsDirectEngine) {
   const json messages = json::array(
       {json{{"role", "system"}, {"content", "Be brief."}}, json{{"role", "user"}, {"content", "What is 2+2?"}}});
@@ -428,6 +444,12 @@ TEST_F(ServerTest, BadInputsGiveOpenAIErrors) {
       {chat, "{" + msgs + ", \"logprobs\": true, \"top_logprobs\": 50}", 400, "top_logprobs", "", "top_logprobs"},
       {chat, "{" + msgs + ", \"top_logprobs\": 2}", 400, "top_logprobs", "", "top_logprobs without logprobs"},
       {chat, "{" + msgs + ", \"stop\": 5}", 400, "stop", "invalid_type", "stop type"},
+      {chat, "{" + msgs + ", \"logit_bias\": {\"abc\": 5}}", 400, "logit_bias", "", "logit_bias key not an id"},
+      {chat, "{" + msgs + ", \"logit_bias\": {\"999999\": 5}}", 400, "logit_bias", "", "logit_bias id outside"},
+      {chat, "{" + msgs + ", \"logit_bias\": {\"3\": 150}}", 400, "logit_bias", "", "logit_bias beyond 100"},
+      {chat, "{" + msgs + ", \"logit_bias\": {\"3\": \"x\"}}", 400, "logit_bias", "invalid_type",
+       "logit_bias value type"},
+      {chat, "{" + msgs + ", \"logit_bias\": [1]}", 400, "logit_bias", "invalid_type", "logit_bias type"},
       {chat, "{" + msgs + ", \"tools\": [{\"type\": \"function\"}]}", 400, "tools", "", "tools"},
       {chat, "{\"messages\": \"hi\"}", 400, "messages", "invalid_type", "messages type"},
       {chat, "{\"messages\": []}", 400, "messages", "", "messages empty"},
