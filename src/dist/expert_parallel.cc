@@ -57,12 +57,7 @@ ag::Var all_to_all_rows(const ag::Var& x, std::span<const int64_t> send_rows, st
       const Tensor dy = oi->grad.contiguous();
       const ExchangeTimer timer;
       comm.all_to_all_v(dy.raw_data(), recv_elems, dx.raw_data(), send_elems, DType::kF32);
-      if (x.requires_grad()) {
-        Tensor& g = x.grad_buffer();
-        float* gd = g.data<float>();
-        const float* d = dx.data<float>();
-        for (int64_t i = 0; i < sent * N; ++i) gd[i] += d[i];
-      }
+      if (x.requires_grad()) ag::cpu_accumulate(x.grad_buffer(), dx);
     });
   }
   return out;

@@ -18,14 +18,11 @@ ag::Var all_gather_rows(const ag::Var& x, Communicator& comm) {
   auto oi = out.impl();
   // Every rank must run this node's backward (a collective): a zero gradient now keeps the tape from skipping it.
   out.grad_buffer();
-  ag::Tape::current().record("all_gather_rows", {oi}, [x, oi, &comm, n, N]() mutable {
+  ag::Tape::current().record("all_gather_rows", {oi}, [x, oi, &comm, n]() mutable {
     Tensor g = oi->grad.contiguous().clone();
     comm.all_reduce(g.raw_data(), g.numel(), DType::kF32, ReduceOp::kSum);
-    if (!x.requires_grad()) return;
-    Tensor& dx = x.grad_buffer();
-    const float* mine = g.data<float>() + int64_t(comm.rank()) * n * N;
-    float* d = dx.data<float>();
-    for (int64_t i = 0; i < n * N; ++i) d[i] += mine[i];
+    if (x.requires_grad())
+      ag::cpu_accumulate(x.grad_buffer(), g.slice(0, int64_t(comm.rank()) * n, int64_t(comm.rank() + 1) * n));
   });
   return out;
 }
