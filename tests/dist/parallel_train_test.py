@@ -280,41 +280,36 @@ def main():
         check(ratio <= 1.0 / np_ + 0.1, f"{name}: rank 0 keeps {ratio:.2f} of the optimizer state (1/{np_} of it "
               "ideally)")
 
-    # 2. Resharding 2 -> 4 -> 1.
-    d = f"{WORK}/reshard"
-    rc, out, _ = run(MPIRUN + ["-np", "2"] + train_args(d, t20, ["--ep", "2", "--stop-after", "10"]))
-    check(rc == 0, "reshard: 10 steps on 2 ranks (ep 2)" + ("" if rc == 0 else "\n" + out[-3000:]))
-    rc, out, _ = run(MPIRUN + ["-np", "4"] + [MYRIAD, "train", "--config", CONFIG, "--data", f"{WORK}/prep/data",
-                                               "--tokenizer", f"{WORK}/prep/tokenizer", "--resume", d, "--quiet",
-                                               "--dp", "2", "--ep", "2", "--stop-after", "15"])
-    check(rc == 0, "reshard: resumed to step 15 on 4 ranks (dp 2 x ep 2)" + ("" if rc == 0 else "\n" + out[-3000:]))
-    rc, out, _ = run([MYRIAD, "train", "--config", CONFIG, "--data", f"{WORK}/prep/data", "--tokenizer",
-                      f"{WORK}/prep/tokenizer", "--resume", d, "--quiet"])
-    check(rc == 0, "reshard: resumed to step 20 in one process" + ("" if rc == 0 else "\n" + out[-3000:]))
-    if rc == 0:
-        compare_steps("reshard 2 -> 4 -> 1", single, steps(d), 11, 20)
+    # 2. Resharding: a run started on some ranks, resumed on others (the same run directory, its own train.json).
+    def resume(d, np_, flags, what):
+        cmd = [MYRIAD, "train", "--config", CONFIG, "--data", f"{WORK}/prep/data", "--tokenizer",
+               f"{WORK}/prep/tokenizer", "--resume", d, "--quiet", *flags]
+        rc, out, _ = run(cmd if np_ == 1 else MPIRUN + ["-np", str(np_)] + cmd)
+        check(rc == 0, f"reshard: {what}" + ("" if rc == 0 else "\n" + out[-3000:]))
+        return rc == 0
 
-    # ... and a sequence-parallel run resumed on one process.
+    def start(d, np_, flags, what):
+        rc, out, _ = run(MPIRUN + ["-np", str(np_)] + train_args(d, t20, flags + ["--stop-after", "10"]))
+        check(rc == 0, f"reshard: 10 steps {what}" + ("" if rc == 0 else "\n" + out[-3000:]))
+
+    # 2 -> 4 -> 1.
+    d = f"{WORK}/reshard"
+    start(d, 2, ["--ep", "2"], "on 2 ranks (ep 2)")
+    resume(d, 4, ["--dp", "2", "--ep", "2", "--stop-after", "15"], "resumed to step 15 on 4 ranks (dp 2 x ep 2)")
+    if resume(d, 1, [], "resumed to step 20 in one process"):
+        compare_steps("reshard 2 -> 4 -> 1", single, steps(d), 11, 20)
+    # A sequence-parallel run resumed in one process.
     d = f"{WORK}/reshard_sp"
-    rc, out, _ = run(MPIRUN + ["-np", "2"] + train_args(d, t20, ["--sp", "2", "--stop-after", "10"]))
-    check(rc == 0, "reshard: 10 steps on 2 ranks with --sp 2" + ("" if rc == 0 else "\n" + out[-3000:]))
-    rc, out, _ = run([MYRIAD, "train", "--config", CONFIG, "--data", f"{WORK}/prep/data", "--tokenizer",
-                      f"{WORK}/prep/tokenizer", "--resume", d, "--quiet"])
-    check(rc == 0, "reshard: the --sp 2 run resumed to step 20 in one process" + ("" if rc == 0 else "\n" + out[-3000:]))
-    if rc == 0:
+    start(d, 2, ["--sp", "2"], "on 2 ranks with --sp 2")
+    if resume(d, 1, [], "the --sp 2 run resumed to step 20 in one process"):
         want, got = steps(f"{WORK}/np2sp2"), steps(d)  # the uninterrupted --sp 2 run, up to where it stopped
         check(all(want[s]["loss"] == got[s]["loss"] for s in range(1, 11)), "reshard: its first 10 steps are the "
               "uninterrupted --sp 2 run's")
         check(all(s in got for s in range(11, 21)), "reshard: steps 11-20 continue in one process")
-
-    # ... and a ZeRO-1 checkpoint (the optimizer state in one shard per rank) resumes in one process.
+    # A ZeRO-1 checkpoint (the optimizer state in one shard per rank) resumed in one process.
     d = f"{WORK}/reshard_zero1"
-    rc, out, _ = run(MPIRUN + ["-np", "2"] + train_args(d, t20, ["--dp", "2", "--zero1", "--stop-after", "10"]))
-    check(rc == 0, "reshard: 10 steps on 2 ranks with ZeRO-1" + ("" if rc == 0 else "\n" + out[-3000:]))
-    rc, out, _ = run([MYRIAD, "train", "--config", CONFIG, "--data", f"{WORK}/prep/data", "--tokenizer",
-                      f"{WORK}/prep/tokenizer", "--resume", d, "--quiet"])
-    check(rc == 0, "reshard: the ZeRO-1 run resumed to step 20 in one process" + ("" if rc == 0 else "\n" + out[-3000:]))
-    if rc == 0:
+    start(d, 2, ["--dp", "2", "--zero1"], "on 2 ranks with ZeRO-1")
+    if resume(d, 1, [], "the ZeRO-1 run resumed to step 20 in one process"):
         compare_steps("reshard ZeRO-1 2 -> 1", single, steps(d), 11, 20)
 
     # 3a. A killed rank ends the job.
