@@ -26,7 +26,7 @@ one-process run of the same data:
   2. Resharding: 10 steps on 2 ranks (ep 2), resumed to 15 on 4 (dp 2 x ep 2), resumed to 20 on 1; and a ZeRO-1
      run resumed in one process: steps 11-20 as in the uninterrupted one-process run, by the same rule.
   3. Faults: a rank killed (SIGKILL) mid-run ends the job with OpenMPI's message naming the rank in under 60 s; a
-     rank stopped (SIGSTOP) mid-run: rank 0's collective watchdog (MYRIAD_COLLECTIVE_TIMEOUT_S=5 here) ends the
+     rank stopped (SIGSTOP) mid-run: rank 0's collective watchdog (MYRIAD_COLLECTIVE_TIMEOUT_S=10 here) ends the
      job in under 60 s with its message; ranks started with different model configs are refused at start with one
      message naming the rank.
   4. The planner: `myriad plan --recipe myriad-cpu` for the 2-rank layouts gives the weights and optimizer bytes
@@ -345,7 +345,7 @@ def main():
     # 3a. A killed rank: mpirun ends the job. 3b. A rank that stops responding (SIGSTOP): the others' collective
     # watchdog does.
     fault("killed", signal.SIGKILL, {}, ["rank 1"])
-    fault("stopped", signal.SIGSTOP, {"MYRIAD_COLLECTIVE_TIMEOUT_S": "5"}, ["(rank 0): waited", "stopped responding"])
+    fault("stopped", signal.SIGSTOP, {"MYRIAD_COLLECTIVE_TIMEOUT_S": "10"}, ["(rank 0): waited", "stopped responding"])
 
     # 3c. Different model configs across ranks.
     other = os.path.join(WORK, "other.json")
