@@ -28,6 +28,9 @@ std::vector<float> qb_estimate_bias_across(Communicator& data, const Tensor& sco
                  "qb_estimate_bias_across: scores ", shape_str(scores.shape()), " must be cpu F32 [m, n]");
   const Tensor s = scores.contiguous();
   const int64_t n = s.size(1);
+  // One rank: nothing to sum, and the heap estimate is the same bias bit for bit at half the time (measured at
+  // m 16384, n 896, k 8: 60 ms against 121 ms on 2 cores).
+  if (data.size() == 1) return qb_estimate_bias(s.data<float>(), bias, s.size(0), n, k);
   QbRadixSelect sel = qb_radix_init(s.data<float>(), bias, s.size(0), n, k);
   for (int p = 0; p < kQbRadixPasses; ++p) {
     std::vector<int64_t> counts = qb_radix_counts(sel);

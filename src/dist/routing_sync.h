@@ -2,7 +2,7 @@
 // of every rank, so the router bias (and every logged figure) is the one a single process would get on the
 // whole step. Quantile balancing sums its radix-select counts (model/balancing.h QbRadixSelect): the bias is
 // bit-identical to the single-process qb_estimate_bias, not within a bin of it. On a one-rank communicator the
-// same code runs with identity reductions.
+// reductions are identities and QB is qb_estimate_bias itself (the same bias, faster).
 #pragma once
 
 #include <vector>
