@@ -6,7 +6,6 @@
 #include "autograd/functions.h"
 #include "core/error.h"
 #include "dist/mpi_communicator.h"
-#include "io/atomic_file.h"
 
 namespace myriad {
 
@@ -155,9 +154,7 @@ std::unique_ptr<ExpertParallelJob> start_expert_parallel_job(int ep) {
     MYRIAD_REQUIRE(ep == world.size(), kConfig, "--ep ", ep, " but this job has ", world.size(),
                    " ranks: inference splits the experts over every rank (mpirun -np ", ep, ")");
   });
-  if (world.size() > 1)
-    check_on_all_ranks(world,
-                       [&] { require_same_on_all_ranks(world, "myriad executable", read_file("/proc/self/exe")); });
+  start_ranks(world);
   job->groups = make_process_groups(world, ParallelDims{1, ep, 1});
   job->dispatcher = std::make_unique<ExpertParallelDispatcher>(*job->groups.ep_group);
   return job;

@@ -1,11 +1,16 @@
 #include "dist/parallel_dims.h"
 
+#include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <exception>
 #include <functional>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
+#include "core/threads.h"
+#include "io/atomic_file.h"
 
 namespace myriad {
 
@@ -68,6 +73,17 @@ void check_on_all_ranks(Communicator& world, const std::function<void()>& check)
   if (world.rank() == first) std::rethrow_exception(error);
   world.barrier();  // rank `first` never comes: it reports and ends the job, this rank with it
   throw_error(ErrorKind::kValue, "rank ", first, " failed a check");  // not reached under MPI
+}
+
+void start_ranks(Communicator& world) {
+  if (world.size() == 1) return;
+  if (!std::getenv("MYRIAD_THREADS")) {  // ranks sharing a machine share its cores
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int per_machine = local ? std::max(1, std::atoi(local)) : 1;
+    set_num_threads(std::max(1, int(std::thread::hardware_concurrency()) / per_machine));
+  }
+  check_on_all_ranks(world,
+                     [&] { require_same_on_all_ranks(world, "myriad executable", read_file("/proc/self/exe")); });
 }
 
 }  // namespace myriad

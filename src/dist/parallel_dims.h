@@ -52,6 +52,11 @@ ProcessGroups make_process_groups(Communicator& world, const ParallelDims& dims)
 // text is all-gathered and compared; the error names the first rank that differs from rank 0.
 void require_same_on_all_ranks(Communicator& world, const std::string& what, const std::string& text);
 
+// What every process of a multi-rank job does first (collective; nothing with one rank): takes its share of
+// the machine's cores (cores / ranks on this machine, from OMPI_COMM_WORLD_LOCAL_SIZE) unless MYRIAD_THREADS
+// says otherwise, and refuses ranks running different executables (one error).
+void start_ranks(Communicator& world);
+
 // Runs `check` on every rank (it may make collectives whose outcome is the same on all ranks). If it throws on
 // any rank, the lowest such rank rethrows its error (the CLI prints it and ends the job) and the others wait to
 // be ended: one message for the job, not one per rank. Returns normally when no rank failed.

@@ -2,14 +2,11 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <thread>
 
-#include "core/threads.h"
 #include "data/corpus.h"
 #include "data/loader.h"
 #include "data/shards.h"
@@ -181,15 +178,9 @@ TrainSummary run_training(const RunRequest& req) {
                    "--zero1 shards the optimizer state over the ranks of an mpirun job (--dp / --ep > 1)");
   });
   ProcessGroups groups = make_process_groups(world, dims);
-  // Ranks sharing a machine share its cores: each takes its part unless MYRIAD_THREADS says otherwise.
-  if (world.size() > 1 && !std::getenv("MYRIAD_THREADS")) {
-    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    const int per_machine = local ? std::max(1, std::atoi(local)) : 1;
-    set_num_threads(std::max(1, int(std::thread::hardware_concurrency()) / per_machine));
-  }
+  start_ranks(world);
   if (world.size() > 1)
     check_on_all_ranks(world, [&] {
-      require_same_on_all_ranks(world, "myriad executable", read_file("/proc/self/exe"));
       require_same_on_all_ranks(
           world, "model config",
           read_file(fs::is_directory(req.model_config_path) ? req.model_config_path + "/config.json"
