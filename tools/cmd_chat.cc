@@ -19,7 +19,7 @@
 
 #include "cli.h"
 #include "core/error.h"
-#include "serve/chat_template.h"
+#include "data/chat_template.h"
 #include "serve/engine.h"
 
 namespace {
@@ -109,10 +109,10 @@ int run_chat(const myriad::cli::Args& args) {
     history.push_back({"user", line});
 
     // The prompt: the history, its oldest turns dropped until it fits with room for the reply.
-    std::vector<int32_t> prompt = tok.encode(myriad::render_chat(history));
+    std::vector<int32_t> prompt = myriad::encode_chat(tok, history).ids;
     while (int64_t(prompt.size()) + max_tokens > context && history.size() > kept + 1) {
       history.erase(history.begin() + ptrdiff_t(kept));
-      prompt = tok.encode(myriad::render_chat(history));
+      prompt = myriad::encode_chat(tok, history).ids;
     }
     myriad::GenerationRequest req;
     req.max_tokens = std::min(max_tokens, context - int64_t(prompt.size()));

@@ -363,17 +363,39 @@ void Tokenizer::save(const std::string& dir) const {
   write_file_atomic((fs::path(dir) / kTokenizerJsonFile).string(), j.dump(2) + "\n");
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, Specials specials) const {
   const Impl& im = impl();
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   std::vector<int> ids;
+  auto sentencepiece = [&](std::string_view run) {
+    if (run.empty()) return;
+    const auto status = im.sp.Encode(run, &ids);
+    MYRIAD_REQUIRE(status.ok(), kValue, "tokenizer encode: SentencePiece: ", status.ToString());
+    out.insert(out.end(), ids.begin(), ids.end());
+  };
+  auto as_text = [&](std::string_view run) {
+    // Every special token starts with "<|": emit that '<' as a byte wherever one begins, so SentencePiece never
+    // sees a whole special token.
+    size_t from = 0;
+    for (size_t at = run.find("<|"); at != std::string_view::npos; at = run.find("<|", at + 1)) {
+      const std::string_view rest = run.substr(at);
+      const bool special =
+          std::any_of(kSpecialTokens.begin(), kSpecialTokens.end(), [&](const char* s) { return rest.starts_with(s); });
+      if (!special) continue;
+      sentencepiece(run.substr(from, at - from));
+      out.push_back(byte_id('<'));
+      from = at + 1;
+    }
+    sentencepiece(run.substr(from));
+  };
   split_for_sentencepiece(
       text,
       [&](std::string_view run) {
-        const auto status = im.sp.Encode(run, &ids);
-        MYRIAD_REQUIRE(status.ok(), kValue, "tokenizer encode: SentencePiece: ", status.ToString());
-        out.insert(out.end(), ids.begin(), ids.end());
+        if (specials == Specials::kParse)
+          sentencepiece(run);
+        else
+          as_text(run);
       },
       [&](unsigned char b) { out.push_back(byte_id(b)); });
   return out;

@@ -28,9 +28,12 @@
 // special token: its text; a learned piece: its text with '▁' read as ' '; <unk>, <s>, </s>: nothing), without
 // SentencePiece's UTF-8 repair of byte runs. Training text gets the same treatment (cut at those bytes).
 //
-// NOTE (special tokens in text): the text of a special token inside the input ("<|user|>") encodes as that single
-// token, as SentencePiece matches user-defined symbols everywhere; it still round-trips. <unk>, <s>, </s> are not
-// matched in text.
+// Special tokens in text: with Specials::kParse (the default; raw prompts, training text) the text of a special
+// token inside the input ("<|user|>") encodes as that single token, as SentencePiece matches user-defined symbols
+// everywhere. With Specials::kAsText (message content in the chat template: users and tools must not be able to
+// forge a turn) it encodes as ordinary text: the '<' that starts each occurrence is emitted as the byte token
+// <0x3C> and the rest ("|user|>") goes through SentencePiece, where no special token can match any more. Both
+// round-trip. <unk>, <s>, </s> are never matched in text.
 //
 // Leaves out: sampling (subword regularisation), other model types, normalization of any kind.
 #pragma once
@@ -70,6 +73,9 @@ struct TokenizerTrainOptions {
   int num_threads = 1;
 };
 
+// How encode() treats the text of the special tokens (see the top of this file).
+enum class Specials { kParse, kAsText };
+
 class Tokenizer {
  public:
   Tokenizer() = default;
@@ -95,7 +101,7 @@ class Tokenizer {
   // tokenizer.json: {"type":"sentencepiece-bpe","vocab_size":N,"special_tokens":{name:id},"hash":"..."}.
   void save(const std::string& dir) const;
 
-  std::vector<int32_t> encode(std::string_view text) const;
+  std::vector<int32_t> encode(std::string_view text, Specials specials = Specials::kParse) const;
   // Throws kValue for an id outside [0, vocab_size()).
   std::string decode(std::span<const int32_t> ids) const;
   // The bytes one token decodes to (for streaming output; may be part of a UTF-8 character).

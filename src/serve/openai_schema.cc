@@ -149,40 +149,12 @@ const std::string& get_string(const json& v, const std::string& param) {
 }
 
 std::vector<ChatMessage> parse_messages(const json& v) {
-  if (!v.is_array()) type_error("messages", "an array", v);
-  if (v.empty()) throw bad_request("'messages' must not be empty", "messages");
-  std::vector<ChatMessage> out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    const json& m = v[i];
-    const std::string at = str("messages[", i, "]");
-    if (!m.is_object()) type_error(at, "an object", m);
-    const json* role = field(m, "role");
-    if (!role) throw bad_request(str("'", at, ".role' is missing"), at + ".role");
-    ChatMessage msg{get_string(*role, at + ".role"), ""};
-    if (const json* c = field(m, "content")) {
-      if (c->is_string()) {
-        msg.content = c->get<std::string>();
-      } else if (c->is_array()) {
-        for (size_t k = 0; k < c->size(); ++k) {
-          const json& part = (*c)[k];
-          const std::string pat = str(at, ".content[", k, "]");
-          if (!part.is_object()) type_error(pat, "an object", part);
-          const json* type = field(part, "type");
-          const std::string t = type ? get_string(*type, pat + ".type") : "";
-          if (t != "text")
-            throw bad_request(str("'", pat, ".type' = '", t, "': only text content parts are supported"),
-                              pat + ".type");
-          const json* text = field(part, "text");
-          if (!text) throw bad_request(str("'", pat, ".text' is missing"), pat + ".text");
-          msg.content += get_string(*text, pat + ".text");
-        }
-      } else {
-        type_error(at + ".content", "a string or an array of content parts", *c);
-      }
-    }
-    out.push_back(std::move(msg));
+  if (v.is_array() && v.empty()) throw bad_request("'messages' must not be empty", "messages");
+  try {
+    return chat_messages_from_json(v);
+  } catch (const FieldError& e) {
+    throw bad_request(e.what(), e.field(), e.code());
   }
-  return out;
 }
 
 // ---- a generation request -----------------------------------------------------------------------------------------
@@ -368,13 +340,11 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
     const json* v = field(b, "messages");
     if (!v) throw bad_request("'messages' is missing", "messages");
     const std::vector<ChatMessage> messages = parse_messages(*v);
-    std::string prompt;
     try {
-      prompt = render_chat(messages);
+      p.gen.prompt = encode_chat(tok, messages).ids;
     } catch (const Error& e) {
       throw bad_request(e.what(), "messages");
     }
-    p.gen.prompt = tok.encode(prompt);
     for (std::string& s : chat_stop_strings()) p.gen.stop.push_back(std::move(s));
   } else {
     const json* v = field(b, "prompt");

@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "serve/chat_template.h"
+#include "data/chat_template.h"
+#include "data/conversation.h"
 #include "serve/engine.h"
 #include "serve/server.h"
 

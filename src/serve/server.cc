@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "data/chat_template.h"
 #include "data/tokenizer.h"
-#include "serve/chat_template.h"
 #include "serve/job.h"
 #include "serve/openai_reply.h"
 #include "serve/openai_schema.h"
@@ -189,7 +189,7 @@ struct Server::Impl {
     std::vector<int32_t> ids;
     if (const json* v = field(body, "messages")) {
       try {
-        ids = m.tokenizer().encode(render_chat(parse_messages(*v)));
+        ids = encode_chat(m.tokenizer(), parse_messages(*v)).ids;
       } catch (const Error& e) {
         throw bad_request(e.what(), "messages");
       }

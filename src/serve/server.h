@@ -1,7 +1,7 @@
 // The OpenAI-compatible HTTP server (DESIGN §3) over one Engine: cpp-httplib for HTTP, nlohmann for JSON.
 //
 // Endpoints (bodies are JSON; errors are {"error": {"message", "type", "param", "code"}} with the status below):
-//   POST /v1/chat/completions   messages -> chat template (serve/chat_template.h) -> generation
+//   POST /v1/chat/completions   messages -> chat template (data/chat_template.h) -> generation
 //   POST /v1/completions        prompt: a string, a list of one string, token ids, or a list of one list of ids
 //     Both: non-streaming, or with "stream": true Server-Sent Events: "data: {json}\n\n" chunks
 //     (chat.completion.chunk / text_completion) with one id throughout, the role in the first chat delta,
