@@ -17,6 +17,7 @@ LAYERS = {
     "quant": ["ops", "io", "core"],
     "model": ["autograd", "ops", "io", "core"],
     "data": ["io", "core"],
+    "agent": ["data", "io", "core"],
     "dist": ["model", "autograd", "ops", "io", "core"],
     "infer": ["model", "quant", "data", "autograd", "ops", "io", "core"],
     "train": ["dist", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
