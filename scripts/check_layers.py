@@ -20,11 +20,11 @@ LAYERS = {
     "agent": ["data", "io", "core"],
     "dist": ["model", "autograd", "ops", "io", "core"],
     "infer": ["model", "quant", "data", "autograd", "ops", "io", "core"],
-    "train": ["dist", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
+    "train": ["agent", "dist", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
     "report": ["model", "io", "core"],
-    "deploy": ["train", "dist", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
+    "deploy": ["train", "agent", "dist", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
     "serve": ["dist", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
-    "bench": ["serve", "train", "dist", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
+    "bench": ["serve", "train", "agent", "dist", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
 }
 BACKENDS = ("ops/cpu/", "ops/cuda/")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

@@ -6,13 +6,64 @@
 #include "cli.h"
 #include "deploy/prune.h"
 #include "dist/expert_parallel.h"
+#include "io/atomic_file.h"
 #include "serve/engine.h"
 #include "serve/evaluate.h"
+#include "train/agent_eval.h"
 
 namespace {
 
+// `myriad eval tasks`: the agent evaluation (src/train/agent_eval.h) on a model.
+int run_eval_tasks(const myriad::cli::Args& args) {
+  using namespace myriad;
+  const auto model_dir = args.get("model");
+  MYRIAD_REQUIRE(model_dir, kValue, "eval tasks needs --model DIR");
+  const auto model = InferenceModel::load(*model_dir);
+  AgentEvalOptions o;
+  const std::string suite = args.get_or("suite", "builtin");
+  if (suite != "builtin") o.tasks = read_agent_suite(suite);
+  o.per_family = int(args.get_int("per-family", 8, 1, 100000));
+  o.samples = int(args.get_int("samples", 1, 1, 1000));
+  o.seed = uint64_t(args.get_int("seed", 1234, 0, 1L << 62));
+  o.transcripts = int(args.get_int("transcripts", 1, 0, 1000));
+  const AgentEvalReport r = evaluate_agent(*model, model->tokenizer(), o);
+  nlohmann::json j = r.to_json();
+  j["model"] = *model_dir;
+  j["suite"] = suite;
+  j["transcripts"] = r.transcripts;
+  if (const auto data = args.get("data")) {  // general ability beside the agent's: next-token loss on text
+    const std::vector<int32_t> tokens = read_data_tokens(*data, args.get_or("split", "val"), model->tokenizer(),
+                                                         args.get_int("max-tokens", 32768, 2, 1L << 40));
+    const ServedEval e =
+        evaluate_served(*model, tokens, std::min<int64_t>(1024, model->config().max_position_embeddings), nullptr, {});
+    j["val_loss"] = e.loss;
+    j["val_tokens"] = e.tokens;
+  }
+  if (const auto p = args.get("json"))
+    write_file_atomic(*p, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  if (const auto p = args.get("html")) write_file_atomic(*p, agent_eval_html(r, "myriad eval tasks: " + *model_dir));
+  std::printf("%-10s %6s %8s %8s %6s %7s %6s %7s\n", "family", "tasks", "success", "pass@k", "calls", "errors",
+              "unsafe", "limited");
+  auto line = [](const std::string& name, const nlohmann::json& f) {
+    std::printf("%-10s %6d %7.1f%% %7.1f%% %6.2f %7.2f %6.2f %7.2f\n", name.c_str(), f["tasks"].get<int>(),
+                100 * f["success"].get<double>(), 100 * f["pass_at_k"].get<double>(), f["mean_calls"].get<double>(),
+                f["tool_errors"].get<double>(), f["violations"].get<double>(), f["limited"].get<double>());
+  };
+  for (const auto& [name, f] : j["families"].items()) line(name, f);
+  line("all", j);
+  if (j.contains("val_loss"))
+    std::printf("validation loss %.4f nats over %lld tokens\n", j["val_loss"].get<double>(),
+                static_cast<long long>(j["val_tokens"].get<int64_t>()));
+  std::printf("k = %d, %.1f s, %lld tokens generated\n", r.samples, r.seconds,
+              static_cast<long long>(r.generated_tokens));
+  return 0;
+}
+
 int run_eval(const myriad::cli::Args& args) {
   using namespace myriad;
+  if (!args.positional().empty() && args.positional()[0] == "tasks") return run_eval_tasks(args);
+  MYRIAD_REQUIRE(args.positional().empty(), kValue, "eval: unknown mode '", args.positional()[0],
+                 "' (myriad eval --model DIR --data PATH, or myriad eval tasks --model DIR)");
   const auto model_dir = args.get("model");
   const auto data = args.get("data");
   MYRIAD_REQUIRE(model_dir && data, kValue, "eval needs --model DIR and --data PATH");
@@ -55,9 +106,12 @@ int run_eval(const myriad::cli::Args& args) {
 
 }  // namespace
 
-MYRIAD_COMMAND("eval", "perplexity of a model as served (plain or quantized); KL divergence from a reference",
+MYRIAD_COMMAND("eval",
+               "perplexity of a model as served (plain or quantized); KL divergence from a reference; `eval tasks`: "
+               "held-out multi-step tool tasks",
                "myriad eval --model DIR --data PATH [--reference DIR] [--max-tokens N] [--window T] [--split val] "
-               "[--cache-dtype f32|bf16|q8] [--decode]",
+               "[--cache-dtype f32|bf16|q8] [--decode]\n       myriad eval tasks --model DIR [--suite builtin|FILE] "
+               "[--samples K] [--per-family N] [--json F] [--html F] [--data PATH]",
                {{"model", "DIR", "a model directory (plain or quantized) or a run"},
                 {"data", "PATH", "text / JSONL files or a directory, or a token-shard directory (its --split)"},
                 {"reference", "DIR", "also report the change against this model and the KL divergence from it"},
@@ -66,6 +120,13 @@ MYRIAD_COMMAND("eval", "perplexity of a model as served (plain or quantized); KL
                 {"split", "NAME", "split of a shard directory: val (default) or train"},
                 {"cache-dtype", "f32|bf16|q8", "the model's MLA latent cache (default f32; the reference's is f32)"},
                 {"ep", "N", "under mpirun -np N: split the routed experts over the N ranks (rank 0 prints)"},
+                {"suite", "FILE", "eval tasks: builtin (default) or JSONL lines {\"family\", \"seed\"}"},
+                {"samples", "K", "eval tasks: episodes per task (pass@K; K > 1 samples at temperature 0.8)"},
+                {"per-family", "N", "eval tasks: built-in held-out tasks per family (default 8)"},
+                {"seed", "S", "eval tasks: seed of the built-in tasks (default 1234)"},
+                {"transcripts", "N", "eval tasks: episodes per family kept as text (default 1)"},
+                {"json", "FILE", "eval tasks: write the report as JSON"},
+                {"html", "FILE", "eval tasks: write the report as an HTML page"},
                 {"decode", "",
                  "run every window token by token (the decode path serving uses) instead of one prefill"}},
                run_eval);

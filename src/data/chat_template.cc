@@ -132,6 +132,8 @@ AssistantReply parse_assistant_reply(const Tokenizer& tok, std::span<const int32
     bad.error = std::move(why);
     return bad;
   };
+  if (std::find(ids.begin(), first_call, close) != first_call)
+    return malformed("<|/tool_call|> without a <|tool_call|> before it");
   for (auto it = first_call; it != ids.end();) {
     if (*it != open) {  // between or after calls: whitespace only
       const std::string t = tok.token_bytes(*it);

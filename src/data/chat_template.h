@@ -85,8 +85,8 @@ std::vector<std::string> chat_stop_strings();
 // An assistant reply's tokens (after "<|assistant|>", without the closing <|endoftext|>), read by the grammar:
 // content up to the first <|tool_call|>, then calls, each CALL a JSON object with a string "name" and an object
 // "arguments", separated by nothing but whitespace. Anything else (an unclosed call, bad JSON, text after a
-// call) makes the reply malformed: `error` says what and where, `content` is the whole reply as text and there
-// are no calls (a model's malformed call is text, never an exception).
+// call, a <|/tool_call|> with no call open) makes the reply malformed: `error` says what and where, `content` is the
+// whole reply as text and there are no calls (a model's malformed call is text, never an exception).
 struct AssistantReply {
   std::string content;
   std::vector<ToolCall> tool_calls;

@@ -164,6 +164,15 @@ void add_eval(Metrics& m, const json& r, double step) {
       if (v.is_number() && std::isfinite(v.get<double>())) m.tasks[name].add(step, v.get<double>());
     }
   }
+  // The agent evaluation (SFT, GRPO): the held-out tool-task success per family, on the same chart.
+  const auto agent = r.find("agent");
+  if (agent != r.end() && agent->is_object()) {
+    if (auto v = number(*agent, "success")) m.tasks["agent (all)"].add(step, *v);
+    const auto families = agent->find("families");
+    if (families != agent->end() && families->is_object())
+      for (const auto& [name, f] : families->items())
+        if (auto v = f.is_object() ? number(f, "success") : std::nullopt) m.tasks["agent " + name].add(step, *v);
+  }
 }
 
 }  // namespace

@@ -239,7 +239,8 @@ nlohmann::json Trainer::evaluate(int64_t seq_len) {
   }
   if (opt_.evaluate_tasks && root() && groups_->dims.ep == 1 && sp == 1) {
     nlohmann::json t = opt_.evaluate_tasks(model_);
-    if (t.contains("tasks")) e["tasks"] = t["tasks"];
+    for (const auto& [k, v] : t.items())  // "tasks" (pretraining), "agent" (post-training), ...
+      if (k != "samples") e[k] = v;
     if (t.contains("samples"))
       for (const auto& s : t["samples"])
         log({{"type", "sample"},
@@ -319,6 +320,9 @@ TrainSummary Trainer::run() {
       if (e.contains("tasks"))
         for (const auto& [k, v] : e["tasks"].items())
           std::fprintf(stderr, ", %s %.0f%%", k.c_str(), 100.0 * v.get<double>());
+      if (e.contains("agent"))
+        std::fprintf(stderr, ", agent tasks %.0f%% (violations %.2f per episode)",
+                     100.0 * e["agent"].value("success", 0.0), e["agent"].value("violations", 0.0));
       std::fprintf(stderr, "\n");
     }
   }
@@ -530,6 +534,9 @@ TrainSummary Trainer::run() {
         if (e.contains("tasks"))
           for (const auto& [k, v] : e["tasks"].items())
             std::fprintf(stderr, ", %s %.0f%%", k.c_str(), 100.0 * v.get<double>());
+        if (e.contains("agent"))
+          std::fprintf(stderr, ", agent tasks %.0f%% (violations %.2f per episode)",
+                       100.0 * e["agent"].value("success", 0.0), e["agent"].value("violations", 0.0));
         std::fprintf(stderr, "\n");
       }
     }

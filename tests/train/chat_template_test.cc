@@ -174,6 +174,7 @@ TEST_F(ChatTemplateTest, MalformedRepliesAreTextWithAReason) {
       "<|tool_call|>{\"name\":\"f\",\"arguments\":{}}<|/tool_call|>then text",  // text after a call
       "<|tool_call|>{\"name\":\"f\",\"arguments\":{},\"x\":1}<|/tool_call|>",   // extra field
       "<|tool_call|>[\"f\"]<|/tool_call|>",                                     // not an object
+      "{\"name\":\"f\",\"arguments\":{}}<|/tool_call|>",                        // closed, never opened
   };
   for (const char* s : bad) {
     const std::vector<int32_t> ids = tok_->encode(s);  // parsed: the markers are the special tokens

@@ -1,0 +1,203 @@
+// The agent evaluation: see agent_eval.h.
+#include "train/agent_eval.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+
+#include "data/corpus.h"
+#include "infer/generate.h"
+#include "model/config.h"
+
+namespace myriad {
+
+nlohmann::json AgentEvalReport::to_json() const {
+  auto score = [&](const AgentFamilyScore& s) {
+    const double e = std::max(1, s.episodes);
+    return nlohmann::json{{"tasks", s.tasks},
+                          {"episodes", s.episodes},
+                          {"success", s.success_rate()},
+                          {"pass_at_k", s.pass_at_k()},
+                          {"mean_calls", double(s.calls) / e},
+                          {"tool_errors", double(s.tool_errors) / e},
+                          {"violations", double(s.violations) / e},
+                          {"limited", double(s.limited) / e},
+                          {"mean_reward", s.reward / e},
+                          {"mean_policy_tokens", double(s.policy_tokens) / e}};
+  };
+  nlohmann::json j = score(all);
+  j["k"] = samples;
+  j["families"] = nlohmann::json::object();
+  for (const AgentFamilyScore& f : families) j["families"][f.family] = score(f);
+  j["seconds"] = seconds;
+  j["generated_tokens"] = generated_tokens;
+  return j;
+}
+
+int64_t run_episode(const InferenceModel& model, const Tokenizer& tok, Episode& ep, const SamplingParams& sampling) {
+  const int32_t eos = tok.id_of("<|endoftext|>");
+  const int32_t turn_starts[] = {tok.id_of("<|user|>"), tok.id_of("<|system|>"), tok.id_of("<|assistant|>"),
+                                 tok.id_of("<|tool_result|>")};
+  const auto starts_turn = [&](int32_t id) {
+    return std::find(std::begin(turn_starts), std::end(turn_starts), id) != std::end(turn_starts);
+  };
+  const StopFn stop = [&](const std::vector<int32_t>& g) { return !g.empty() && starts_turn(g.back()); };
+  const int64_t context = model.config().max_position_embeddings;
+  int64_t generated = 0;
+  SamplingParams sp = sampling;
+  while (!ep.done()) {
+    const int64_t room = context - int64_t(ep.tokens().size()) - 1;
+    const int64_t budget = std::min(ep.reply_budget(), room);
+    if (budget <= 0) {  // nothing more fits: the reply is empty and cut
+      ep.add_reply({}, false, 0);
+      break;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<int32_t> reply = generate(model, ep.tokens(), int(budget), sp, eos, stop);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    generated += int64_t(reply.size());
+    bool ended = int64_t(reply.size()) < budget;  // generate() dropped the <|endoftext|> it stopped at
+    if (!reply.empty() && starts_turn(reply.back())) {
+      reply.pop_back();
+      ended = true;
+    }
+    ep.add_reply(reply, ended, dt);
+    ++sp.seed;  // each turn its own draws
+  }
+  return generated;
+}
+
+AgentEvalReport evaluate_agent(const InferenceModel& model, const Tokenizer& tok, const AgentEvalOptions& o) {
+  MYRIAD_REQUIRE(o.per_family >= 1 && o.samples >= 1, kValue, "agent evaluation: per_family (", o.per_family,
+                 ") and samples (", o.samples, ") must be at least 1");
+  const auto t0 = std::chrono::steady_clock::now();
+  AgentEvalReport r;
+  r.samples = o.samples;
+  r.all.family = "all";
+  for (AgentFamily f : kAgentFamilies) r.families.push_back({agent_family_name(f)});
+  const int n = int(std::size(kAgentFamilies)) * o.per_family;
+  const std::vector<AgentTask> tasks = o.tasks.empty() ? agent_tasks(o.seed, n, AgentSplit::kHeldOut) : o.tasks;
+  std::vector<int> kept(r.families.size(), 0);
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const AgentTask& task = tasks[i];
+    const size_t fi = size_t(std::find(std::begin(kAgentFamilies), std::end(kAgentFamilies), task.family) -
+                             std::begin(kAgentFamilies));
+    AgentFamilyScore& fs = r.families[fi];
+    bool solved = false;
+    for (int s = 0; s < o.samples; ++s) {
+      SamplingParams sp;
+      sp.temperature = o.samples == 1 ? 0.0f : o.temperature;
+      sp.seed = mix_seed(o.seed, uint64_t(i) * 1000 + uint64_t(s));
+      Episode ep(tok, task, o.limits, o.weights);
+      r.generated_tokens += run_episode(model, tok, ep, sp);
+      const EpisodeOutcome& out = ep.outcome();
+      for (AgentFamilyScore* x : {&fs, &r.all}) {
+        ++x->episodes;
+        x->successes += out.success;
+        x->calls += out.calls;
+        x->tool_errors += out.tool_errors;
+        x->violations += out.violations();
+        x->limited += !out.limit.empty();
+        x->policy_tokens += out.policy_tokens;
+        x->reward += out.total;
+      }
+      solved = solved || out.success;
+      if (kept[fi] < o.transcripts) {
+        ++kept[fi];
+        r.transcripts.push_back({{"family", fs.family},
+                                 {"prompt", task.prompt},
+                                 {"want", task.answer},
+                                 {"text", tok.decode(std::span<const int32_t>(ep.tokens()))},
+                                 {"outcome", out.to_json()}});
+      }
+    }
+    for (AgentFamilyScore* x : {&fs, &r.all}) {
+      ++x->tasks;
+      x->solved_tasks += solved;
+    }
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace myriad
+
+namespace myriad {
+
+std::vector<AgentTask> read_agent_suite(const std::string& path) {
+  std::ifstream in(path);
+  MYRIAD_REQUIRE(in, kIo, "cannot read the task suite ", path);
+  std::vector<AgentTask> out;
+  std::string line;
+  for (int64_t n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    MYRIAD_REQUIRE(j.is_object() && j.contains("family") && j["family"].is_string() && j.contains("seed") &&
+                       j["seed"].is_number_unsigned(),
+                   kFormat, path, ":", n, ": expected {\"family\": NAME, \"seed\": non-negative integer}");
+    try {
+      out.push_back(make_agent_task(agent_family_from_name(j["family"].get<std::string>()), j["seed"].get<uint64_t>(),
+                                    AgentSplit::kHeldOut));
+    } catch (const Error& e) {
+      throw_error(ErrorKind::kFormat, path, ":", n, ": ", e.what());
+    }
+  }
+  MYRIAD_REQUIRE(!out.empty(), kFormat, path, " holds no tasks");
+  return out;
+}
+
+namespace {
+
+std::string html_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '<')
+      o += "&lt;";
+    else if (c == '>')
+      o += "&gt;";
+    else if (c == '&')
+      o += "&amp;";
+    else if (c == '"')
+      o += "&quot;";
+    else
+      o += c;
+  }
+  return o;
+}
+
+}  // namespace
+
+std::string agent_eval_html(const AgentEvalReport& r, const std::string& title) {
+  const nlohmann::json j = r.to_json();
+  std::string h = "<!doctype html><html><head><meta charset=\"utf-8\"><title>" + html_escape(title) +
+                  "</title><style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+                  "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td.l,th.l{text-align:left}"
+                  "pre{white-space:pre-wrap;background:#f6f6f6;padding:8px}</style></head><body><h1>" +
+                  html_escape(title) + "</h1>";
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "<p>%d tasks, %d episodes (k = %d), %.1f s, %lld tokens generated.</p>", r.all.tasks,
+                r.all.episodes, r.samples, r.seconds, static_cast<long long>(r.generated_tokens));
+  h += buf;
+  h += "<table><tr><th class=l>family</th><th>tasks</th><th>success</th><th>pass@k</th><th>mean calls</th>"
+       "<th>tool errors</th><th>violations</th><th>hit a limit</th><th>mean reward</th></tr>";
+  auto row = [&](const std::string& name, const nlohmann::json& f) {
+    std::snprintf(buf, sizeof buf,
+                  "<tr><td class=l>%s</td><td>%d</td><td>%.1f%%</td><td>%.1f%%</td><td>%.2f</td><td>%.2f</td>"
+                  "<td>%.2f</td><td>%.2f</td><td>%.3f</td></tr>",
+                  html_escape(name).c_str(), f["tasks"].get<int>(), 100 * f["success"].get<double>(),
+                  100 * f["pass_at_k"].get<double>(), f["mean_calls"].get<double>(), f["tool_errors"].get<double>(),
+                  f["violations"].get<double>(), f["limited"].get<double>(), f["mean_reward"].get<double>());
+    h += buf;
+  };
+  for (const auto& [name, f] : j["families"].items()) row(name, f);
+  row("all", j);
+  h += "</table><h2>Transcripts</h2>";
+  for (const nlohmann::json& t : r.transcripts)
+    h += "<h3>" + html_escape(t["family"].get<std::string>()) + ": " + html_escape(t["prompt"].get<std::string>()) +
+         " (want " + html_escape(t["want"].get<std::string>()) + ")</h3><pre>" +
+         html_escape(t["text"].get<std::string>()) + "</pre><pre>" +
+         html_escape(t["outcome"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)) + "</pre>";
+  return h + "</body></html>\n";
+}
+
+}  // namespace myriad

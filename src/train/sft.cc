@@ -1,0 +1,138 @@
+// `myriad sft`: see sft.h.
+#include "train/sft.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "data/conversation.h"
+#include "infer/decode_weights.h"
+#include "io/atomic_file.h"
+#include "io/checkpoint.h"
+#include "io/run_layout.h"
+#include "model/config.h"
+#include "model/param_spec.h"
+#include "train/agent_eval.h"
+#include "train/sft_data.h"
+#include "train/train_config.h"
+
+namespace fs = std::filesystem;
+
+namespace myriad {
+
+nlohmann::json default_sft_train_config(int64_t max_position_embeddings) {
+  return {{"stages", {{{"seq_len", std::min<int64_t>(512, max_position_embeddings)}, {"steps", 300}}}},
+          {"batch_tokens", 4096},
+          {"lr", 1e-3},
+          {"warmup_steps", 10},
+          {"eval_every", 100},
+          {"checkpoint_every", 100},
+          {"task_eval_per_task", 0}};
+}
+
+TrainSummary run_sft(const SftRequest& req) {
+  const bool resuming = !req.resume.empty();
+  const std::string out = req.out_dir.empty() ? req.resume : req.out_dir;
+  MYRIAD_REQUIRE(!out.empty(), kValue, "sft needs --out DIR (or --resume DIR)");
+  nlohmann::json meta;
+  if (resuming) {
+    MYRIAD_REQUIRE(fs::exists(out + "/sft.json"), kIo, out, " is not an SFT run (no sft.json)");
+    meta = nlohmann::json::parse(read_file(out + "/sft.json"));
+  }
+  // The source model: the fine-tuned run's own copy when resuming (its checkpoints hold everything).
+  const std::string model_dir = resuming ? meta.value("model", std::string()) : req.model_dir;
+  MYRIAD_REQUIRE(!model_dir.empty(), kValue, "sft needs --model DIR (a training run or a checkpoint)");
+  const std::string source_ck = resuming ? latest_checkpoint(out) : latest_checkpoint(model_dir);
+  const std::string config_json = read_file(source_ck + "/config.json");
+  const ModelConfig mc = load_model_config(source_ck + "/config.json", nullptr);
+  const Tokenizer tok = Tokenizer::load(source_ck + "/tokenizer");
+  MYRIAD_REQUIRE(tok.vocab_size() <= mc.vocab_size, kConfig, "the tokenizer of ", source_ck, " has ", tok.vocab_size(),
+                 " tokens but the model's vocab_size is ", mc.vocab_size);
+
+  // The conversations, all checked before anything is written.
+  const std::string data = req.data_path.empty() && resuming ? meta.value("data", std::string()) : req.data_path;
+  MYRIAD_REQUIRE(!data.empty(), kValue, "sft needs --data FILE.jsonl (OpenAI-format conversations)");
+  const std::string val = req.val_path.empty() && resuming ? meta.value("val", std::string()) : req.val_path;
+  std::vector<Conversation> convs = read_conversations(data);
+  MYRIAD_REQUIRE(!convs.empty(), kValue, data, " holds no conversations");
+  std::vector<Conversation> val_convs;
+  if (!val.empty()) {
+    val_convs = read_conversations(val);
+  } else if (convs.size() >= 20) {
+    std::vector<Conversation> train;
+    for (size_t i = 0; i < convs.size(); ++i) (i % 20 == 19 ? val_convs : train).push_back(std::move(convs[i]));
+    convs = std::move(train);
+  }
+  std::vector<ChatTokens> train_tokens = encode_conversations(tok, convs, data);
+  std::vector<ChatTokens> val_tokens = encode_conversations(tok, val_convs, val.empty() ? data : val);
+
+  // The training config.
+  std::string tc_path = req.train_config_path;
+  if (tc_path.empty() && resuming) tc_path = out + "/train.json";
+  TrainConfig tc = tc_path.empty()
+                       ? parse_train_config(default_sft_train_config(mc.max_position_embeddings), "the SFT default", mc)
+                       : load_train_config(tc_path, mc);
+  if (req.seed) tc.seed = *req.seed;
+  if (req.steps) {
+    MYRIAD_REQUIRE(tc.stages.size() == 1, kConfig, "--steps sets the steps of a one-stage config; this one has ",
+                   tc.stages.size(), " stages");
+    tc.stages[0].steps = *req.steps;
+  }
+
+  if (!resuming) {
+    if (fs::exists(out) && !fs::is_empty(out)) {
+      MYRIAD_REQUIRE(req.force, kIo, "the output directory ", out, " exists and is not empty (use --resume ", out,
+                     " to continue it, or --force to start over)");
+      fs::remove_all(out);
+    }
+    fs::create_directories(out);
+    write_file_atomic(out + "/train.json", train_config_to_json(tc).dump(1));
+    write_file_atomic(out + "/config.json", config_json);
+    tok.save(out + "/tokenizer");
+    int64_t assistant = 0;
+    for (const ChatTokens& c : train_tokens)
+      assistant += std::count(c.assistant.begin(), c.assistant.end(), uint8_t(1));
+    meta = {{"model", fs::absolute(model_dir).string()},
+            {"model_checkpoint", fs::absolute(source_ck).string()},
+            {"data", fs::absolute(data).string()},
+            {"val", val.empty() ? std::string() : fs::absolute(val).string()},
+            {"train_conversations", train_tokens.size()},
+            {"val_conversations", val_tokens.size()},
+            {"assistant_tokens", assistant}};
+    write_file_atomic(out + "/sft.json", meta.dump(1) + "\n");
+  }
+
+  Transformer model(mc, ModelWeights::from_checkpoint(Checkpoint::open(source_ck), mc));
+  ConversationSource source(tok, std::move(train_tokens), std::move(val_tokens), tc.seed);
+  TrainerOptions to;
+  to.run_dir = out;
+  to.model_config_json = config_json;
+  to.tokenizer_dir = out + "/tokenizer";
+  to.stop_after_step = req.stop_after_step;
+  to.quiet = req.quiet;
+  if (req.agent_eval_per_family > 0) {
+    AgentEvalOptions ao;
+    ao.per_family = req.agent_eval_per_family;
+    to.evaluate_tasks = [&tok, ao](const Transformer& m) {
+      const InferenceModel inference(m.config(), DecodeWeights::from_model(m.weights()));
+      const AgentEvalReport r = evaluate_agent(inference, tok, ao);
+      nlohmann::json j = {{"agent", r.to_json()}, {"samples", nlohmann::json::array()}};
+      for (const nlohmann::json& t : r.transcripts)
+        j["samples"].push_back({{"prompt", t["prompt"]}, {"got", t["text"]}, {"want", t["want"]}});
+      return j;
+    };
+  }
+  if (!req.quiet)
+    std::fprintf(stderr, "myriad sft: %lld training conversations (%lld assistant tokens), %lld for validation\n",
+                 static_cast<long long>(source.train_conversations()),
+                 static_cast<long long>(source.assistant_tokens()),
+                 static_cast<long long>(meta.value("val_conversations", 0)));
+  Trainer trainer(model, tc, source, to);
+  if (resuming) trainer.resume(out);
+  TrainSummary s = trainer.run();
+  if (!req.quiet && source.truncated() > 0)
+    std::fprintf(stderr, "myriad sft: %lld conversations were longer than a sequence and were cut\n",
+                 static_cast<long long>(source.truncated()));
+  return s;
+}
+
+}  // namespace myriad

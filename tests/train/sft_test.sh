@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# `myriad agent demos` -> `myriad sft` -> `myriad eval tasks`, end to end on a tiny model, and SFT's resumption:
+#  1. a 12-step SFT run A, uninterrupted;
+#  2. run B stopped after 6 steps (checkpointed), then --resume: steps 7-12 have A's losses bit for bit;
+#  3. bad input: a malformed conversation file is one error naming the file and line, exit != 0, and no run
+#     directory is left behind; a model directory that is not a run is refused;
+#  4. eval tasks writes its JSON (every family, rates in [0, 1]) and HTML.
+# usage: sft_test.sh MYRIAD REPO_ROOT WORK_DIR
+set -uo pipefail
+bin="$1"; root="$2"; work="$3"
+rm -rf "$work"; mkdir -p "$work"
+export MYRIAD_THREADS=2
+fail() { echo "FAIL: $*"; exit 1; }
+cat >"$work/pre.json" <<'JSON'
+{"stages": [{"seq_len": 64, "steps": 4}], "batch_tokens": 128, "eval_every": 1000, "eval_batches": 1,
+ "task_eval_per_task": 0, "checkpoint_every": 1000, "log_every": 1000}
+JSON
+cat >"$work/sft.json" <<'JSON'
+{"stages": [{"seq_len": 256, "steps": 12}], "batch_tokens": 512, "lr": 0.002, "warmup_steps": 2,
+ "eval_every": 6, "eval_batches": 1, "task_eval_per_task": 0, "checkpoint_every": 6, "log_every": 1000, "seed": 3}
+JSON
+"$bin" train --config "$root/configs/tiny.json" --train-config "$work/pre.json" --out "$work/pre" --quiet \
+  >/dev/null 2>&1 || fail "pretraining the tiny model failed"
+"$bin" agent demos --out "$work/demos.jsonl" --n 120 --seed 1 >/dev/null || fail "agent demos failed"
+sft() { "$bin" sft --train-config "$work/sft.json" --agent-eval 1 --quiet "$@"; }
+losses() {
+  python3 -c "
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get('type') == 'step' and r['step'] > int(sys.argv[2]): print(r['step'], repr(r['loss']))
+" "$1/metrics.jsonl" "$2" | sort -n -u
+}
+sft --model "$work/pre" --data "$work/demos.jsonl" --out "$work/A" >"$work/A.log" 2>&1 || { tail -5 "$work/A.log"; fail "SFT run A failed"; }
+python3 - "$work/A" <<'PY' || fail "run A's records"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+steps = [r for r in recs if r["type"] == "step"]
+evals = [r for r in recs if r["type"] == "eval"]
+assert len(steps) == 12, len(steps)
+assert all("agent" in e and 0 <= e["agent"]["success"] <= 1 for e in evals), evals
+assert evals[-1]["val_loss"] < evals[0]["val_loss"], (evals[0]["val_loss"], evals[-1]["val_loss"])
+meta = json.load(open(sys.argv[1] + "/sft.json"))
+assert meta["train_conversations"] + meta["val_conversations"] == 120, meta
+print("ok: run A, val loss %.3f -> %.3f" % (evals[0]["val_loss"], evals[-1]["val_loss"]))
+PY
+sft --model "$work/pre" --data "$work/demos.jsonl" --out "$work/B" --stop-after 6 >/dev/null 2>&1 || fail "run B (6 steps)"
+sft --resume "$work/B" >"$work/B.log" 2>&1 || { tail -5 "$work/B.log"; fail "resume of B failed"; }
+diff <(losses "$work/A" 6) <(losses "$work/B" 6) >/dev/null || {
+  diff <(losses "$work/A" 6) <(losses "$work/B" 6) | head; fail "resumed SFT losses differ"; }
+echo "ok: resumed SFT, $(losses "$work/B" 6 | wc -l) later steps identical"
+
+head -3 "$work/demos.jsonl" >"$work/bad.jsonl"
+echo '{"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{nope"}}]}]}' >>"$work/bad.jsonl"
+out=$(sft --model "$work/pre" --data "$work/bad.jsonl" --out "$work/bad" 2>&1); rc=$?
+[[ $rc != 0 ]] || fail "a malformed conversation file was accepted"
+[[ "$out" == *"bad.jsonl:4:"*"messages[0].tool_calls[0].function.arguments"* ]] || fail "unclear error: $out"
+[[ ! -e "$work/bad" ]] || fail "a refused run left $work/bad behind"
+out=$(sft --model "$work" --data "$work/demos.jsonl" --out "$work/bad2" 2>&1); rc=$?
+[[ $rc != 0 ]] || fail "a model directory without checkpoints was accepted"
+echo "ok: bad input refused ($(echo "$out" | head -1 | cut -c1-100))"
+
+"$bin" eval tasks --model "$work/A" --per-family 1 --json "$work/ev.json" --html "$work/ev.html" >/dev/null 2>&1 ||
+  fail "eval tasks failed"
+python3 - "$work/ev.json" <<'PY' || fail "eval tasks JSON"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert set(j["families"]) == {"price", "arith", "date", "delete", "total", "total_eur"}, j["families"].keys()
+for f in j["families"].values():
+    assert f["tasks"] == 1 and 0 <= f["success"] <= 1 and 0 <= f["pass_at_k"] <= 1, f
+assert j["transcripts"], "no transcripts"
+PY
+grep -q "<table>" "$work/ev.html" || fail "no table in the HTML report"
+echo "ok: eval tasks"
+rm -rf "$work"
