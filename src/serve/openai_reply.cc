@@ -1,6 +1,7 @@
 // The OpenAI API's response side: see openai_reply.h.
 #include "serve/openai_reply.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -52,18 +53,40 @@ Reply::Reply(const ParsedRequest& p, const Tokenizer& tok, std::string model)
     : chat_(p.chat),
       logprobs_(p.logprobs),
       include_usage_(p.stream && p.include_usage),
+      tool_calls_(p.chat && p.tool_calls),
+      parallel_(p.parallel_tool_calls),
       tok_(tok),
       model_(std::move(model)),
       id_(random_id(p.chat ? "chatcmpl-" : "cmpl-")),
       created_(unix_now()) {
   reset_delta_logprobs();
   all_logprobs_ = delta_logprobs_;
+  if (tool_calls_ && !p.forced.empty()) {  // the forced start of a call: part of the reply, not of the content
+    ids_ = p.forced;
+    holding_ = true;
+    held_ = tok.decode(p.forced);
+    text_ = held_;
+  }
 }
 
 void Reply::add(const TokenEvent& e) {
-  delta_text_ += e.text;
+  if (e.token >= 0) ids_.push_back(e.token);
+  if (tool_calls_ && !holding_ && e.token == tok_.id_of("<|tool_call|>")) {
+    // The text before the marker (in this event) is content; the marker and what follows are held.
+    const std::string marker = "<|tool_call|>";
+    const size_t at = e.text.find(marker);
+    const std::string before = at == std::string::npos ? e.text : e.text.substr(0, at);
+    delta_text_ += before;
+    held_ += e.text.substr(before.size());
+    holding_ = true;
+  } else if (holding_) {
+    held_ += e.text;
+  } else {
+    delta_text_ += e.text;
+  }
   text_ += e.text;
   if (e.finish != FinishReason::kNone) {
+    if (holding_) finish_tool_calls();
     usage_ = json{{"prompt_tokens", e.prompt_tokens},
                   {"completion_tokens", e.completion_tokens},
                   {"total_tokens", e.prompt_tokens + e.completion_tokens},
@@ -107,8 +130,49 @@ json Reply::role_chunk() const {
                     {"finish_reason", nullptr}});
 }
 
+void Reply::finish_tool_calls() {
+  // The reply's tokens without the end-of-turn markers the engine may have kept (stop strings are tokens too).
+  std::vector<int32_t> ids = ids_;
+  const int32_t ends[] = {tok_.id_of("<|endoftext|>"), tok_.id_of("<|user|>"), tok_.id_of("<|system|>"),
+                          tok_.id_of("<|tool_result|>"), kEosId};
+  while (!ids.empty() && std::find(std::begin(ends), std::end(ends), ids.back()) != std::end(ends)) ids.pop_back();
+  AssistantReply r = parse_assistant_reply(tok_, ids);
+  if (!r.error.empty() || r.tool_calls.empty()) {  // malformed: all of it is text, as generated
+    delta_text_ += held_;
+    held_.clear();
+    return;
+  }
+  if (!parallel_) r.tool_calls.resize(1);
+  content_ = r.content;
+  calls_ = std::move(r.tool_calls);
+  const std::string base = random_id("call_");
+  for (size_t i = 0; i < calls_.size(); ++i) {
+    calls_[i].id = base + "_" + std::to_string(i);
+    const json head = {{"index", i},
+                       {"id", calls_[i].id},
+                       {"type", "function"},
+                       {"function", {{"name", calls_[i].name}, {"arguments", ""}}}};
+    const json args = {{"index", i}, {"function", {{"arguments", calls_[i].arguments.dump()}}}};
+    for (const json& d : {head, args})
+      tool_chunks_.push_back(json{{"index", 0},
+                                  {"delta", {{"tool_calls", json::array({d})}}},
+                                  {"logprobs", nullptr},
+                                  {"finish_reason", nullptr}});
+  }
+  held_.clear();
+}
+
+const char* Reply::reason(const char* engine_reason) const {
+  return calls_.empty() ? engine_reason : "tool_calls";
+}
+
 std::optional<json> Reply::take_delta_chunk() {
-  if (delta_text_.empty() && !has_delta_logprobs_) return std::nullopt;
+  if (delta_text_.empty() && !has_delta_logprobs_) {
+    if (tool_chunks_.empty()) return std::nullopt;
+    json c = chunk(std::move(tool_chunks_.front()));
+    tool_chunks_.erase(tool_chunks_.begin());
+    return c;
+  }
   json choice =
       chat_ ? json{{"index", 0}, {"delta", json{{"content", delta_text_}}}} : json{{"index", 0}, {"text", delta_text_}};
   choice["logprobs"] = has_delta_logprobs_ ? delta_logprobs_ : json(nullptr);
@@ -122,7 +186,7 @@ std::optional<json> Reply::take_delta_chunk() {
 json Reply::finish_chunk(const char* reason) const {
   json choice = chat_ ? json{{"index", 0}, {"delta", json::object()}} : json{{"index", 0}, {"text", ""}};
   choice["logprobs"] = nullptr;
-  choice["finish_reason"] = reason;
+  choice["finish_reason"] = this->reason(reason);
   return chunk(std::move(choice));
 }
 
@@ -136,8 +200,16 @@ json Reply::usage_chunk() const {
 json Reply::full(const char* reason) const {
   json choice = chat_ ? json{{"index", 0}, {"message", json{{"role", "assistant"}, {"content", text_}}}}
                       : json{{"index", 0}, {"text", text_}};
+  if (!calls_.empty()) {
+    json& msg = choice["message"];
+    msg["content"] = content_.empty() ? json(nullptr) : json(content_);
+    msg["tool_calls"] = json::array();
+    for (const ToolCall& c : calls_)
+      msg["tool_calls"].push_back(
+          {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments.dump()}}}});
+  }
   choice["logprobs"] = logprobs_ ? all_logprobs_ : json(nullptr);
-  choice["finish_reason"] = reason;
+  choice["finish_reason"] = this->reason(reason);
   return json{{"id", id_},
               {"object", chat_ ? "chat.completion" : "text_completion"},
               {"created", created_},

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "data/chat_template.h"
 #include "data/tokenizer.h"
 #include "serve/engine.h"
 #include "serve/openai_schema.h"
@@ -31,7 +32,8 @@ class Reply {
   // Streaming: the first chat chunk (the role).
   json role_chunk() const;
 
-  // Streaming: the text and logprobs added since the last call, or nothing.
+  // Streaming: the text and logprobs added since the last call, or nothing; call until nothing (the tool calls of
+  // a finished reply come as several chunks).
   std::optional<json> take_delta_chunk();
 
   // Streaming: the last choice chunk.
@@ -48,7 +50,14 @@ class Reply {
   json chunk(json choice) const;
   void reset_delta_logprobs();
 
-  const bool chat_, logprobs_, include_usage_;
+  // Tool calls (ParsedRequest::tool_calls): from the first <|tool_call|> on, the text is held back; when the reply
+  // finishes it is read by the template's grammar (parse_assistant_reply): calls become message.tool_calls (and
+  // streamed deltas: each call's id, type and name, then its arguments) with finish_reason "tool_calls"; a
+  // malformed reply is returned as text, as it came.
+  void finish_tool_calls();
+  const char* reason(const char* engine_reason) const;
+
+  const bool chat_, logprobs_, include_usage_, tool_calls_, parallel_;
   const Tokenizer& tok_;
   const std::string model_, id_;
   const int64_t created_;
@@ -56,6 +65,12 @@ class Reply {
   json delta_logprobs_, all_logprobs_, usage_;
   bool has_delta_logprobs_ = false;
   int64_t text_offset_ = 0;
+  std::vector<int32_t> ids_;       // the reply's tokens (the forced ones first)
+  bool holding_ = false;           // a <|tool_call|> was seen: text is held back
+  std::string held_;               // text held back since then
+  std::string content_;            // with calls: the text before them
+  std::vector<ToolCall> calls_;    // parsed when the reply finished
+  std::vector<json> tool_chunks_;  // streaming: the calls' delta chunks still to send
 };
 
 // The error a finished-but-failed request answers with.

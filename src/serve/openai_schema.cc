@@ -233,6 +233,51 @@ void check_model_field(const json& body, const std::string& model_name) {
                    "invalid_request_error", "model", "model_not_found");
 }
 
+namespace {
+
+// tool_choice ("none", "auto", "required", {"type": "function", "function": {"name": ...}}; default "auto" with
+// tools) and parallel_tool_calls. "none" bans <|tool_call|> (logit bias -100, the reply is plain text).
+void parse_tool_choice(const json& b, const std::vector<ToolSpec>& tools, const Tokenizer& tok, ParsedRequest& p) {
+  const json* choice = field(b, "tool_choice");
+  if (const json* v = field(b, "parallel_tool_calls")) p.parallel_tool_calls = get_bool(*v, "parallel_tool_calls");
+  if (tools.empty()) {
+    if (choice && !(choice->is_string() && choice->get<std::string>() == "none"))
+      throw bad_request("'tool_choice' needs 'tools'", "tool_choice");
+    return;
+  }
+  const int32_t open = tok.id_of("<|tool_call|>");
+  if (!choice || (choice->is_string() && choice->get<std::string>() == "auto")) {
+    p.tool_calls = true;
+  } else if (choice->is_string() && choice->get<std::string>() == "none") {
+    p.gen.sampling.logit_bias.emplace_back(open, -100.0f);
+  } else if (choice->is_string() && choice->get<std::string>() == "required") {
+    p.tool_calls = true;
+    p.forced = {open};
+  } else if (choice->is_object()) {
+    const json* fn = field(*choice, "function");
+    const json* type = field(*choice, "type");
+    if (!type || !type->is_string() || type->get<std::string>() != "function" || !fn || !fn->is_object())
+      throw bad_request(
+          "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+          "\"function\": {\"name\": ...}}",
+          "tool_choice");
+    const json* name = field(*fn, "name");
+    if (!name) throw bad_request("'tool_choice.function.name' is missing", "tool_choice.function.name");
+    const std::string& n = get_string(*name, "tool_choice.function.name");
+    if (std::none_of(tools.begin(), tools.end(), [&](const ToolSpec& t) { return t.name == n; }))
+      throw bad_request(str("'tool_choice.function.name' = '", n, "' is not one of the tools"),
+                        "tool_choice.function.name");
+    p.tool_calls = true;
+    p.forced = {open};
+    const std::vector<int32_t> head = tok.encode("{\"name\":" + json(n).dump() + ",\"arguments\":", Specials::kAsText);
+    p.forced.insert(p.forced.end(), head.begin(), head.end());
+  } else {
+    throw bad_request("'tool_choice' must be \"none\", \"auto\", \"required\" or a function", "tool_choice");
+  }
+}
+
+}  // namespace
+
 ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m, const ServerOptions& opt) {
   ParsedRequest p;
   p.chat = chat;
@@ -242,8 +287,6 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
     if (n != 1) throw bad_request(str("n = ", n, ": only n = 1 is supported"), "n");
   }
   if (chat) {
-    if (const json* v = field(b, "tools"); v && !(v->is_array() && v->empty()))
-      throw bad_request("'tools' are not supported by this server", "tools");
     if (field(b, "functions")) throw bad_request("'functions' are not supported by this server", "functions");
     if (const json* v = field(b, "response_format")) {
       const json* t = v->is_object() ? field(*v, "type") : nullptr;
@@ -340,12 +383,23 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
     const json* v = field(b, "messages");
     if (!v) throw bad_request("'messages' is missing", "messages");
     const std::vector<ChatMessage> messages = parse_messages(*v);
+    std::vector<ToolSpec> tools;
+    if (const json* t = field(b, "tools")) {
+      try {
+        tools = tool_specs_from_json(*t);
+      } catch (const FieldError& e) {
+        throw bad_request(e.what(), e.field(), e.code());
+      }
+    }
+    parse_tool_choice(b, tools, tok, p);
     try {
-      p.gen.prompt = encode_chat(tok, messages).ids;
+      p.gen.prompt = encode_chat(tok, messages, tools).ids;
     } catch (const Error& e) {
       throw bad_request(e.what(), "messages");
     }
+    p.gen.prompt.insert(p.gen.prompt.end(), p.forced.begin(), p.forced.end());
     for (std::string& s : chat_stop_strings()) p.gen.stop.push_back(std::move(s));
+    if (p.tool_calls) p.gen.stop.push_back("<|tool_result|>");  // the model must not write the results itself
   } else {
     const json* v = field(b, "prompt");
     if (!v) throw bad_request("'prompt' is missing", "prompt");

@@ -69,6 +69,13 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
+  // Tool calling (chat with "tools"): whether the reply is read for tool calls (tool_choice auto, required or a
+  // named function; not "none"), the tokens appended to the prompt to force a call (required: <|tool_call|>;
+  // a named function: also {"name":"NAME","arguments": ) which the reply is read as starting with, and whether
+  // more than one call is kept (parallel_tool_calls).
+  bool tool_calls = false;
+  std::vector<int32_t> forced;
+  bool parallel_tool_calls = true;
 };
 
 // "model", when given, must be the served model (404 model_not_found).

@@ -39,7 +39,7 @@ bool stream(Job& job, Reply& reply, bool chat, bool include_usage, httplib::Data
         break;
       }
     }
-    if (auto chunk = reply.take_delta_chunk()) {
+    while (auto chunk = reply.take_delta_chunk()) {
       if (!send(sse(*chunk))) return gone();
       last_write = SteadyClock::now();
     }

@@ -23,6 +23,7 @@
 
 #include "core/error.h"
 #include "data/chat_template.h"
+#include "data/conversation.h"
 #include "data/corpus.h"
 #include "data/tokenizer.h"
 #include "infer/inference_model.h"
@@ -412,6 +413,44 @@ TEST_F(ServerTest, LogprobsShapes) {
   EXPECT_EQ(int64_t(streamed), completion_tokens);
 }
 
+const std::string kTools =
+    R"("tools": [{"type": "function", "function": {"name": "lookup_price", "parameters": {"type": "object", )"
+    R"("properties": {"item": {"type": "string"}}}}}])";
+
+TEST_F(ServerTest, ToolsAreRenderedAndForcedCallsNeverFail) {
+  // The tools line is part of the prompt (usage counts it), tool_choice "required" appends <|tool_call|>, a
+  // named function also the call's start; this random model's continuation is a malformed call, so the reply is
+  // its text (starting with the forced part), finish_reason stop or length: a 200, never a 500.
+  const json tools = json::parse("{" + kTools + "}")["tools"];
+  const json messages = json::array({json{{"role", "user"}, {"content", "Price of apple?"}}});
+  const auto model = InferenceModel::load(*model_dir_);
+  const std::vector<ChatMessage> conv = {{"user", "Price of apple?"}};
+  const std::vector<ToolSpec> specs = tool_specs_from_json(tools);
+  const size_t prompt = encode_chat(model->tokenizer(), conv, specs).ids.size();
+  json base = {{"messages", messages}, {"tools", tools}, {"max_tokens", 8}, {"temperature", 0}};
+  json r = post_json("/v1/chat/completions", base);
+  EXPECT_EQ(r["usage"]["prompt_tokens"], prompt);
+  base["tool_choice"] = "required";
+  r = post_json("/v1/chat/completions", base);
+  EXPECT_EQ(r["usage"]["prompt_tokens"], prompt + 1);
+  const std::string fr = r["choices"][0]["finish_reason"];
+  EXPECT_TRUE(fr == "length" || fr == "stop" || fr == "tool_calls") << fr;
+  if (fr != "tool_calls") {
+    EXPECT_EQ(r["choices"][0]["message"]["content"].get<std::string>().rfind("<|tool_call|>", 0), 0u);
+  }
+  base["tool_choice"] = {{"type", "function"}, {"function", {{"name", "lookup_price"}}}};
+  base["stream"] = true;
+  const httplib::Result s = post("/v1/chat/completions", base.dump());
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->status, 200);
+  EXPECT_NE(s->body.find("[DONE]"), std::string::npos);
+  base.erase("stream");
+  base["tool_choice"] = "none";  // tools rendered, no call possible
+  r = post_json("/v1/chat/completions", base);
+  EXPECT_EQ(r["usage"]["prompt_tokens"], prompt);
+  EXPECT_EQ(r["choices"][0]["message"]["content"].get<std::string>().find("<|tool_call|>"), std::string::npos);
+}
+
 TEST_F(ServerTest, BadInputsGiveOpenAIErrors) {
   const std::string chat = "/v1/chat/completions", text = "/v1/completions";
   const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
@@ -450,7 +489,18 @@ TEST_F(ServerTest, BadInputsGiveOpenAIErrors) {
       {chat, "{" + msgs + ", \"logit_bias\": {\"3\": \"x\"}}", 400, "logit_bias", "invalid_type",
        "logit_bias value type"},
       {chat, "{" + msgs + ", \"logit_bias\": [1]}", 400, "logit_bias", "invalid_type", "logit_bias type"},
-      {chat, "{" + msgs + ", \"tools\": [{\"type\": \"function\"}]}", 400, "tools", "", "tools"},
+      {chat, "{" + msgs + ", \"tools\": [{\"type\": \"function\"}]}", 400, "tools[0].function", "", "tools"},
+      {chat, "{" + msgs + ", \"tools\": {}}", 400, "tools", "invalid_type", "tools type"},
+      {chat, "{" + msgs + ", \"tool_choice\": \"required\"}", 400, "tool_choice", "", "tool_choice, no tools"},
+      {chat, "{" + msgs + ", " + kTools + ", \"tool_choice\": \"sometimes\"}", 400, "tool_choice", "",
+       "tool_choice unknown"},
+      {chat,
+       "{" + msgs + ", " + kTools + ", \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"x\"}}}",
+       400, "tool_choice.function.name", "", "tool_choice names no tool"},
+      {chat, "{" + msgs + ", " + kTools + ", \"parallel_tool_calls\": 1}", 400, "parallel_tool_calls", "invalid_type",
+       "parallel_tool_calls type"},
+      {chat, R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{x"}}]}]})",
+       400, "messages[0].tool_calls[0].function.arguments", "", "tool call arguments not JSON"},
       {chat, "{\"messages\": \"hi\"}", 400, "messages", "invalid_type", "messages type"},
       {chat, "{\"messages\": []}", 400, "messages", "", "messages empty"},
       {chat, "{}", 400, "messages", "", "messages missing"},

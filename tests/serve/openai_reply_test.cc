@@ -1,0 +1,142 @@
+// Tool calls in OpenAI responses (serve/openai_reply.h): a reply's token events, as the engine sends them, become
+// message.tool_calls with finish_reason "tool_calls", or streamed deltas that merge (as OpenAI's clients merge
+// them) into the same calls; the content before the calls stays content; malformed calls come back as text;
+// parallel_tool_calls false keeps one call; a forced start (tool_choice) is read as part of the reply.
+#include "serve/openai_reply.h"
+
+#include <gtest/gtest.h>
+
+namespace myriad::serve {
+namespace {
+
+class ReplyToolsTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::vector<std::string> texts;
+    for (int i = 0; i < 60; ++i)
+      texts.push_back("Let me look up the price " + std::to_string(i) +
+                      " {\"name\":\"lookup_price\",\"arguments\":{\"item\":\"apple\"}}");
+    tok_ = new Tokenizer(Tokenizer::train_from_texts(texts, 400));
+  }
+  static void TearDownTestSuite() {
+    delete tok_;
+    tok_ = nullptr;
+  }
+  // Feeds the reply's tokens one event each (text = the token's bytes), then the finish event; returns the
+  // streamed chunks.
+  static std::vector<json> feed(Reply& r, const std::string& reply) {
+    std::vector<json> chunks;
+    for (int32_t id : tok_->encode(reply)) {
+      TokenEvent e;
+      e.token = id;
+      e.text = tok_->token_bytes(id);
+      r.add(e);
+      while (auto c = r.take_delta_chunk()) chunks.push_back(*c);
+    }
+    TokenEvent fin;
+    fin.finish = FinishReason::kStop;
+    r.add(fin);
+    while (auto c = r.take_delta_chunk()) chunks.push_back(*c);
+    return chunks;
+  }
+  // Merges streamed deltas as the openai client does: content concatenated, tool calls by index (id, name once;
+  // arguments concatenated).
+  static json merge(const std::vector<json>& chunks) {
+    json m = {{"content", ""}, {"tool_calls", json::array()}};
+    for (const json& c : chunks) {
+      const json& d = c["choices"][0]["delta"];
+      if (d.contains("content")) m["content"] = m["content"].get<std::string>() + d["content"].get<std::string>();
+      if (!d.contains("tool_calls")) continue;
+      for (const json& t : d["tool_calls"]) {
+        const size_t i = t["index"].get<size_t>();
+        while (m["tool_calls"].size() <= i) m["tool_calls"].push_back({{"id", ""}, {"name", ""}, {"arguments", ""}});
+        json& call = m["tool_calls"][i];
+        if (t.contains("id")) call["id"] = t["id"];
+        if (t.contains("function") && t["function"].contains("name")) call["name"] = t["function"]["name"];
+        if (t.contains("function") && t["function"].contains("arguments"))
+          call["arguments"] = call["arguments"].get<std::string>() + t["function"]["arguments"].get<std::string>();
+      }
+    }
+    return m;
+  }
+  static ParsedRequest chat_with_tools() {
+    ParsedRequest p;
+    p.chat = true;
+    p.stream = true;
+    p.tool_calls = true;
+    return p;
+  }
+  static Tokenizer* tok_;
+};
+Tokenizer* ReplyToolsTest::tok_ = nullptr;
+
+const std::string kTwoCalls =
+    "Let me look.<|tool_call|>{\"name\":\"lookup_price\",\"arguments\":{\"item\":\"apple\"}}<|/tool_call|>"
+    "<|tool_call|>{\"name\":\"calculator\",\"arguments\":{\"expression\":\"3*0.5\"}}<|/tool_call|>";
+
+TEST_F(ReplyToolsTest, CallsBecomeToolCallsWholeAndStreamed) {
+  Reply r(chat_with_tools(), *tok_, "m");
+  const json merged = merge(feed(r, kTwoCalls));
+  const json full = r.full("stop");
+  const json& msg = full["choices"][0]["message"];
+  EXPECT_EQ(full["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(msg["content"], "Let me look.");
+  ASSERT_EQ(msg["tool_calls"].size(), 2u);
+  EXPECT_EQ(msg["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "lookup_price");
+  EXPECT_EQ(json::parse(msg["tool_calls"][0]["function"]["arguments"].get<std::string>()), json({{"item", "apple"}}));
+  EXPECT_EQ(msg["tool_calls"][1]["function"]["name"], "calculator");
+  EXPECT_NE(msg["tool_calls"][0]["id"], msg["tool_calls"][1]["id"]);
+  // The stream says the same.
+  EXPECT_EQ(merged["content"], "Let me look.");
+  ASSERT_EQ(merged["tool_calls"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(merged["tool_calls"][i]["id"], msg["tool_calls"][i]["id"]);
+    EXPECT_EQ(merged["tool_calls"][i]["name"], msg["tool_calls"][i]["function"]["name"]);
+    EXPECT_EQ(merged["tool_calls"][i]["arguments"], msg["tool_calls"][i]["function"]["arguments"]);
+  }
+  EXPECT_EQ(r.finish_chunk("stop")["choices"][0]["finish_reason"], "tool_calls");
+}
+
+TEST_F(ReplyToolsTest, MalformedCallsAreText) {
+  const std::string bad = "Hmm<|tool_call|>{\"name\": lookup<|/tool_call|>";
+  Reply r(chat_with_tools(), *tok_, "m");
+  const json merged = merge(feed(r, bad));
+  const json full = r.full("stop");
+  EXPECT_EQ(full["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(full["choices"][0]["message"]["content"], bad);
+  EXPECT_FALSE(full["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(merged["content"], bad);
+  EXPECT_TRUE(merged["tool_calls"].empty());
+}
+
+TEST_F(ReplyToolsTest, WithoutToolsTheMarkersAreJustText) {
+  ParsedRequest p = chat_with_tools();
+  p.tool_calls = false;
+  Reply r(p, *tok_, "m");
+  feed(r, kTwoCalls);
+  EXPECT_EQ(r.full("stop")["choices"][0]["message"]["content"], kTwoCalls);
+  EXPECT_EQ(r.full("stop")["choices"][0]["finish_reason"], "stop");
+}
+
+TEST_F(ReplyToolsTest, ParallelFalseKeepsOneCallAndForcedStartsAreRead) {
+  ParsedRequest p = chat_with_tools();
+  p.parallel_tool_calls = false;
+  Reply one(p, *tok_, "m");
+  feed(one, kTwoCalls);
+  EXPECT_EQ(one.full("stop")["choices"][0]["message"]["tool_calls"].size(), 1u);
+
+  // tool_choice {"function": {"name": "calculator"}}: the prompt ended in the forced start; the model wrote the rest.
+  ParsedRequest f = chat_with_tools();
+  f.forced = tok_->encode("<|tool_call|>{\"name\":\"calculator\",\"arguments\":");
+  Reply forced(f, *tok_, "m");
+  const json merged = merge(feed(forced, "{\"expression\":\"1+2\"}}<|/tool_call|>"));
+  const json msg = forced.full("stop")["choices"][0]["message"];
+  ASSERT_EQ(msg["tool_calls"].size(), 1u);
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "calculator");
+  EXPECT_TRUE(msg["content"].is_null());
+  EXPECT_EQ(merged["tool_calls"][0]["name"], "calculator");
+}
+
+}  // namespace
+}  // namespace myriad::serve
