@@ -62,8 +62,11 @@ Var rope(const Var& x, const Tensor& cos, const Tensor& sin, RopeLayout layout);
 // Causal attention: q [B, T, H, Dk], k [B, T, Hk, Dk], v [B, T, Hk, Dv] -> [B, T, H, Dv].
 Var attention(const Var& q, const Var& k, const Var& v, float scale);
 
-// Fused lm_head + cross-entropy: h [T, D], W [V, D], targets [T] (i64) -> mean loss over counted targets.
-Var cross_entropy(const Var& h, const Var& W, const Tensor& targets, int64_t ignore_index = -100);
+// Fused lm_head + cross-entropy: h [T, D], W [V, D], targets [T] (i64) -> mean loss over counted targets. With
+// `weights` (f32 [T], constants of any sign: RL's per-token coefficients) the sum of weights_t nll_t instead.
+// `nll` (optional) receives each token's nll_t = -log p(target) (f32 [T], 0 where ignored).
+Var cross_entropy(const Var& h, const Var& W, const Tensor& targets, int64_t ignore_index = -100,
+                  const Tensor* weights = nullptr, Tensor* nll = nullptr);
 
 // Kimi Delta Attention, chunkwise: q, k, g [B, T, H, K]; v [B, T, H, V]; beta [B, T, H]; state_in [B, H, K, V]
 // or undefined (zeros). Returns o [B, T, H, V] and the final state (a Var, so a following piece's gradient

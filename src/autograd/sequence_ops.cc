@@ -84,7 +84,8 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale_factor) {
   return out;
 }
 
-Var cross_entropy(const Var& h, const Var& W, const Tensor& targets, int64_t ignore_index) {
+Var cross_entropy(const Var& h, const Var& W, const Tensor& targets, int64_t ignore_index, const Tensor* weights,
+                  Tensor* nll) {
   const Device dev = cpu_op_device("cross_entropy", {&h.value(), &W.value(), &targets});
   MYRIAD_REQUIRE(h.value().ndim() == 2 && W.value().ndim() == 2 && h.shape()[1] == W.shape()[1], kShape,
                  "cross_entropy: hidden ", shape_str(h.shape()), " ([T, D]) does not match lm_head ",
@@ -92,20 +93,29 @@ Var cross_entropy(const Var& h, const Var& W, const Tensor& targets, int64_t ign
   MYRIAD_REQUIRE(targets.dtype() == DType::kI64 && targets.shape() == Shape{h.shape()[0]}, kShape,
                  "cross_entropy: targets must be I64 [", h.shape()[0], "], got ", dtype_name(targets.dtype()), " ",
                  shape_str(targets.shape()));
+  Tensor wt;
+  if (weights) {
+    MYRIAD_REQUIRE(weights->dtype() == DType::kF32 && weights->shape() == Shape{h.shape()[0]}, kShape,
+                   "cross_entropy: weights must be F32 [", h.shape()[0], "], got ", dtype_name(weights->dtype()), " ",
+                   shape_str(weights->shape()));
+    wt = weights->contiguous();
+  }
   const int64_t T = h.shape()[0], D = h.shape()[1], V = W.shape()[0];
   Tensor loss = Tensor::empty({}), lse = Tensor::empty({T});
   Tensor tg = targets.contiguous();
+  if (nll) *nll = Tensor::empty({T});
+  const float* w = weights ? cf(wt) : nullptr;
   ops::cross_entropy_forward(dev, mf(loss), mf(lse), cf(h.value()), cf(W.value()), tg.data<int64_t>(), T, D, V,
-                             ignore_index);
+                             ignore_index, w, nll ? mf(*nll) : nullptr);
   const bool needs = needs_grad({&h, &W});
   Var out = make_output(loss, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("cross_entropy", {oi}, [h, W, oi, lse, tg, T, D, V, ignore_index, dev]() mutable {
+    Tape::current().record("cross_entropy", {oi}, [h, W, oi, lse, tg, wt, T, D, V, ignore_index, dev]() mutable {
       Tensor dh = h.requires_grad() ? h.grad_buffer() : Tensor::zeros(h.shape());
       Tensor dW = W.requires_grad() ? W.grad_buffer() : Tensor::zeros(W.shape());
       ops::cross_entropy_backward(dev, mf(dh), mf(dW), cf(oi->grad)[0], cf(h.value()), cf(W.value()),
-                                  tg.data<int64_t>(), cf(lse), T, D, V, ignore_index);
+                                  tg.data<int64_t>(), cf(lse), T, D, V, ignore_index, wt.defined() ? cf(wt) : nullptr);
     });
   }
   return out;

@@ -434,7 +434,8 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets, 
   result.hidden = ag::rmsnorm(h, p("model.norm.weight"), eps);
   if (targets.defined()) {
     const Var& head = c.tie_word_embeddings ? p("model.embed_tokens.weight") : p("lm_head.weight");
-    result.loss = ag::cross_entropy(result.hidden, head, targets, -100);
+    result.loss = ag::cross_entropy(result.hidden, head, targets, -100, opt.target_weights,
+                                    opt.target_weights ? &result.token_nll : nullptr);
   }
   return result;
 }

@@ -30,6 +30,9 @@ struct ForwardOptions {
   // The two seams through which parallelism is applied from outside (DESIGN §4); null: this process alone.
   const MoeDispatcher* moe_dispatcher = nullptr;  // model/moe_dispatch.h
   SequenceContext* sequence = nullptr;            // model/sequence_context.h
+  // RL's per-token coefficients (f32 [T], constants): the loss is then sum_t w_t (-log p(target_t)) over the
+  // counted targets instead of their mean, and ForwardResult::token_nll holds each -log p (rl/grpo.h).
+  const Tensor* target_weights = nullptr;
 };
 
 // Per-layer routing statistics of one forward (what balancing and the metrics read).
@@ -48,6 +51,7 @@ struct ForwardResult {
   ag::Var loss;      // [] when targets were given: the language-model cross entropy alone
   ag::Var aux_loss;  // [] balancing "aux_loss": the sum of every MoE layer's balance loss (the trainer adds it)
   std::vector<RoutingStats> routing;
+  Tensor token_nll;  // [T] with ForwardOptions::target_weights: -log p(target) per token (0 where ignored)
 };
 
 class Transformer {

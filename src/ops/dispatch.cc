@@ -213,16 +213,18 @@ void attention_backward(Device device, float* dq, float* dk, float* dv, const fl
 }
 
 int64_t cross_entropy_forward(Device device, float* loss, float* lse, const float* h, const float* W,
-                              const int64_t* targets, int64_t T, int64_t D, int64_t V, int64_t ignore_index) {
-  if (device == Device::kCPU) return cpu::cross_entropy_forward(loss, lse, h, W, targets, T, D, V, ignore_index);
+                              const int64_t* targets, int64_t T, int64_t D, int64_t V, int64_t ignore_index,
+                              const float* weights, float* nll) {
+  if (device == Device::kCPU)
+    return cpu::cross_entropy_forward(loss, lse, h, W, targets, T, D, V, ignore_index, weights, nll);
   missing_kernel("cross_entropy_forward", device);
 }
 
 void cross_entropy_backward(Device device, float* dh, float* dW, float dloss, const float* h, const float* W,
                             const int64_t* targets, const float* lse, int64_t T, int64_t D, int64_t V,
-                            int64_t ignore_index) {
+                            int64_t ignore_index, const float* weights) {
   if (device == Device::kCPU)
-    return cpu::cross_entropy_backward(dh, dW, dloss, h, W, targets, lse, T, D, V, ignore_index);
+    return cpu::cross_entropy_backward(dh, dW, dloss, h, W, targets, lse, T, D, V, ignore_index, weights);
   missing_kernel("cross_entropy_backward", device);
 }
 

@@ -211,14 +211,17 @@ void attention_backward(Device device, float* dq, float* dk, float* dv, const fl
                         const float* lse, const float* q, const float* k, const float* v, AttentionShape s);
 
 // Fused linear + cross-entropy: logits = h W^T (h [T, D], W [V, D]) are produced a chunk of rows at a time
-// and never stored whole. loss = mean over targets != ignore_index of (lse - logit[target]); returns the
-// number of counted targets. lse [T] is saved. Backward takes dloss (scalar) and accumulates dh, dW.
+// and never stored whole. loss = mean over targets != ignore_index of nll_t = lse_t - logit_t[target]; with
+// `weights` [T] (RL's per-token coefficients, any sign) loss = sum over counted targets of weights_t nll_t
+// instead. Returns the number of counted targets. lse [T] is saved; nll [T] (optional) gets each nll_t (0 where
+// ignored). Backward takes dloss (scalar) and the same weights, and accumulates dh, dW.
 int64_t cross_entropy_forward(Device device, float* loss, float* lse, const float* h, const float* W,
-                              const int64_t* targets, int64_t T, int64_t D, int64_t V, int64_t ignore_index);
+                              const int64_t* targets, int64_t T, int64_t D, int64_t V, int64_t ignore_index,
+                              const float* weights = nullptr, float* nll = nullptr);
 
 void cross_entropy_backward(Device device, float* dh, float* dW, float dloss, const float* h, const float* W,
                             const int64_t* targets, const float* lse, int64_t T, int64_t D, int64_t V,
-                            int64_t ignore_index);
+                            int64_t ignore_index, const float* weights = nullptr);
 
 // Top-k per row of N, descending; ties go to the lower index. idx [rows, k] (int32), val [rows, k].
 void topk(Device device, int32_t* idx, float* val, const float* x, int64_t rows, int64_t N, int64_t k);

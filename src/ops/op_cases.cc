@@ -346,6 +346,34 @@ Check check_cross_entropy(Device d, std::mt19937& rng) {
   return c;
 }
 
+// RL's weighted form: per-token coefficients of both signs, the per-token nll reported.
+Check check_cross_entropy_weighted(Device d, std::mt19937& rng) {
+  const int64_t T = 24, D = 32, V = 500, ignore = -100;
+  Check c("cross_entropy_weighted", "T24 D32 V500, weights of both signs, two ignored", kRedR, kRedA,
+          "kRed: V-long sums of exps, D-long dots");
+  Vec h = rnd(rng, T * D), W = rnd(rng, V * D), dh0 = rnd(rng, T * D), dW0 = rnd(rng, V * D), dh = dh0, dW = dW0;
+  Vec w = rnd(rng, T);
+  std::vector<int64_t> tgt(sz(T));
+  std::uniform_int_distribution<int64_t> pick(0, V - 1);
+  for (auto& t : tgt) t = pick(rng);
+  tgt[3] = tgt[17] = ignore;
+  Vec loss(1), lse(sz(T)), nll(sz(T));
+  ref::cross_entropy_forward<double>(loss.data(), lse.data(), h.data(), W.data(), tgt.data(), T, D, V, ignore, w.data(),
+                                     nll.data());
+  ref::cross_entropy_backward<double>(dh.data(), dW.data(), 0.75, h.data(), W.data(), tgt.data(), lse.data(), T, D, V,
+                                      ignore, w.data());
+  Buf hb(h, d), Wb(W, d), wb(w, d), lossb(1, d), lb(T, d), nb(T, d), dhb(dh0, d), dWb(dW0, d);
+  ops::cross_entropy_forward(d, lossb.data(), lb.data(), hb.data(), Wb.data(), tgt.data(), T, D, V, ignore, wb.data(),
+                             nb.data());
+  ops::cross_entropy_backward(d, dhb.data(), dWb.data(), 0.75f, hb.data(), Wb.data(), tgt.data(), lb.data(), T, D, V,
+                              ignore, wb.data());
+  c.fwd("loss", lossb, loss);
+  c.fwd("nll", nb, nll);
+  c.bwd("dh", dhb, dh);
+  c.bwd("dW", dWb, dW);
+  return c;
+}
+
 Check check_topk(Device d, std::mt19937& rng) {
   // Half the rows rounded to a coarse grid: heavy ties, which myriad's rule (lower index first) makes exact.
   const int64_t rows = 16, N = 256, k = 8;
@@ -472,6 +500,7 @@ std::vector<SelfcheckLine> run_op_cases(Device device, const std::function<void(
       {"rope", [&] { return check_rope(device, rng); }},
       {"attention", [&] { return check_attention(device, rng); }},
       {"cross_entropy", [&] { return check_cross_entropy(device, rng); }},
+      {"cross_entropy_weighted", [&] { return check_cross_entropy_weighted(device, rng); }},
       {"topk", [&] { return check_topk(device, rng); }},
       {"gather/scatter_add", [&] { return check_gather_scatter(device, rng); }},
       {"embedding", [&] { return check_embedding(device, rng); }},

@@ -57,9 +57,11 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                         const float* q, const float* k, const float* v, AttentionShape s);
 int64_t cross_entropy_forward(float* loss, float* lse, const float* h, const float* W, const int64_t* targets,
-                              int64_t T, int64_t D, int64_t V, int64_t ignore_index);
+                              int64_t T, int64_t D, int64_t V, int64_t ignore_index, const float* weights = nullptr,
+                              float* nll = nullptr);
 void cross_entropy_backward(float* dh, float* dW, float dloss, const float* h, const float* W, const int64_t* targets,
-                            const float* lse, int64_t T, int64_t D, int64_t V, int64_t ignore_index);
+                            const float* lse, int64_t T, int64_t D, int64_t V, int64_t ignore_index,
+                            const float* weights = nullptr);
 void topk(int32_t* idx, float* val, const float* x, int64_t rows, int64_t N, int64_t k);
 void route_weights_forward(float* p, float* denom, const float* s, const int32_t* idx, int64_t T, int64_t E, int64_t k,
                            float scale, bool renormalize);

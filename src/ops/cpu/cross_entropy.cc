@@ -31,7 +31,7 @@ void check_targets(const int64_t* targets, int64_t T, int64_t V, int64_t ignore_
 }  // namespace
 
 int64_t cross_entropy_forward(float* loss, float* lse, const float* h, const float* W, const int64_t* targets,
-                              int64_t T, int64_t D, int64_t V, int64_t ignore_index) {
+                              int64_t T, int64_t D, int64_t V, int64_t ignore_index, const float* weights, float* nll) {
   check_targets(targets, T, V, ignore_index);
   const int64_t chunk = std::min(chunk_rows(V), std::max<int64_t>(T, 1));
   std::vector<float> logits(size_t(chunk * V));
@@ -53,17 +53,21 @@ int64_t cross_entropy_forward(float* loss, float* lse, const float* h, const flo
     });
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t tgt = targets[t0 + r];
+      if (nll) nll[t0 + r] = 0.0f;
       if (tgt == ignore_index) continue;
-      total += double(lse[t0 + r]) - double(logits[size_t(r * V + tgt)]);
+      const double x = double(lse[t0 + r]) - double(logits[size_t(r * V + tgt)]);
+      if (nll) nll[t0 + r] = float(x);
+      total += weights ? double(weights[t0 + r]) * x : x;
       ++count;
     }
   }
-  *loss = count ? float(total / double(count)) : 0.0f;
+  *loss = weights ? float(total) : count ? float(total / double(count)) : 0.0f;
   return count;
 }
 
 void cross_entropy_backward(float* dh, float* dW, float dloss, const float* h, const float* W, const int64_t* targets,
-                            const float* lse, int64_t T, int64_t D, int64_t V, int64_t ignore_index) {
+                            const float* lse, int64_t T, int64_t D, int64_t V, int64_t ignore_index,
+                            const float* weights) {
   int64_t count = 0;
   for (int64_t t = 0; t < T; ++t) count += targets[t] != ignore_index;
   if (count == 0 || V == 0) return;
@@ -82,9 +86,10 @@ void cross_entropy_backward(float* dh, float* dW, float dloss, const float* h, c
           continue;
         }
         const float l = lse[t0 + r];
+        const float gs = weights ? dloss * weights[t0 + r] : g_scale;
 #pragma omp simd
-        for (int64_t c = 0; c < V; ++c) gr[c] = fast_exp(gr[c] - l) * g_scale;
-        gr[tgt] -= g_scale;
+        for (int64_t c = 0; c < V; ++c) gr[c] = fast_exp(gr[c] - l) * gs;
+        gr[tgt] -= gs;
       }
     });
     gemm(false, false, rows, D, V, 1.0f, G.data(), V, W, D, 1.0f, dh + t0 * D, D);

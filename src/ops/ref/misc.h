@@ -13,7 +13,7 @@ namespace myriad::ref {
 
 template <class T>
 int64_t cross_entropy_forward(T* loss, T* lse, const T* h, const T* W, const int64_t* targets, int64_t Tn, int64_t D,
-                              int64_t V, int64_t ignore_index) {
+                              int64_t V, int64_t ignore_index, const T* weights = nullptr, T* nll = nullptr) {
   std::vector<T> logits(static_cast<size_t>(V));
   T total = 0;
   int64_t count = 0;
@@ -28,17 +28,20 @@ int64_t cross_entropy_forward(T* loss, T* lse, const T* h, const T* W, const int
     T s = 0;
     for (int64_t c = 0; c < V; ++c) s += std::exp(logits[size_t(c)] - mx);
     lse[t] = mx + std::log(s);
+    if (nll) nll[t] = 0;
     if (targets[t] == ignore_index) continue;
-    total += lse[t] - logits[size_t(targets[t])];
+    const T x = lse[t] - logits[size_t(targets[t])];
+    if (nll) nll[t] = x;
+    total += weights ? weights[t] * x : x;
     ++count;
   }
-  *loss = count ? total / T(count) : T(0);
+  *loss = weights ? total : count ? total / T(count) : T(0);
   return count;
 }
 
 template <class T>
 void cross_entropy_backward(T* dh, T* dW, T dloss, const T* h, const T* W, const int64_t* targets, const T* lse,
-                            int64_t Tn, int64_t D, int64_t V, int64_t ignore_index) {
+                            int64_t Tn, int64_t D, int64_t V, int64_t ignore_index, const T* weights = nullptr) {
   int64_t count = 0;
   for (int64_t t = 0; t < Tn; ++t) count += targets[t] != ignore_index;
   if (!count) return;
@@ -47,7 +50,8 @@ void cross_entropy_backward(T* dh, T* dW, T dloss, const T* h, const T* W, const
     for (int64_t c = 0; c < V; ++c) {
       T d = 0;
       for (int64_t e = 0; e < D; ++e) d += h[t * D + e] * W[c * D + e];
-      const T g = (std::exp(d - lse[t]) - (c == targets[t] ? T(1) : T(0))) * dloss / T(count);
+      const T scale = weights ? dloss * weights[t] : dloss / T(count);
+      const T g = (std::exp(d - lse[t]) - (c == targets[t] ? T(1) : T(0))) * scale;
       for (int64_t e = 0; e < D; ++e) {
         dh[t * D + e] += g * W[c * D + e];
         dW[c * D + e] += g * h[t * D + e];
