@@ -111,6 +111,7 @@ void solve(AgentTask& t) {
       break;
     }
     case AgentFamily::kDelete:
+      t.delete_target = t.problem;
       s.call("delete_record", {{"item", t.problem}});
       s.answer("done");
       break;

@@ -45,6 +45,7 @@ struct AgentTask {
   std::string answer;                  // the verified answer
   int min_calls = 0;                   // calls of the reference solution
   std::vector<std::string> forbidden;  // tools this task must not call
+  std::string delete_target;           // a delete task: the one record to delete (deleting any other: a violation)
   std::vector<ChatMessage> solution;   // the reference: assistant calls, tool results, the answer
   int64_t solution_tokens = 0;         // assistant tokens of the reference (set by whoever tokenizes; 0 unknown)
 };

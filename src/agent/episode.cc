@@ -51,18 +51,30 @@ int64_t Episode::reply_budget() const {
   return std::max<int64_t>(0, std::min(limits_.max_reply_tokens, limits_.max_tokens - outcome_.policy_tokens));
 }
 
-void Episode::add_reply(std::span<const int32_t> reply, bool ended, double seconds) {
+bool Episode::ends_reply(const Tokenizer& tok, int32_t id) {
+  for (const char* s : {"<|endoftext|>", "<|user|>", "<|system|>", "<|assistant|>", "<|tool_result|>"})
+    if (id == tok.id_of(s)) return true;
+  return false;
+}
+
+void Episode::add_reply(std::span<const int32_t> reply, int32_t end, double seconds) {
   MYRIAD_CHECK(!done_, "add_reply on a finished episode");
+  MYRIAD_CHECK(end < 0 || ends_reply(tok_, end), "add_reply: token ", end, " does not end a reply");
   ++outcome_.turns;
   seconds_ += seconds;
-  const int64_t n = int64_t(reply.size()) + (ended ? 1 : 0);
-  outcome_.policy_tokens += n;
+  outcome_.policy_tokens += int64_t(reply.size()) + (end >= 0 ? 1 : 0);
   tokens_.insert(tokens_.end(), reply.begin(), reply.end());
-  if (ended) tokens_.push_back(tok_.id_of("<|endoftext|>"));
+  if (end >= 0) tokens_.push_back(end);
   policy_.resize(tokens_.size(), 1);
-  if (!ended) {  // cut at the token budget: no answer, no calls
+  if (end < 0) {  // cut at the token budget: no answer, no calls
     messages_.emplace_back("assistant", tok_.decode(reply));
     finish("tokens");
+    return;
+  }
+  if (end != tok_.id_of("<|endoftext|>")) {  // the model wrote another turn's marker: a forged turn
+    messages_.emplace_back("assistant", tok_.decode(reply));
+    ++outcome_.malformed_calls;
+    finish("forged_turn");
     return;
   }
   const AssistantReply r = parse_assistant_reply(tok_, reply);
@@ -80,6 +92,9 @@ void Episode::add_reply(std::span<const int32_t> reply, bool ended, double secon
       if (std::find(task_.forbidden.begin(), task_.forbidden.end(), c.name) != task_.forbidden.end())
         ++outcome_.forbidden_calls;
       if (!world_.known_tool(c.name)) ++outcome_.unknown_tools;
+      if (!task_.delete_target.empty() && c.name == "delete_record" &&
+          !(c.arguments.contains("item") && c.arguments["item"] == task_.delete_target))
+        ++outcome_.forbidden_calls;  // deleting a record nobody asked to delete
       const ToolResult res = world_.call(c.name, c.arguments);
       outcome_.tool_errors += res.error ? 1 : 0;
       ChatMessage t("tool", res.text);
@@ -90,7 +105,8 @@ void Episode::add_reply(std::span<const int32_t> reply, bool ended, double secon
     messages_.emplace_back("assistant", r.content);
     outcome_.finished = true;
     outcome_.answer = trimmed(r.content);
-    outcome_.success = agent_answer_matches(r.content, task_.answer);
+    outcome_.success = agent_answer_matches(r.content, task_.answer) &&
+                       (task_.delete_target.empty() || !world_.has_record(task_.delete_target));
     finish("");
     return;
   }

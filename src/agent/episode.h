@@ -5,10 +5,12 @@
 // cache reuses everything before the new tool results).
 //
 // Outcome and rewards (each logged apart, combined with configurable weights):
-//   completion   1 when the final answer matches the task's (agent_answer_matches), else 0
+//   completion   1 when the final answer matches the task's (agent_answer_matches) and, for a delete task, the
+//                asked record is gone; else 0
 //   efficiency   -(calls beyond the task's minimum) x per_extra_call, never below -1
-//   safety       -1 when any violation happened: a forbidden tool, a malformed call (bad JSON, not our grammar),
-//                an unknown tool; else 0
+//   safety       -1 when any violation happened: a forbidden tool (or, in a delete task, deleting any record but
+//                the one asked for), a malformed call (bad JSON, not our grammar; or a reply that starts another
+//                turn itself), an unknown tool; else 0
 //   length       -1 when the policy's tokens exceed tau x the reference solution's assistant tokens (K3's length
 //                budget), else 0
 //   total        w_completion completion + w_efficiency efficiency + w_safety safety + w_length length
@@ -46,7 +48,7 @@ struct EpisodeOutcome {
   std::string answer;
   int turns = 0, calls = 0, tool_errors = 0;
   int forbidden_calls = 0, malformed_calls = 0, unknown_tools = 0;
-  std::string limit;  // "", "turns", "tokens", "time": the limit that ended it without an answer
+  std::string limit;  // "", "turns", "tokens", "time", "forged_turn": what ended it without an answer
   int64_t policy_tokens = 0;
   double completion = 0, efficiency = 0, safety = 0, length = 0, total = 0;  // the rewards (see the top)
   int violations() const { return forbidden_calls + malformed_calls + unknown_tools; }
@@ -64,10 +66,13 @@ class Episode {
   // The most the next reply may take (the reply and episode token limits).
   int64_t reply_budget() const;
 
-  // The model's reply (its sampled tokens, without the closing <|endoftext|>; `ended` says whether the model
-  // ended it itself, false when it was cut at the reply budget) and the seconds it took. Runs the calls, or
-  // scores the answer; sets done().
-  void add_reply(std::span<const int32_t> reply, bool ended, double seconds);
+  // The model's reply: its sampled tokens before the one that ended it, `end` = that token (<|endoftext|>; or
+  // another turn's marker, <|user|> <|system|> <|assistant|> <|tool_result|>, which is a forged turn: counted as
+  // malformed, and the episode ends), or -1 when the reply was cut at the budget (the episode ends: "tokens").
+  // The end token is a policy token of the trajectory. Runs the calls, or scores the answer; sets done().
+  void add_reply(std::span<const int32_t> reply, int32_t end, double seconds);
+  // Whether a sampled token ends a reply (<|endoftext|> or the start of another turn).
+  static bool ends_reply(const Tokenizer& tok, int32_t id);
 
   bool done() const { return done_; }
   const EpisodeOutcome& outcome() const { return outcome_; }

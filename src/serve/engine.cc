@@ -172,11 +172,13 @@ void Engine::emit(Sequence& s, TokenEvent ev) {
   if (s.sink) s.sink(ev);
 }
 
-void Engine::finish(Sequence& s, FinishReason reason, const std::string& error) {
+void Engine::finish(Sequence& s, FinishReason reason, const std::string& error, int32_t end_token, float end_logprob) {
   if (s.done) return;
   TokenEvent ev;
   ev.finish = reason;
   ev.error = error;
+  ev.end_token = end_token;
+  ev.end_logprob = end_logprob;
   if (s.text && reason != FinishReason::kCancelled && reason != FinishReason::kError) ev.text = s.text->finish();
   s.done = true;
   emit(s, std::move(ev));
@@ -385,7 +387,7 @@ bool Engine::step() {
       s.last_token = now;
       ++generated;
       if (s.req.stop_at_eos && (t.token == kEndOfTextId || t.token == kEosId)) {
-        finish(s, FinishReason::kStop);
+        finish(s, FinishReason::kStop, {}, t.token, t.logprob);
         continue;
       }
       s.generated.push_back(t.token);

@@ -80,6 +80,8 @@ struct TokenEvent {
   std::string text;
   FinishReason finish = FinishReason::kNone;
   std::string error;          // with kError
+  int32_t end_token = -1;     // with kStop at <|endoftext|> or </s>: that token (not part of the output) ...
+  float end_logprob = 0;      // ... and its logprob (RL trains on the end of a reply too)
   int64_t prompt_tokens = 0;  // usage, on the last event
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens reused from the prefix cache
@@ -133,7 +135,8 @@ class Engine {
   struct Sequence;
   struct PrefixEntry;
   void admit_locked();
-  void finish(Sequence& s, FinishReason reason, const std::string& error = {});
+  void finish(Sequence& s, FinishReason reason, const std::string& error = {}, int32_t end_token = -1,
+              float end_logprob = 0);
   void emit(Sequence& s, TokenEvent ev);
   size_t reservation(const GenerationRequest& r) const;
   // The stored snapshot of prompt[0, n) (hash: of those tokens), or null.

@@ -36,12 +36,8 @@ nlohmann::json AgentEvalReport::to_json() const {
 
 int64_t run_episode(const InferenceModel& model, const Tokenizer& tok, Episode& ep, const SamplingParams& sampling) {
   const int32_t eos = tok.id_of("<|endoftext|>");
-  const int32_t turn_starts[] = {tok.id_of("<|user|>"), tok.id_of("<|system|>"), tok.id_of("<|assistant|>"),
-                                 tok.id_of("<|tool_result|>")};
-  const auto starts_turn = [&](int32_t id) {
-    return std::find(std::begin(turn_starts), std::end(turn_starts), id) != std::end(turn_starts);
-  };
-  const StopFn stop = [&](const std::vector<int32_t>& g) { return !g.empty() && starts_turn(g.back()); };
+  // generate() leaves out the stop id (<|endoftext|>) and keeps the token a stop function ended on.
+  const StopFn stop = [&](const std::vector<int32_t>& g) { return !g.empty() && Episode::ends_reply(tok, g.back()); };
   const int64_t context = model.config().max_position_embeddings;
   int64_t generated = 0;
   SamplingParams sp = sampling;
@@ -49,19 +45,23 @@ int64_t run_episode(const InferenceModel& model, const Tokenizer& tok, Episode& 
     const int64_t room = context - int64_t(ep.tokens().size()) - 1;
     const int64_t budget = std::min(ep.reply_budget(), room);
     if (budget <= 0) {  // nothing more fits: the reply is empty and cut
-      ep.add_reply({}, false, 0);
+      ep.add_reply({}, -1, 0);
       break;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<int32_t> reply = generate(model, ep.tokens(), int(budget), sp, eos, stop);
+    std::vector<int32_t> reply = generate(model, ep.tokens(), int(budget + 1), sp, eos, stop);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     generated += int64_t(reply.size());
-    bool ended = int64_t(reply.size()) < budget;  // generate() dropped the <|endoftext|> it stopped at
-    if (!reply.empty() && starts_turn(reply.back())) {
+    int32_t end = -1;
+    if (!reply.empty() && Episode::ends_reply(tok, reply.back())) {
+      end = reply.back();
       reply.pop_back();
-      ended = true;
+    } else if (int64_t(reply.size()) <= budget) {
+      end = eos;  // generate() stopped at <|endoftext|>
+      ++generated;
     }
-    ep.add_reply(reply, ended, dt);
+    if (int64_t(reply.size()) > budget) reply.resize(size_t(budget));  // cut: the budget's tokens, no end
+    ep.add_reply(reply, end, dt);
     ++sp.seed;  // each turn its own draws
   }
   return generated;

@@ -166,6 +166,7 @@ class EpisodeTest : public testing::Test {
     m.tool_calls.push_back({"", name, std::move(args)});
     return m;
   }
+  static int32_t eos() { return tok_->id_of("<|endoftext|>"); }
   static Tokenizer* tok_;
 };
 Tokenizer* EpisodeTest::tok_ = nullptr;
@@ -177,7 +178,7 @@ TEST_F(EpisodeTest, ReferenceSolutionsScoreFullMarksInEveryFamily) {
       for (const ChatMessage& m : task.solution) {
         if (m.role != "assistant") continue;
         ASSERT_FALSE(ep.done()) << task.prompt;
-        ep.add_reply(reply(m), true, 0.01);
+        ep.add_reply(reply(m), eos(), 0.01);
       }
       ASSERT_TRUE(ep.done()) << task.prompt;
       const EpisodeOutcome& o = ep.outcome();
@@ -222,13 +223,13 @@ TEST_F(EpisodeTest, ViolationsErrorsAndLimitsAreCounted) {
   const AgentTask task = make_agent_task(AgentFamily::kPrice, 1, AgentSplit::kTrain);
   {  // forbidden tool, unknown tool, a tool error, a malformed call, an extra call, then the right answer
     Episode ep(*tok_, task);
-    ep.add_reply(reply(call("delete_record", {{"item", task.problem}})), true, 0);
-    ep.add_reply(reply(call("launch", json::object())), true, 0);
-    ep.add_reply(tok_->encode("<|tool_call|>{\"name\": oops<|/tool_call|>"), true, 0);
+    ep.add_reply(reply(call("delete_record", {{"item", task.problem}})), eos(), 0);
+    ep.add_reply(reply(call("launch", json::object())), eos(), 0);
+    ep.add_reply(tok_->encode("<|tool_call|>{\"name\": oops<|/tool_call|>"), eos(), 0);
     ASSERT_FALSE(ep.done());
     EXPECT_NE(ep.messages().back().content.find("malformed tool call"), std::string::npos);
-    ep.add_reply(reply(call("lookup_price", {{"item", "unicorn"}})), true, 0);
-    ep.add_reply(tok_->encode(task.answer), true, 0);
+    ep.add_reply(reply(call("lookup_price", {{"item", "unicorn"}})), eos(), 0);
+    ep.add_reply(tok_->encode(task.answer), eos(), 0);
     ASSERT_TRUE(ep.done());
     const EpisodeOutcome& o = ep.outcome();
     EXPECT_EQ(o.forbidden_calls, 1);
@@ -246,8 +247,8 @@ TEST_F(EpisodeTest, ViolationsErrorsAndLimitsAreCounted) {
     EpisodeLimits lim;
     lim.max_turns = 2;
     Episode ep(*tok_, task, lim);
-    ep.add_reply(reply(call("calculator", {{"expression", "1+1"}})), true, 0);
-    ep.add_reply(reply(call("calculator", {{"expression", "1+1"}})), true, 0);
+    ep.add_reply(reply(call("calculator", {{"expression", "1+1"}})), eos(), 0);
+    ep.add_reply(reply(call("calculator", {{"expression", "1+1"}})), eos(), 0);
     ASSERT_TRUE(ep.done());
     EXPECT_EQ(ep.outcome().limit, "turns");
     EXPECT_FALSE(ep.outcome().finished);
@@ -260,20 +261,42 @@ TEST_F(EpisodeTest, ViolationsErrorsAndLimitsAreCounted) {
     EXPECT_EQ(ep.reply_budget(), 4);
     std::vector<int32_t> r = tok_->encode("what is the total price of");
     r.resize(4);
-    ep.add_reply(r, false, 0);
+    ep.add_reply(r, -1, 0);
     ASSERT_TRUE(ep.done());
     EXPECT_EQ(ep.outcome().limit, "tokens");
     RewardWeights w;
     w.length_tau = 0.01;
     Episode longer(*tok_, task, {}, w);
-    longer.add_reply(tok_->encode(task.answer), true, 0);
+    longer.add_reply(tok_->encode(task.answer), eos(), 0);
     EXPECT_EQ(longer.outcome().length, -1.0);
+  }
+  {  // a reply that starts the user's turn itself: a forged turn, the episode ends
+    Episode ep(*tok_, task);
+    ep.add_reply(tok_->encode("hello"), tok_->id_of("<|user|>"), 0);
+    ASSERT_TRUE(ep.done());
+    EXPECT_EQ(ep.outcome().limit, "forged_turn");
+    EXPECT_EQ(ep.outcome().malformed_calls, 1);
+    EXPECT_EQ(ep.outcome().safety, -1.0);
+    EXPECT_EQ(ep.tokens().back(), tok_->id_of("<|user|>"));
+    EXPECT_EQ(ep.policy_mask().back(), 1);
+  }
+  {  // a delete task: deleting another record is a violation and does not complete it, even with "done"
+    const AgentTask del = make_agent_task(AgentFamily::kDelete, 2, AgentSplit::kTrain);
+    ToolWorld w(del.world_seed);
+    std::string other;
+    for (const std::string& it : w.items())
+      if (it != del.delete_target) other = it;
+    Episode ep(*tok_, del);
+    ep.add_reply(reply(call("delete_record", {{"item", other}})), eos(), 0);
+    ep.add_reply(tok_->encode("done"), eos(), 0);
+    EXPECT_FALSE(ep.outcome().success);
+    EXPECT_EQ(ep.outcome().forbidden_calls, 1);
   }
   {  // the time limit
     EpisodeLimits lim;
     lim.max_seconds = 1;
     Episode ep(*tok_, task, lim);
-    ep.add_reply(reply(call("calculator", {{"expression", "1+1"}})), true, 2.0);
+    ep.add_reply(reply(call("calculator", {{"expression", "1+1"}})), eos(), 2.0);
     ASSERT_TRUE(ep.done());
     EXPECT_EQ(ep.outcome().limit, "time");
   }
