@@ -24,6 +24,7 @@ LAYERS = {
     "report": ["model", "io", "core"],
     "deploy": ["train", "agent", "dist", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
     "serve": ["dist", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
+    "rl": ["serve", "train", "agent", "dist", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
     "bench": ["serve", "train", "agent", "dist", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
 }
 BACKENDS = ("ops/cpu/", "ops/cuda/")

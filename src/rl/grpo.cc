@@ -1,0 +1,474 @@
+// GRPO on the built-in tool tasks: see grpo.h.
+#include "rl/grpo.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "core/error.h"
+#include "core/json_fields.h"
+#include "data/corpus.h"
+#include "data/loader.h"
+#include "infer/decode_weights.h"
+#include "io/atomic_file.h"
+#include "io/checkpoint.h"
+#include "io/run_layout.h"
+#include "model/config.h"
+#include "model/param_spec.h"
+#include "model/transformer.h"
+#include "rl/rollout.h"
+#include "train/agent_eval.h"
+#include "train/optimizer.h"
+#include "train/run_checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace myriad {
+
+GrpoConfig parse_grpo_config(const nlohmann::json& j, const std::string& source) {
+  static const std::set<std::string> kIgnored = {"comment"};
+  const JsonSource src{source, UnknownFields::kError, &kIgnored, nullptr};
+  MYRIAD_REQUIRE(j.is_object(), kConfig, source, ": the GRPO config must be a JSON object");
+  JsonFields o(j, "", src);
+  GrpoConfig c;
+  c.steps = o.int_or("steps", c.steps);
+  c.prompts_per_step = int(o.int_or("prompts_per_step", c.prompts_per_step));
+  c.group_size = int(o.int_or("group_size", c.group_size));
+  c.temperature = o.double_or("temperature", c.temperature);
+  c.lr = o.double_or("lr", c.lr);
+  c.warmup_steps = o.int_or("warmup_steps", c.warmup_steps);
+  c.weight_decay = o.double_or("weight_decay", c.weight_decay);
+  c.beta1 = o.double_or("beta1", c.beta1);
+  c.beta2 = o.double_or("beta2", c.beta2);
+  c.eps = o.double_or("eps", c.eps);
+  c.clip = o.double_or("clip", c.clip);
+  c.clip_low = o.double_or("clip_low", c.clip_low);
+  c.clip_high = o.double_or("clip_high", c.clip_high);
+  c.loss_aggregation = o.choice_or("loss_aggregation", c.loss_aggregation, {"token", "sequence"});
+  c.kl_coef = o.double_or("kl_coef", c.kl_coef);
+  c.kl_estimator = o.choice_or("kl_estimator", c.kl_estimator, {"k1", "k3"});
+  c.ppo_epochs = int(o.int_or("ppo_epochs", c.ppo_epochs));
+  if (const nlohmann::json* w = o.opt_object("rewards")) {
+    JsonFields r(*w, "rewards", src);
+    c.rewards.completion = r.double_or("completion", c.rewards.completion);
+    c.rewards.efficiency = r.double_or("efficiency", c.rewards.efficiency);
+    c.rewards.safety = r.double_or("safety", c.rewards.safety);
+    c.rewards.length = r.double_or("length", c.rewards.length);
+    r.finish();
+  }
+  c.rewards.per_extra_call = o.double_or("per_extra_call", c.rewards.per_extra_call);
+  c.rewards.length_tau = o.double_or("length_tau", c.rewards.length_tau);
+  c.limits.max_turns = int(o.int_or("max_turns", c.limits.max_turns));
+  c.limits.max_tokens = o.int_or("max_tokens", c.limits.max_tokens);
+  c.limits.max_reply_tokens = o.int_or("max_reply_tokens", c.limits.max_reply_tokens);
+  c.eval_every = o.int_or("eval_every", c.eval_every);
+  c.eval_per_family = int(o.int_or("eval_per_family", c.eval_per_family));
+  c.checkpoint_every = o.int_or("checkpoint_every", c.checkpoint_every);
+  c.keep_checkpoints = o.int_or("keep_checkpoints", c.keep_checkpoints);
+  c.seed = o.uint_or("seed", c.seed);
+  c.kda_chunk = o.int_or("kda_chunk", c.kda_chunk);
+  o.finish();
+  const std::pair<const char*, int64_t> positive[] = {{"steps", c.steps},
+                                                      {"prompts_per_step", c.prompts_per_step},
+                                                      {"group_size", c.group_size},
+                                                      {"ppo_epochs", c.ppo_epochs},
+                                                      {"max_turns", c.limits.max_turns},
+                                                      {"max_tokens", c.limits.max_tokens},
+                                                      {"max_reply_tokens", c.limits.max_reply_tokens},
+                                                      {"eval_every", c.eval_every},
+                                                      {"checkpoint_every", c.checkpoint_every},
+                                                      {"keep_checkpoints", c.keep_checkpoints},
+                                                      {"kda_chunk", c.kda_chunk}};
+  for (const auto& [k, v] : positive)
+    if (v < 1) o.fail(k, v, "must be >= 1");
+  if (c.group_size < 2) o.fail("group_size", c.group_size, "must be >= 2 (advantages are relative to the group)");
+  if (c.eval_per_family < 0) o.fail("eval_per_family", c.eval_per_family, "must be >= 0");
+  if (!(c.lr > 0) || !std::isfinite(c.lr)) o.fail("lr", c.lr, "must be a positive number");
+  if (!(c.temperature > 0) || !std::isfinite(c.temperature)) o.fail("temperature", c.temperature, "must be > 0");
+  if (!(c.clip_low >= 0 && c.clip_low < 1)) o.fail("clip_low", c.clip_low, "must lie in [0, 1)");
+  if (!(c.clip_high >= 0)) o.fail("clip_high", c.clip_high, "must be >= 0");
+  if (!(c.kl_coef >= 0)) o.fail("kl_coef", c.kl_coef, "must be >= 0");
+  if (!(c.clip >= 0)) o.fail("clip", c.clip, "must be >= 0 (0 = off)");
+  if (c.warmup_steps < 0) o.fail("warmup_steps", c.warmup_steps, "must be >= 0");
+  return c;
+}
+
+nlohmann::json grpo_config_to_json(const GrpoConfig& c) {
+  return {{"steps", c.steps},
+          {"prompts_per_step", c.prompts_per_step},
+          {"group_size", c.group_size},
+          {"temperature", c.temperature},
+          {"lr", c.lr},
+          {"warmup_steps", c.warmup_steps},
+          {"weight_decay", c.weight_decay},
+          {"beta1", c.beta1},
+          {"beta2", c.beta2},
+          {"eps", c.eps},
+          {"clip", c.clip},
+          {"clip_low", c.clip_low},
+          {"clip_high", c.clip_high},
+          {"loss_aggregation", c.loss_aggregation},
+          {"kl_coef", c.kl_coef},
+          {"kl_estimator", c.kl_estimator},
+          {"ppo_epochs", c.ppo_epochs},
+          {"rewards",
+           {{"completion", c.rewards.completion},
+            {"efficiency", c.rewards.efficiency},
+            {"safety", c.rewards.safety},
+            {"length", c.rewards.length}}},
+          {"per_extra_call", c.rewards.per_extra_call},
+          {"length_tau", c.rewards.length_tau},
+          {"max_turns", c.limits.max_turns},
+          {"max_tokens", c.limits.max_tokens},
+          {"max_reply_tokens", c.limits.max_reply_tokens},
+          {"eval_every", c.eval_every},
+          {"eval_per_family", c.eval_per_family},
+          {"checkpoint_every", c.checkpoint_every},
+          {"keep_checkpoints", c.keep_checkpoints},
+          {"seed", c.seed},
+          {"kda_chunk", c.kda_chunk}};
+}
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// One trajectory's training inputs: tokens[0, L - 1) predict tokens[1, L) where the policy sampled them.
+struct TrainRow {
+  Tensor tokens, targets;
+  std::vector<int64_t> positions;  // input positions t whose target t + 1 is a policy token
+};
+
+TrainRow train_row(const Trajectory& t) {
+  const int64_t L = int64_t(t.tokens.size()) - 1;
+  std::vector<int64_t> in(static_cast<size_t>(L)), tg(static_cast<size_t>(L), -100);
+  TrainRow r;
+  for (int64_t i = 0; i < L; ++i) {
+    in[size_t(i)] = t.tokens[size_t(i)];
+    if (t.policy[size_t(i + 1)]) {
+      tg[size_t(i)] = t.tokens[size_t(i + 1)];
+      r.positions.push_back(i);
+    }
+  }
+  r.tokens = Tensor::from_vector(in, {L});
+  r.targets = Tensor::from_vector(tg, {L});
+  return r;
+}
+
+// The validation loss on pretraining text: the first batches of a shard directory's val split.
+double pretrain_val_loss(const Transformer& model, const std::vector<Batch>& batches, int64_t kda_chunk) {
+  ag::NoGradGuard no_grad;
+  double nats = 0, n = 0;
+  ForwardOptions fo;
+  fo.kda_chunk = kda_chunk;
+  for (const Batch& b : batches) {
+    const Tensor tk = Tensor::from_vector(b.tokens, {int64_t(b.tokens.size())});
+    const Tensor tg = Tensor::from_vector(b.targets, {int64_t(b.targets.size())});
+    const ForwardResult r = model.forward(tk, tg, fo);
+    nats += double(r.loss.value().data<float>()[0]) * double(b.targets.size());
+    n += double(b.targets.size());
+  }
+  return n > 0 ? nats / n : 0.0;
+}
+
+}  // namespace
+
+GrpoSummary run_grpo(const GrpoRequest& req) {
+  const bool resuming = !req.resume.empty();
+  const std::string out = req.out_dir.empty() ? req.resume : req.out_dir;
+  MYRIAD_REQUIRE(!out.empty(), kValue, "grpo needs --out DIR (or --resume DIR)");
+  nlohmann::json meta;
+  if (resuming) {
+    MYRIAD_REQUIRE(fs::exists(out + "/grpo.json"), kIo, out, " is not a GRPO run (no grpo.json)");
+    meta = nlohmann::json::parse(read_file(out + "/grpo.json"));
+  } else {
+    MYRIAD_REQUIRE(!req.model_dir.empty(), kValue, "grpo needs --model DIR (an SFT or training run, or a checkpoint)");
+    meta["model_checkpoint"] = fs::absolute(latest_checkpoint(req.model_dir)).string();
+    meta["pretrain_data"] = req.pretrain_data.empty() ? std::string() : fs::absolute(req.pretrain_data).string();
+  }
+  const std::string start_ck = meta["model_checkpoint"].get<std::string>();
+  const std::string ck = resuming ? latest_checkpoint(out) : start_ck;
+  const std::string config_json = read_file(ck + "/config.json");
+  const ModelConfig mc = load_model_config(ck + "/config.json", nullptr);
+  const Tokenizer tok = Tokenizer::load(ck + "/tokenizer");
+  MYRIAD_REQUIRE(tok.vocab_size() <= mc.vocab_size, kConfig, "the tokenizer of ", ck, " has ", tok.vocab_size(),
+                 " tokens but the model's vocab_size is ", mc.vocab_size);
+  std::string config_path = req.config_path;
+  if (config_path.empty() && resuming) config_path = out + "/grpo_config.json";
+  GrpoConfig cfg;
+  if (!config_path.empty()) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_file(config_path));
+    } catch (const nlohmann::json::exception& e) {
+      throw_error(ErrorKind::kConfig, config_path, ": not valid JSON: ", e.what());
+    }
+    cfg = parse_grpo_config(j, config_path);
+  }
+  if (req.steps) cfg.steps = *req.steps;
+  if (req.seed) cfg.seed = *req.seed;
+  const std::string pretrain_data =
+      req.pretrain_data.empty() ? meta.value("pretrain_data", std::string()) : req.pretrain_data;
+  std::vector<Batch> pretrain_val;
+  if (!pretrain_data.empty()) {
+    const Loader loader(pretrain_data);
+    const ValBatches vb = loader.val_batches(std::min<int64_t>(256, mc.max_position_embeddings), 1);
+    MYRIAD_REQUIRE(vb.size() > 0, kValue, pretrain_data, " has no validation split to measure pretraining loss on");
+    for (int64_t i = 0; i < std::min<int64_t>(vb.size(), 8); ++i) pretrain_val.push_back(vb[i]);
+  }
+  if (!resuming) {
+    if (fs::exists(out) && !fs::is_empty(out)) {
+      MYRIAD_REQUIRE(req.force, kIo, "the output directory ", out, " exists and is not empty (use --resume ", out,
+                     " to continue it, or --force to start over)");
+      fs::remove_all(out);
+    }
+    fs::create_directories(out);
+    write_file_atomic(out + "/grpo_config.json", grpo_config_to_json(cfg).dump(1) + "\n");
+    write_file_atomic(out + "/config.json", config_json);
+    tok.save(out + "/tokenizer");
+    write_file_atomic(out + "/grpo.json", meta.dump(1) + "\n");
+  }
+
+  Transformer model(mc, ModelWeights::from_checkpoint(Checkpoint::open(ck), mc));
+  std::unique_ptr<Transformer> reference;
+  if (cfg.kl_coef > 0)
+    reference = std::make_unique<Transformer>(mc, ModelWeights::from_checkpoint(Checkpoint::open(start_ck), mc));
+  AdamW adamw(mc, model.weights(),
+              AdamWConfig{float(cfg.beta1), float(cfg.beta2), float(cfg.eps), float(cfg.weight_decay)});
+  int64_t step = 0, skipped = 0;
+  if (resuming) {
+    adamw.load(ck);
+    const nlohmann::json st = nlohmann::json::parse(read_file(ck + "/trainer_state.json"));
+    step = st.at("step").get<int64_t>();
+    skipped = st.value("skipped", int64_t(0));
+    if (!req.quiet) std::fprintf(stderr, "myriad grpo: resumed from %s at step %lld\n", ck.c_str(), (long long)step);
+  }
+  auto log = [&](const nlohmann::json& r) {
+    std::ofstream o(out + "/metrics.jsonl", std::ios::app);
+    o << r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  };
+  std::string last_checkpoint = resuming ? ck : "";
+  auto save = [&] {
+    NamedTensors weights;
+    for (const auto& [n, v] : model.weights().all()) weights.emplace_back(n, v.value());
+    CheckpointContents c{config_json,
+                         weights,
+                         adamw.state_tensors(),
+                         adamw.steps(),
+                         {{"step", step}, {"skipped", skipped}, {"grpo_config", grpo_config_to_json(cfg)}},
+                         out + "/tokenizer"};
+    last_checkpoint = save_run_checkpoint(out, step, c, cfg.keep_checkpoints);
+  };
+  AgentEvalOptions ao;
+  ao.per_family = std::max(1, cfg.eval_per_family);
+  ao.limits = cfg.limits;
+  ao.weights = cfg.rewards;
+  auto evaluate = [&] {
+    nlohmann::json e = {{"type", "eval"}, {"step", step}};
+    if (cfg.eval_per_family > 0) {
+      const InferenceModel inference(mc, DecodeWeights::from_model(model.weights()));
+      const AgentEvalReport r = evaluate_agent(inference, tok, ao);
+      e["agent"] = r.to_json();
+      for (const nlohmann::json& t : r.transcripts)
+        log({{"type", "sample"}, {"step", step}, {"prompt", t["prompt"]}, {"text", t["text"]}, {"want", t["want"]}});
+    }
+    if (!pretrain_val.empty()) e["val_loss"] = pretrain_val_loss(model, pretrain_val, cfg.kda_chunk);
+    log(e);
+    if (!req.quiet) {
+      std::fprintf(stderr, "eval at step %lld: held-out agent tasks %.1f%% (violations %.2f per episode)",
+                   (long long)step, 100.0 * e.value("agent", nlohmann::json::object()).value("success", 0.0),
+                   e.value("agent", nlohmann::json::object()).value("violations", 0.0));
+      if (e.contains("val_loss")) std::fprintf(stderr, ", pretraining val loss %.4f", e["val_loss"].get<double>());
+      std::fprintf(stderr, "\n");
+    }
+    return e;
+  };
+  GrpoSummary summary;
+  if (step == 0) {
+    const nlohmann::json e = evaluate();
+    summary.first_success = e.value("agent", nlohmann::json::object()).value("success", 0.0);
+  }
+  const int64_t end = req.stop_after_step >= 0 ? std::min(cfg.steps, req.stop_after_step) : cfg.steps;
+  SamplingParams sampling;
+  sampling.temperature = float(cfg.temperature);
+  ForwardOptions fo;
+  fo.kda_chunk = cfg.kda_chunk;
+  while (step < end) {
+    const auto t_step = std::chrono::steady_clock::now();
+    // Rollouts on the weights as they are (views: the engine is gone before the update).
+    const std::vector<AgentTask> tasks =
+        agent_tasks(mix_seed(cfg.seed, uint64_t(step)), cfg.prompts_per_step, AgentSplit::kTrain);
+    RolloutStats rs;
+    std::vector<Trajectory> trajs;
+    {
+      auto inference = std::make_shared<const InferenceModel>(mc, DecodeWeights::from_model(model.weights()), tok);
+      trajs = rollout_groups(inference, tok, tasks, cfg.group_size, sampling,
+                             mix_seed(cfg.seed ^ 0x6770u, uint64_t(step)), cfg.limits, cfg.rewards, &rs);
+    }
+    // Advantages within each group; groups of equal rewards are dropped.
+    std::vector<double> advantage(trajs.size(), 0.0);
+    std::vector<size_t> kept;
+    int dropped = 0;
+    for (int g = 0; g < cfg.prompts_per_step; ++g) {
+      double mean = 0, var = 0;
+      const size_t a = size_t(g) * size_t(cfg.group_size), b = a + size_t(cfg.group_size);
+      for (size_t i = a; i < b; ++i) mean += trajs[i].outcome.total;
+      mean /= cfg.group_size;
+      for (size_t i = a; i < b; ++i) var += (trajs[i].outcome.total - mean) * (trajs[i].outcome.total - mean);
+      const double sd = std::sqrt(var / cfg.group_size);
+      if (sd < 1e-9) {
+        ++dropped;
+        continue;
+      }
+      for (size_t i = a; i < b; ++i) {
+        advantage[i] = (trajs[i].outcome.total - mean) / sd;
+        kept.push_back(i);
+      }
+    }
+    int64_t policy_tokens = 0;
+    for (size_t i : kept)
+      for (size_t t = 1; t < trajs[i].policy.size(); ++t) policy_tokens += trajs[i].policy[t];
+    // The updates.
+    const auto t_train = std::chrono::steady_clock::now();
+    double clipped = 0, counted = 0, mismatch_sum = 0, mismatch_max = 0, kl_sum = 0, objective = 0, gnorm = 0;
+    int64_t trained_tokens = 0;
+    bool finite = true;
+    const double lr =
+        cfg.warmup_steps > 0 && step < cfg.warmup_steps ? cfg.lr * double(step + 1) / double(cfg.warmup_steps) : cfg.lr;
+    for (int epoch = 0; epoch < cfg.ppo_epochs && !kept.empty(); ++epoch) {
+      model.weights().zero_grad();
+      for (size_t i : kept) {
+        const Trajectory& tr = trajs[i];
+        const TrainRow row = train_row(tr);
+        if (row.positions.empty()) continue;
+        const double A = advantage[i];
+        const double agg = cfg.loss_aggregation == "token" ? 1.0 / double(policy_tokens)
+                                                           : 1.0 / (double(kept.size()) * double(row.positions.size()));
+        std::vector<float> ref_nll;
+        if (reference) {
+          ag::NoGradGuard no_grad;
+          Tensor zero = Tensor::zeros({row.tokens.numel()});
+          ForwardOptions ro = fo;
+          ro.target_weights = &zero;
+          const ForwardResult rr = reference->forward(row.tokens, row.targets, ro);
+          ref_nll.assign(rr.token_nll.data<float>(), rr.token_nll.data<float>() + rr.token_nll.numel());
+        }
+        Tensor w = Tensor::zeros({row.tokens.numel()});
+        fo.target_weights = &w;
+        const ForwardResult r = model.forward(row.tokens, row.targets, fo);
+        fo.target_weights = nullptr;
+        const float* nll = r.token_nll.data<float>();
+        float* wd = w.data<float>();
+        // The coefficients d L / d nll_t, from this forward's own log-probabilities (read again by the backward).
+        for (int64_t t : row.positions) {
+          const double logp = -double(nll[t]);
+          const double old = double(tr.old_logprobs[size_t(t + 1)]);
+          const double ratio = std::exp(logp - old);
+          if (epoch == 0) {
+            mismatch_sum += std::fabs(logp - old);
+            mismatch_max = std::max(mismatch_max, std::fabs(logp - old));
+          }
+          const bool clip = (A > 0 && ratio > 1.0 + cfg.clip_high) || (A < 0 && ratio < 1.0 - cfg.clip_low);
+          const double clipped_ratio = std::clamp(ratio, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high);
+          objective += agg * std::min(ratio * A, clipped_ratio * A);
+          double coef = clip ? 0.0 : agg * A * ratio;
+          if (reference) {
+            const double d = -double(ref_nll[size_t(t)]) - logp;  // log pi_ref - log pi
+            kl_sum += cfg.kl_estimator == "k1" ? -d : std::exp(d) - d - 1.0;
+            coef += cfg.kl_estimator == "k1" ? -cfg.kl_coef * agg : -cfg.kl_coef * agg * (1.0 - std::exp(d));
+          }
+          wd[t] = float(coef);
+          clipped += clip;
+          counted += 1;
+        }
+        finite = finite && std::isfinite(objective);
+        ag::Tape::current().backward({{r.loss, Tensor::full({}, 1.0f)}});
+        trained_tokens += row.tokens.numel();
+      }
+      gnorm = adamw.grad_norm(model.weights());
+      finite = finite && std::isfinite(gnorm);
+      if (!finite) break;
+      const float clip_scale = cfg.clip > 0 && gnorm > cfg.clip ? float(cfg.clip / gnorm) : 1.0f;
+      adamw.step(model.weights(), float(lr), clip_scale);
+    }
+    if (!finite) ++skipped;
+    ++step;
+    const double train_s = seconds_since(t_train);
+    // The step's record.
+    double rw[5] = {0, 0, 0, 0, 0};
+    double success = 0, calls = 0, violations = 0, errors = 0, forged = 0, limited = 0;
+    for (const Trajectory& t : trajs) {
+      const EpisodeOutcome& o = t.outcome;
+      rw[0] += o.completion;
+      rw[1] += o.efficiency;
+      rw[2] += o.safety;
+      rw[3] += o.length;
+      rw[4] += o.total;
+      success += o.success;
+      calls += o.calls;
+      violations += o.violations();
+      errors += o.tool_errors;
+      forged += o.limit == "forged_turn";
+      limited += !o.limit.empty();
+    }
+    const double n = double(trajs.size());
+    nlohmann::json rec = {{"type", "step"},
+                          {"step", step},
+                          {"loss", -objective / std::max(1, cfg.ppo_epochs)},
+                          {"lr", lr},
+                          {"grad_norm", gnorm},
+                          {"skipped", skipped},
+                          {"rewards",
+                           {{"completion", rw[0] / n},
+                            {"efficiency", rw[1] / n},
+                            {"safety", rw[2] / n},
+                            {"length", rw[3] / n},
+                            {"total", rw[4] / n}}},
+                          {"success", success / n},
+                          {"mean_calls", calls / n},
+                          {"violations", violations / n},
+                          {"tool_errors", errors / n},
+                          {"forged_turns", forged / n},
+                          {"limited", limited / n},
+                          {"groups_dropped", dropped},
+                          {"groups", cfg.prompts_per_step},
+                          {"policy_tokens", policy_tokens},
+                          {"clip_fraction", counted > 0 ? clipped / counted : 0.0},
+                          {"logprob_mismatch_mean", counted > 0 ? mismatch_sum / (counted / cfg.ppo_epochs) : 0.0},
+                          {"logprob_mismatch_max", mismatch_max},
+                          {"rollout_s", rs.seconds},
+                          {"rollout_tokens_per_s", rs.generated_tokens / std::max(rs.seconds, 1e-9)},
+                          {"rollout_prefix_reused_tokens", rs.prefix_tokens_reused},
+                          {"rollout_prompt_tokens", rs.prompt_tokens},
+                          {"train_s", train_s},
+                          {"train_tokens_per_s", double(trained_tokens) / std::max(train_s, 1e-9)},
+                          {"time_s", seconds_since(t_step)}};
+    if (reference) rec["kl"] = counted > 0 ? kl_sum / counted : 0.0;
+    log(rec);
+    if (!req.quiet)
+      std::fprintf(
+          stderr,
+          "step %lld/%lld  reward %.3f  success %.0f%%  calls %.2f  violations %.2f  dropped %d/%d  clip %.3f  "
+          "mismatch %.1e  rollout %.0f tok/s  train %.0f tok/s\n",
+          (long long)step, (long long)end, rw[4] / n, 100 * success / n, calls / n, violations / n, dropped,
+          cfg.prompts_per_step, counted > 0 ? clipped / counted : 0.0,
+          counted > 0 ? mismatch_sum / (counted / cfg.ppo_epochs) : 0.0,
+          rs.generated_tokens / std::max(rs.seconds, 1e-9), double(trained_tokens) / std::max(train_s, 1e-9));
+    if (step % cfg.eval_every == 0 || step == end) {
+      const nlohmann::json e = evaluate();
+      summary.last_success = e.value("agent", nlohmann::json::object()).value("success", 0.0);
+    }
+    if (step % cfg.checkpoint_every == 0 || step == end) save();
+  }
+  summary.steps = step;
+  summary.last_checkpoint = last_checkpoint;
+  return summary;
+}
+
+}  // namespace myriad
