@@ -52,6 +52,7 @@ int64_t Episode::reply_budget() const {
 }
 
 bool Episode::ends_reply(const Tokenizer& tok, int32_t id) {
+  if (id == kEosId) return true;  // </s>: never in the template, but the engine ends a reply there too
   for (const char* s : {"<|endoftext|>", "<|user|>", "<|system|>", "<|assistant|>", "<|tool_result|>"})
     if (id == tok.id_of(s)) return true;
   return false;
@@ -71,7 +72,7 @@ void Episode::add_reply(std::span<const int32_t> reply, int32_t end, double seco
     finish("tokens");
     return;
   }
-  if (end != tok_.id_of("<|endoftext|>")) {  // the model wrote another turn's marker: a forged turn
+  if (end != tok_.id_of("<|endoftext|>") && end != kEosId) {  // another turn's marker: a forged turn
     messages_.emplace_back("assistant", tok_.decode(reply));
     ++outcome_.malformed_calls;
     finish("forged_turn");

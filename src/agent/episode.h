@@ -66,7 +66,7 @@ class Episode {
   // The most the next reply may take (the reply and episode token limits).
   int64_t reply_budget() const;
 
-  // The model's reply: its sampled tokens before the one that ended it, `end` = that token (<|endoftext|>; or
+  // The model's reply: its sampled tokens before the one that ended it, `end` = that token (<|endoftext|> or </s>; or
   // another turn's marker, <|user|> <|system|> <|assistant|> <|tool_result|>, which is a forged turn: counted as
   // malformed, and the episode ends), or -1 when the reply was cut at the budget (the episode ends: "tokens").
   // The end token is a policy token of the trajectory. Runs the calls, or scores the answer; sets done().

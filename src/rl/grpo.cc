@@ -20,6 +20,7 @@
 #include "model/config.h"
 #include "model/param_spec.h"
 #include "model/transformer.h"
+#include "rl/grpo_loss.h"
 #include "rl/rollout.h"
 #include "train/agent_eval.h"
 #include "train/optimizer.h"
@@ -137,28 +138,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// One trajectory's training inputs: tokens[0, L - 1) predict tokens[1, L) where the policy sampled them.
-struct TrainRow {
-  Tensor tokens, targets;
-  std::vector<int64_t> positions;  // input positions t whose target t + 1 is a policy token
-};
-
-TrainRow train_row(const Trajectory& t) {
-  const int64_t L = int64_t(t.tokens.size()) - 1;
-  std::vector<int64_t> in(static_cast<size_t>(L)), tg(static_cast<size_t>(L), -100);
-  TrainRow r;
-  for (int64_t i = 0; i < L; ++i) {
-    in[size_t(i)] = t.tokens[size_t(i)];
-    if (t.policy[size_t(i + 1)]) {
-      tg[size_t(i)] = t.tokens[size_t(i + 1)];
-      r.positions.push_back(i);
-    }
-  }
-  r.tokens = Tensor::from_vector(in, {L});
-  r.targets = Tensor::from_vector(tg, {L});
-  return r;
 }
 
 // The validation loss on pretraining text: the first batches of a shard directory's val split.
@@ -297,8 +276,6 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
   const int64_t end = req.stop_after_step >= 0 ? std::min(cfg.steps, req.stop_after_step) : cfg.steps;
   SamplingParams sampling;
   sampling.temperature = float(cfg.temperature);
-  ForwardOptions fo;
-  fo.kda_chunk = cfg.kda_chunk;
   while (step < end) {
     const auto t_step = std::chrono::steady_clock::now();
     // Rollouts on the weights as they are (views: the engine is gone before the update).
@@ -336,67 +313,38 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
       for (size_t t = 1; t < trajs[i].policy.size(); ++t) policy_tokens += trajs[i].policy[t];
     // The updates.
     const auto t_train = std::chrono::steady_clock::now();
-    double clipped = 0, counted = 0, mismatch_sum = 0, mismatch_max = 0, kl_sum = 0, objective = 0, gnorm = 0;
+    PolicyLossStats ls;
+    double objective = 0, gnorm = 0;
     int64_t trained_tokens = 0;
     bool finite = true;
     const double lr =
         cfg.warmup_steps > 0 && step < cfg.warmup_steps ? cfg.lr * double(step + 1) / double(cfg.warmup_steps) : cfg.lr;
+    const PolicyLossOptions po{cfg.clip_low, cfg.clip_high, cfg.kl_coef, cfg.kl_estimator, cfg.kda_chunk};
     for (int epoch = 0; epoch < cfg.ppo_epochs && !kept.empty(); ++epoch) {
       model.weights().zero_grad();
+      PolicyLossStats epoch_stats;
       for (size_t i : kept) {
-        const Trajectory& tr = trajs[i];
-        const TrainRow row = train_row(tr);
-        if (row.positions.empty()) continue;
-        const double A = advantage[i];
-        const double agg = cfg.loss_aggregation == "token" ? 1.0 / double(policy_tokens)
-                                                           : 1.0 / (double(kept.size()) * double(row.positions.size()));
-        std::vector<float> ref_nll;
-        if (reference) {
-          ag::NoGradGuard no_grad;
-          Tensor zero = Tensor::zeros({row.tokens.numel()});
-          ForwardOptions ro = fo;
-          ro.target_weights = &zero;
-          const ForwardResult rr = reference->forward(row.tokens, row.targets, ro);
-          ref_nll.assign(rr.token_nll.data<float>(), rr.token_nll.data<float>() + rr.token_nll.numel());
-        }
-        Tensor w = Tensor::zeros({row.tokens.numel()});
-        fo.target_weights = &w;
-        const ForwardResult r = model.forward(row.tokens, row.targets, fo);
-        fo.target_weights = nullptr;
-        const float* nll = r.token_nll.data<float>();
-        float* wd = w.data<float>();
-        // The coefficients d L / d nll_t, from this forward's own log-probabilities (read again by the backward).
-        for (int64_t t : row.positions) {
-          const double logp = -double(nll[t]);
-          const double old = double(tr.old_logprobs[size_t(t + 1)]);
-          const double ratio = std::exp(logp - old);
-          if (epoch == 0) {
-            mismatch_sum += std::fabs(logp - old);
-            mismatch_max = std::max(mismatch_max, std::fabs(logp - old));
-          }
-          const bool clip = (A > 0 && ratio > 1.0 + cfg.clip_high) || (A < 0 && ratio < 1.0 - cfg.clip_low);
-          const double clipped_ratio = std::clamp(ratio, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high);
-          objective += agg * std::min(ratio * A, clipped_ratio * A);
-          double coef = clip ? 0.0 : agg * A * ratio;
-          if (reference) {
-            const double d = -double(ref_nll[size_t(t)]) - logp;  // log pi_ref - log pi
-            kl_sum += cfg.kl_estimator == "k1" ? -d : std::exp(d) - d - 1.0;
-            coef += cfg.kl_estimator == "k1" ? -cfg.kl_coef * agg : -cfg.kl_coef * agg * (1.0 - std::exp(d));
-          }
-          wd[t] = float(coef);
-          clipped += clip;
-          counted += 1;
-        }
-        finite = finite && std::isfinite(objective);
-        ag::Tape::current().backward({{r.loss, Tensor::full({}, 1.0f)}});
-        trained_tokens += row.tokens.numel();
+        const double agg =
+            cfg.loss_aggregation == "token"
+                ? 1.0 / double(policy_tokens)
+                : 1.0 / (double(kept.size()) * double(std::max<int64_t>(1, predicted_policy_tokens(trajs[i]))));
+        objective += policy_loss_backward(model, trajs[i], advantage[i], agg, po, reference.get(), &epoch_stats);
+        trained_tokens += int64_t(trajs[i].tokens.size()) - 1;
       }
+      if (epoch == 0) ls = epoch_stats;  // the mismatch: the engine's log-probs against the first recomputation
+      ls.clipped += epoch > 0 ? epoch_stats.clipped : 0;
+      ls.tokens += epoch > 0 ? epoch_stats.tokens : 0;
+      ls.kl_sum += epoch > 0 ? epoch_stats.kl_sum : 0;
       gnorm = adamw.grad_norm(model.weights());
-      finite = finite && std::isfinite(gnorm);
+      finite = std::isfinite(objective) && std::isfinite(gnorm);
       if (!finite) break;
       const float clip_scale = cfg.clip > 0 && gnorm > cfg.clip ? float(cfg.clip / gnorm) : 1.0f;
       adamw.step(model.weights(), float(lr), clip_scale);
     }
+    const double first_tokens = kept.empty() ? 0.0 : double(policy_tokens);
+    const double counted = ls.tokens, clipped = ls.clipped, kl_sum = ls.kl_sum;
+    const double mismatch_mean = first_tokens > 0 ? ls.mismatch_sum / first_tokens : 0.0;
+    const double mismatch_max = ls.mismatch_max;
     if (!finite) ++skipped;
     ++step;
     const double train_s = seconds_since(t_train);
@@ -440,7 +388,7 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
                           {"groups", cfg.prompts_per_step},
                           {"policy_tokens", policy_tokens},
                           {"clip_fraction", counted > 0 ? clipped / counted : 0.0},
-                          {"logprob_mismatch_mean", counted > 0 ? mismatch_sum / (counted / cfg.ppo_epochs) : 0.0},
+                          {"logprob_mismatch_mean", mismatch_mean},
                           {"logprob_mismatch_max", mismatch_max},
                           {"rollout_s", rs.seconds},
                           {"rollout_tokens_per_s", rs.generated_tokens / std::max(rs.seconds, 1e-9)},
@@ -457,8 +405,7 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
           "step %lld/%lld  reward %.3f  success %.0f%%  calls %.2f  violations %.2f  dropped %d/%d  clip %.3f  "
           "mismatch %.1e  rollout %.0f tok/s  train %.0f tok/s\n",
           (long long)step, (long long)end, rw[4] / n, 100 * success / n, calls / n, violations / n, dropped,
-          cfg.prompts_per_step, counted > 0 ? clipped / counted : 0.0,
-          counted > 0 ? mismatch_sum / (counted / cfg.ppo_epochs) : 0.0,
+          cfg.prompts_per_step, counted > 0 ? clipped / counted : 0.0, mismatch_mean,
           rs.generated_tokens / std::max(rs.seconds, 1e-9), double(trained_tokens) / std::max(train_s, 1e-9));
     if (step % cfg.eval_every == 0 || step == end) {
       const nlohmann::json e = evaluate();

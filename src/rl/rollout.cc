@@ -103,8 +103,8 @@ std::vector<Trajectory> rollout_groups(std::shared_ptr<const InferenceModel> mod
           lp.resize(k);
           break;
         }
-      if (end < 0 && l.finish == FinishReason::kStop && l.end_token >= 0) {
-        end = tok.id_of("<|endoftext|>");
+      if (end < 0 && l.finish == FinishReason::kStop && l.end_token >= 0) {  // <|endoftext|> or </s>, as sampled
+        end = l.end_token;
         end_lp = l.end_logprob;
       }
       if (stats) stats->generated_tokens += int64_t(reply.size()) + (end >= 0 ? 1 : 0);

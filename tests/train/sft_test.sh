@@ -4,7 +4,9 @@
 #  2. run B stopped after 6 steps (checkpointed), then --resume: steps 7-12 have A's losses bit for bit;
 #  3. bad input: a malformed conversation file is one error naming the file and line, exit != 0, and no run
 #     directory is left behind; a model directory that is not a run is refused;
-#  4. eval tasks writes its JSON (every family, rates in [0, 1]) and HTML.
+#  4. eval tasks writes its JSON (every family, rates in [0, 1]) and HTML;
+#  5. GRPO on run A: 4 steps uninterrupted (C) and 2 + --resume 2 (D) give the same losses and rewards bit for bit;
+#     a bad GRPO config is one error naming the field.
 # usage: sft_test.sh MYRIAD REPO_ROOT WORK_DIR
 set -uo pipefail
 bin="$1"; root="$2"; work="$3"
@@ -72,4 +74,39 @@ assert j["transcripts"], "no transcripts"
 PY
 grep -q "<table>" "$work/ev.html" || fail "no table in the HTML report"
 echo "ok: eval tasks"
+
+cat >"$work/grpo.json" <<'JSON'
+{"steps": 4, "prompts_per_step": 2, "group_size": 3, "eval_every": 2, "eval_per_family": 1, "checkpoint_every": 2,
+ "max_tokens": 96, "max_reply_tokens": 48, "seed": 7}
+JSON
+grpo() { "$bin" grpo --train-config "$work/grpo.json" --quiet "$@"; }
+grpo --model "$work/A" --out "$work/C" >"$work/C.log" 2>&1 || { tail -5 "$work/C.log"; fail "GRPO run C failed"; }
+grpo --model "$work/A" --out "$work/D" --stop-after 2 >/dev/null 2>&1 || fail "GRPO run D (2 steps)"
+grpo --resume "$work/D" >"$work/D.log" 2>&1 || { tail -5 "$work/D.log"; fail "resume of GRPO run D failed"; }
+grpo_steps() {
+  python3 -c "
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get('type') == 'step' and r['step'] > 2: print(r['step'], repr(r['loss']), repr(r['rewards']['total']), r['policy_tokens'])
+" "$1/metrics.jsonl" | sort -n -u
+}
+[[ $(grpo_steps "$work/C" | wc -l) == 2 ]] || fail "GRPO run C logged $(grpo_steps "$work/C" | wc -l) steps after 2"
+diff <(grpo_steps "$work/C") <(grpo_steps "$work/D") >/dev/null || {
+  diff <(grpo_steps "$work/C") <(grpo_steps "$work/D"); fail "resumed GRPO differs"; }
+python3 - "$work/C" <<'PY' || fail "GRPO records"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+steps = [r for r in recs if r["type"] == "step"]
+for r in steps:
+    for k in ("completion", "efficiency", "safety", "length", "total"):
+        assert k in r["rewards"], r
+    assert 0 <= r["clip_fraction"] <= 1 and r["logprob_mismatch_mean"] < 1e-2, r
+    assert r["groups_dropped"] <= r["groups"], r
+assert any(r["type"] == "eval" and "agent" in r for r in recs)
+PY
+echo '{"group_size": 1}' >"$work/bad_grpo.json"
+out=$("$bin" grpo --model "$work/A" --out "$work/E" --train-config "$work/bad_grpo.json" 2>&1); rc=$?
+[[ $rc != 0 && "$out" == *"group_size"* ]] || fail "a bad GRPO config: $out"
+echo "ok: GRPO resumes bit for bit; bad config refused"
 rm -rf "$work"

@@ -1,0 +1,40 @@
+// The GRPO policy loss of one trajectory (rl/grpo.h has the formula): forward on the trajectory, each policy token's
+// coefficient d L / d(-log pi(t)) set from the forward's own log-probabilities, backward (gradients accumulate in
+// the model's weights). Returns the trajectory's share of the surrogate objective (without the KL term).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/transformer.h"
+#include "rl/rollout.h"
+
+namespace myriad {
+
+struct PolicyLossOptions {
+  double clip_low = 0.2, clip_high = 0.28;
+  double kl_coef = 0.0;
+  std::string kl_estimator = "k3";  // "k1" or "k3"
+  int64_t kda_chunk = 64;
+};
+
+struct PolicyLossStats {
+  double tokens = 0, clipped = 0;             // policy tokens seen, and those whose ratio was clipped
+  double mismatch_sum = 0, mismatch_max = 0;  // |log pi - log pi_old| (the engine's against this forward)
+  double kl_sum = 0;                          // the KL estimator summed over tokens (with a reference)
+};
+
+// advantage: the trajectory's A; agg: each token's aggregation weight (1 / tokens of the step, or 1 / (trajectories
+// x this one's tokens)); reference: the frozen model for the KL term (null: none).
+double policy_loss_backward(const Transformer& model, const Trajectory& trajectory, double advantage, double agg,
+                            const PolicyLossOptions& options, const Transformer* reference, PolicyLossStats* stats);
+
+// -L without gradients: the surrogate objective minus kl_coef x the KL term when a reference is given (what
+// policy_loss_backward's gradients descend; tests check them against finite differences of this).
+double policy_objective(const Transformer& model, const Trajectory& trajectory, double advantage, double agg,
+                        const PolicyLossOptions& options, const Transformer* reference = nullptr);
+
+// Policy tokens of a trajectory that are predicted (every one but a first token).
+int64_t predicted_policy_tokens(const Trajectory& trajectory);
+
+}  // namespace myriad
