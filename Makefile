@@ -2,7 +2,7 @@
 # Each installs the Debian packages it needs first (scripts/deps.sh skips what is present).
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo test test-release test-sanitize cuda format clean
+.PHONY: all deps build demo demo-agent test test-release test-sanitize cuda format clean
 
 all: build
 
@@ -23,6 +23,11 @@ demo: build
 	@./build/release/myriad generate --model $(DEMO) --prompt "copy: q w e r ->" --max-tokens 10
 	@./build/release/myriad generate --model $(DEMO) --prompt "In the morning," --max-tokens 40
 	@echo "--- done: $(DEMO)/report.html (open it in a browser), $(DEMO)/metrics.jsonl, $(DEMO)/checkpoints/ ---"
+
+# Post-training on one laptop: the demo model -> SFT on tool-use demonstrations -> GRPO, evaluated on held-out
+# multi-step tool tasks after each stage (scripts/demo_agent.sh; runs/agent).
+demo-agent: build
+	@bash scripts/demo_agent.sh runs/agent
 
 test-release:
 	@bash scripts/deps.sh test
