@@ -30,3 +30,7 @@ print("\nstage        success  violations  mean calls  text loss (nats)")
 for name, j in rows:
     print(f"{name:<12} {100 * j['success']:6.1f}%  {j['violations']:10.2f}  {j['mean_calls']:10.2f}  {j.get('val_loss', float('nan')):.4f}")
 PY
+# The GRPO model behind `myriad serve`, through the official openai client (when build/pyenv has it).
+if [[ -x build/pyenv/bin/python ]] && build/pyenv/bin/python -c "import openai" 2>/dev/null; then
+  build/pyenv/bin/python tests/serve/openai_tools_check.py "$bin" "$out/grpo" "$out/tools-check"
+fi

@@ -176,6 +176,30 @@ try:
                                       extra_body={"top_k": 5, "min_p": 0.05, "repetition_penalty": 1.1})
     check(extra.usage.completion_tokens >= 1, "top_k / min_p / repetition_penalty through extra_body")
 
+    # Tools: this random model writes no well-formed call, so "required" (a forced <|tool_call|>) comes back as
+    # text or as calls the client parses; never an error. tests/serve/openai_tools_check.py runs the real thing
+    # on a trained agent (make demo-agent).
+    tools = [{"type": "function", "function": {"name": "lookup_price", "description": "price of one item",
+                                                "parameters": {"type": "object",
+                                                               "properties": {"item": {"type": "string"}}}}}]
+    tmsgs = [{"role": "user", "content": "Price of apple?"}]
+    for choice in ("auto", "required", {"type": "function", "function": {"name": "lookup_price"}}, "none"):
+        r = client.chat.completions.create(model=NAME, messages=tmsgs, tools=tools, tool_choice=choice, max_tokens=8,
+                                           temperature=0)
+        m0 = r.choices[0]
+        calls_ok = all(tc.function.name == "lookup_price" and isinstance(json.loads(tc.function.arguments), dict)
+                       for tc in (m0.message.tool_calls or []))
+        check(m0.finish_reason in ("stop", "length", "tool_calls") and calls_ok, f"tools, tool_choice {choice}")
+        streamed = list(client.chat.completions.create(model=NAME, messages=tmsgs, tools=tools, tool_choice=choice,
+                                                       max_tokens=8, temperature=0, stream=True))
+        fins = [ch.choices[0].finish_reason for ch in streamed if ch.choices and ch.choices[0].finish_reason]
+        check(fins == [m0.finish_reason], f"streamed tools ({choice}): finish {fins} vs {m0.finish_reason}")
+    history = tmsgs + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "lookup_price", "arguments": "{\"item\": \"apple\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "0.5"}]
+    r = client.chat.completions.create(model=NAME, messages=history, tools=tools, max_tokens=4, temperature=0)
+    check(r.choices[0].finish_reason in ("stop", "length", "tool_calls"), "a conversation with a call and its result")
+
     def expect(exc, code_or_none, fn, what):
         try:
             fn()
@@ -196,6 +220,11 @@ try:
         model=NAME, prompt="x", max_tokens=4, n=2), "n = 2")
     expect(openai.BadRequestError, "context_length_exceeded", lambda: client.completions.create(
         model=NAME, prompt="x", max_tokens=5000), "prompt + max_tokens past the context")
+    expect(openai.BadRequestError, None, lambda: client.chat.completions.create(
+        model=NAME, messages=tmsgs, tools=tools, max_tokens=4,
+        tool_choice={"type": "function", "function": {"name": "nope"}}), "tool_choice names no tool")
+    expect(openai.BadRequestError, None, lambda: client.chat.completions.create(
+        model=NAME, messages=tmsgs, max_tokens=4, tool_choice="required"), "tool_choice without tools")
     bad_key = openai.OpenAI(base_url=base_url, api_key="wrong", max_retries=0)
     expect(openai.AuthenticationError, "invalid_api_key", lambda: bad_key.models.list(), "wrong API key")
 
