@@ -23,4 +23,15 @@ std::string latest_checkpoint(const std::string& dir) {
   return ck.string();
 }
 
+void start_run_directory(const std::string& dir, bool force) {
+  if (fs::exists(dir) && !fs::is_empty(dir)) {
+    MYRIAD_REQUIRE(force, kIo, "the output directory ", dir, " exists and is not empty (use --resume ", dir,
+                   " to continue it, or --force to start over)");
+    fs::remove_all(dir);
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  MYRIAD_REQUIRE(!ec, kIo, "cannot create the output directory ", dir, ": ", ec.message());
+}
+
 }  // namespace myriad

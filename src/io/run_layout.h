@@ -12,4 +12,8 @@ namespace myriad {
 // Throws kIo when there is none, kFormat when `latest` names a missing or incomplete one.
 std::string latest_checkpoint(const std::string& run_or_checkpoint_dir);
 
+// A new run directory: created; an existing non-empty one is refused (kIo, suggesting --resume or --force) unless
+// `force`, which empties it first.
+void start_run_directory(const std::string& dir, bool force);
+
 }  // namespace myriad

@@ -202,12 +202,7 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     for (int64_t i = 0; i < std::min<int64_t>(vb.size(), 8); ++i) pretrain_val.push_back(vb[i]);
   }
   if (!resuming) {
-    if (fs::exists(out) && !fs::is_empty(out)) {
-      MYRIAD_REQUIRE(req.force, kIo, "the output directory ", out, " exists and is not empty (use --resume ", out,
-                     " to continue it, or --force to start over)");
-      fs::remove_all(out);
-    }
-    fs::create_directories(out);
+    start_run_directory(out, req.force);
     write_file_atomic(out + "/grpo_config.json", grpo_config_to_json(cfg).dump(1) + "\n");
     write_file_atomic(out + "/config.json", config_json);
     tok.save(out + "/tokenizer");

@@ -79,12 +79,7 @@ TrainSummary run_sft(const SftRequest& req) {
   }
 
   if (!resuming) {
-    if (fs::exists(out) && !fs::is_empty(out)) {
-      MYRIAD_REQUIRE(req.force, kIo, "the output directory ", out, " exists and is not empty (use --resume ", out,
-                     " to continue it, or --force to start over)");
-      fs::remove_all(out);
-    }
-    fs::create_directories(out);
+    start_run_directory(out, req.force);
     write_file_atomic(out + "/train.json", train_config_to_json(tc).dump(1));
     write_file_atomic(out + "/config.json", config_json);
     tok.save(out + "/tokenizer");
