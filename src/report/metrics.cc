@@ -149,6 +149,17 @@ void add_step(Metrics& m, const json& r, double step) {
   }
   const auto moe = r.find("moe");
   if (moe != r.end() && moe->is_array() && !moe->empty()) add_moe(m, *moe, step);
+  const auto rewards = r.find("rewards");  // a GRPO step
+  if (rewards != r.end() && rewards->is_object()) {
+    for (const auto& [name, v] : rewards->items())
+      if (v.is_number() && std::isfinite(v.get<double>())) m.rewards[name].add(step, v.get<double>());
+    for (const char* k : {"success", "violations", "clip_fraction"})
+      if (auto v = number(r, k)) m.rl_rates[k].add(step, *v);
+    const auto dropped = number(r, "groups_dropped"), groups = number(r, "groups");
+    if (dropped && groups && *groups > 0) m.rl_rates["groups dropped"].add(step, *dropped / *groups);
+    if (auto v = number(r, "kl")) m.kl.add(step, *v);
+    if (auto v = number(r, "logprob_mismatch_mean")) m.mismatch.add(step, *v);
+  }
 }
 
 void add_eval(Metrics& m, const json& r, double step) {

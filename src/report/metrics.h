@@ -63,6 +63,11 @@ struct Metrics {
   std::map<std::string, Curve> tasks;
   std::optional<Point> best_val;
 
+  // GRPO's step records (rl/grpo.h): "reward <name>" for each reward and the total, and the rates: success,
+  // violations per episode, clip fraction, dropped groups (fraction of the step's groups), KL, log-prob mismatch.
+  std::map<std::string, Curve> rewards, rl_rates;
+  Curve kl, mismatch;
+
   std::vector<StageMark> stages;       // "stage" records
   std::vector<StageMark> step_stages;  // where (stage, seq_len) of the step records changes
   std::map<int64_t, StageTotals> stage_totals;

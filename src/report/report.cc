@@ -336,6 +336,40 @@ std::string chart_sections(const Metrics& m, const Frame& f) {
   return s;
 }
 
+// GRPO runs: the rewards, the rates, and the KL and log-prob mismatch, per step.
+std::string rl_section(const Metrics& m, const Frame& f) {
+  if (m.rewards.empty()) return "";
+  std::string s = "<h2>Reinforcement learning (GRPO)</h2>\n";
+  auto chart = [&](const std::string& title, const std::string& label, const std::map<std::string, Curve>& series,
+                   bool percent, const std::string& caption) {
+    LineChart c;
+    c.title = title;
+    c.y.label = label;
+    c.y.percent = percent;
+    size_t i = 0;
+    std::string last;
+    for (const auto& [name, k] : series) {
+      add_noisy(&c, f, k, name, kPalette[i++ % std::size(kPalette)]);
+      last += (last.empty() ? "" : ", ") + name + " " +
+              (percent ? sfmt("%.1f%%", 100 * k.last().y) : fmt_value(k.last().y));
+    }
+    s += figure(render_line_chart(c, f), caption + " Last: " + last + ".");
+  };
+  chart("Rewards", "mean reward per episode", m.rewards, false,
+        "The step's rollouts: each reward (completion, efficiency, safety, length) and the weighted total.");
+  chart("Rollout rates", "fraction", m.rl_rates, true,
+        "Success of the training rollouts, violations per episode, the fraction of policy tokens whose ratio was "
+        "clipped, and the groups dropped for equal rewards.");
+  std::map<std::string, Curve> drift;
+  if (!m.kl.empty()) drift["KL to the reference"] = m.kl;
+  if (!m.mismatch.empty()) drift["|log pi - log pi_engine|"] = m.mismatch;
+  if (!drift.empty())
+    chart("Policy drift", "nats per token", drift, false,
+          "The KL estimate to the frozen start (when kl_coef > 0) and the mean gap between the trainer's and the "
+          "engine's log-probabilities.");
+  return s;
+}
+
 std::string moe_section(const Metrics& m, const Frame& f) {
   std::string s = "<h2>Mixture of experts</h2>\n";
   if (m.n_moe == 0) return s + missing("No MoE statistics in the step records (a dense model, or none logged).");
@@ -579,6 +613,7 @@ std::string render_report(const std::string& run_dir, ReportSummary* summary) {
   }
 
   h += chart_sections(m, f);
+  h += rl_section(m, f);
   h += moe_section(m, f);
   h += samples_section(m);
   h += "<footer>Written by <code>myriad report</code> from <code>" + esc(m.path) +

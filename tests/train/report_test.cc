@@ -203,6 +203,27 @@ TEST_F(ReportTest, DenseRunWithFewFields) {
   EXPECT_EQ(html.find("malformed"), std::string::npos);
 }
 
+TEST_F(ReportTest, GrpoRunGetsRewardRateAndDriftCharts) {
+  // GRPO step records (rl/grpo.cc's fields) and an eval with the agent's success per family.
+  std::ostringstream o;
+  for (int s = 1; s <= 30; ++s)
+    o << R"({"type":"step","step":)" << s << R"(,"loss":0.1,"rewards":{"completion":)" << 0.01 * s
+      << R"(,"efficiency":-0.05,"safety":-0.1,"length":0,"total":)" << 0.01 * s - 0.15 << R"(},"success":)" << 0.01 * s
+      << R"(,"violations":0.1,"clip_fraction":0.02,"groups_dropped":)" << s % 4
+      << R"(,"groups":8,"kl":0.003,"logprob_mismatch_mean":5e-7})"
+      << "\n";
+  o << R"({"type":"eval","step":30,"agent":{"success":0.3,"families":{"price":{"success":1.0},"total":{"success":0}}}})"
+    << "\n";
+  write("metrics.jsonl", o.str());
+  const std::string html = render_report(run(), nullptr);
+  EXPECT_NE(html.find("Reinforcement learning (GRPO)"), std::string::npos);
+  EXPECT_NE(html.find("completion 0.3"), std::string::npos) << "the last completion reward in the caption";
+  EXPECT_NE(html.find("groups dropped 25.0%"), std::string::npos) << "30 % 4 = 2 of 8 groups";
+  EXPECT_NE(html.find("KL to the reference"), std::string::npos);
+  EXPECT_NE(html.find("agent price 100.0%"), std::string::npos) << "the agent's families on the task chart";
+  EXPECT_EQ(count(html, "<svg "), count(html, "</svg>"));
+}
+
 TEST_F(ReportTest, LongRunIsDownsampled) {
   std::ostringstream o;
   for (int s = 0; s < 50000; ++s)
