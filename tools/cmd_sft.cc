@@ -1,5 +1,6 @@
 // `myriad sft`: argument parsing only; the run is src/train/sft.cc.
 #include <cstdio>
+#include <cstdlib>
 
 #include "cli.h"
 #include "train/sft.h"
@@ -20,6 +21,12 @@ int run_sft_command(const myriad::cli::Args& args) {
   if (args.has("seed")) r.seed = uint64_t(args.get_int("seed", 0, 0, 1L << 62));
   if (args.has("steps")) r.steps = args.get_int("steps", 0, 1, 1L << 40);
   r.agent_eval_per_family = int(args.get_int("agent-eval", 4, 0, 10000));
+  r.pretrain_data = args.get_or("pretrain-data", "");
+  if (const auto m = args.get("pretrain-mix")) {
+    char* end = nullptr;
+    r.pretrain_mix = std::strtod(m->c_str(), &end);
+    MYRIAD_REQUIRE(!m->empty() && end && *end == '\0', kValue, "--pretrain-mix '", *m, "' is not a number");
+  }
   const myriad::TrainSummary s = myriad::run_sft(r);
   std::printf(
       "fine-tuned %lld steps (%lld skipped): loss %.4f, val loss %.4f; %.0f tokens/s\nrun: %s; last "
@@ -42,6 +49,8 @@ MYRIAD_COMMAND("sft", "supervised fine-tuning on conversations (loss on the assi
                 {"steps", "N", "steps of the (one-stage) training config"},
                 {"resume", "DIR", "continue an SFT run exactly where it stopped"},
                 {"seed", "S", "data order (overrides the training config)"},
+                {"pretrain-data", "DIR", "a prepared shard directory of pretraining text: its val loss at each eval"},
+                {"pretrain-mix", "F", "fraction of rows taken from --pretrain-data (keeps general ability; 0..1)"},
                 {"agent-eval", "N", "held-out tool tasks per family at each evaluation (default 4; 0 = off)"},
                 {"stop-after", "N", "stop after N steps in total (checkpointed)"},
                 {"force", "", "replace an existing run directory"},

@@ -25,6 +25,7 @@
 #include "train/agent_eval.h"
 #include "train/optimizer.h"
 #include "train/run_checkpoint.h"
+#include "train/task_eval.h"
 
 namespace fs = std::filesystem;
 
@@ -140,22 +141,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The validation loss on pretraining text: the first batches of a shard directory's val split.
-double pretrain_val_loss(const Transformer& model, const std::vector<Batch>& batches, int64_t kda_chunk) {
-  ag::NoGradGuard no_grad;
-  double nats = 0, n = 0;
-  ForwardOptions fo;
-  fo.kda_chunk = kda_chunk;
-  for (const Batch& b : batches) {
-    const Tensor tk = Tensor::from_vector(b.tokens, {int64_t(b.tokens.size())});
-    const Tensor tg = Tensor::from_vector(b.targets, {int64_t(b.targets.size())});
-    const ForwardResult r = model.forward(tk, tg, fo);
-    nats += double(r.loss.value().data<float>()[0]) * double(b.targets.size());
-    n += double(b.targets.size());
-  }
-  return n > 0 ? nats / n : 0.0;
-}
-
 }  // namespace
 
 GrpoSummary run_grpo(const GrpoRequest& req) {
@@ -195,12 +180,8 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
   const std::string pretrain_data =
       req.pretrain_data.empty() ? meta.value("pretrain_data", std::string()) : req.pretrain_data;
   std::vector<Batch> pretrain_val;
-  if (!pretrain_data.empty()) {
-    const Loader loader(pretrain_data);
-    const ValBatches vb = loader.val_batches(std::min<int64_t>(256, mc.max_position_embeddings), 1);
-    MYRIAD_REQUIRE(vb.size() > 0, kValue, pretrain_data, " has no validation split to measure pretraining loss on");
-    for (int64_t i = 0; i < std::min<int64_t>(vb.size(), 8); ++i) pretrain_val.push_back(vb[i]);
-  }
+  if (!pretrain_data.empty())
+    pretrain_val = text_validation_batches(pretrain_data, std::min<int64_t>(256, mc.max_position_embeddings), 8);
   if (!resuming) {
     start_run_directory(out, req.force);
     write_file_atomic(out + "/grpo_config.json", grpo_config_to_json(cfg).dump(1) + "\n");
@@ -252,7 +233,7 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
       for (const nlohmann::json& t : r.transcripts)
         log({{"type", "sample"}, {"step", step}, {"prompt", t["prompt"]}, {"text", t["text"]}, {"want", t["want"]}});
     }
-    if (!pretrain_val.empty()) e["val_loss"] = pretrain_val_loss(model, pretrain_val, cfg.kda_chunk);
+    if (!pretrain_val.empty()) e["val_loss"] = text_loss(model, pretrain_val, cfg.kda_chunk);
     log(e);
     if (!req.quiet) {
       std::fprintf(stderr, "eval at step %lld: held-out agent tasks %.1f%% (violations %.2f per episode)",

@@ -13,6 +13,7 @@
 #include "model/param_spec.h"
 #include "train/agent_eval.h"
 #include "train/sft_data.h"
+#include "train/task_eval.h"
 #include "train/train_config.h"
 
 namespace fs = std::filesystem;
@@ -62,6 +63,16 @@ TrainSummary run_sft(const SftRequest& req) {
     for (size_t i = 0; i < convs.size(); ++i) (i % 20 == 19 ? val_convs : train).push_back(std::move(convs[i]));
     convs = std::move(train);
   }
+  const std::string pretrain_data =
+      req.pretrain_data.empty() && resuming ? meta.value("pretrain_data", std::string()) : req.pretrain_data;
+  const double pretrain_mix =
+      req.pretrain_data.empty() && resuming ? meta.value("pretrain_mix", 0.0) : req.pretrain_mix;
+  MYRIAD_REQUIRE(pretrain_mix >= 0 && pretrain_mix < 1, kValue, "--pretrain-mix ", pretrain_mix, " must lie in [0, 1)");
+  MYRIAD_REQUIRE(pretrain_mix == 0 || !pretrain_data.empty(), kValue,
+                 "--pretrain-mix needs --pretrain-data DIR (a prepared shard directory)");
+  std::vector<Batch> text_val;
+  if (!pretrain_data.empty())
+    text_val = text_validation_batches(pretrain_data, std::min<int64_t>(256, mc.max_position_embeddings), 8);
   std::vector<ChatTokens> train_tokens = encode_conversations(tok, convs, data);
   std::vector<ChatTokens> val_tokens = encode_conversations(tok, val_convs, val.empty() ? data : val);
 
@@ -92,27 +103,34 @@ TrainSummary run_sft(const SftRequest& req) {
             {"val", val.empty() ? std::string() : fs::absolute(val).string()},
             {"train_conversations", train_tokens.size()},
             {"val_conversations", val_tokens.size()},
-            {"assistant_tokens", assistant}};
+            {"assistant_tokens", assistant},
+            {"pretrain_data", pretrain_data.empty() ? std::string() : fs::absolute(pretrain_data).string()},
+            {"pretrain_mix", pretrain_mix}};
     write_file_atomic(out + "/sft.json", meta.dump(1) + "\n");
   }
 
   Transformer model(mc, ModelWeights::from_checkpoint(Checkpoint::open(source_ck), mc));
   ConversationSource source(tok, std::move(train_tokens), std::move(val_tokens), tc.seed);
+  if (pretrain_mix > 0) source.set_pretraining_mix(std::make_unique<Loader>(pretrain_data, tc.seed), pretrain_mix);
   TrainerOptions to;
   to.run_dir = out;
   to.model_config_json = config_json;
   to.tokenizer_dir = out + "/tokenizer";
   to.stop_after_step = req.stop_after_step;
   to.quiet = req.quiet;
-  if (req.agent_eval_per_family > 0) {
+  if (req.agent_eval_per_family > 0 || !text_val.empty()) {
     AgentEvalOptions ao;
     ao.per_family = req.agent_eval_per_family;
-    to.evaluate_tasks = [&tok, ao](const Transformer& m) {
-      const InferenceModel inference(m.config(), DecodeWeights::from_model(m.weights()));
-      const AgentEvalReport r = evaluate_agent(inference, tok, ao);
-      nlohmann::json j = {{"agent", r.to_json()}, {"samples", nlohmann::json::array()}};
-      for (const nlohmann::json& t : r.transcripts)
-        j["samples"].push_back({{"prompt", t["prompt"]}, {"got", t["text"]}, {"want", t["want"]}});
+    to.evaluate_tasks = [&tok, &text_val, &tc, ao](const Transformer& m) {
+      nlohmann::json j = {{"samples", nlohmann::json::array()}};
+      if (ao.per_family > 0) {
+        const InferenceModel inference(m.config(), DecodeWeights::from_model(m.weights()));
+        const AgentEvalReport r = evaluate_agent(inference, tok, ao);
+        j["agent"] = r.to_json();
+        for (const nlohmann::json& t : r.transcripts)
+          j["samples"].push_back({{"prompt", t["prompt"]}, {"got", t["text"]}, {"want", t["want"]}});
+      }
+      if (!text_val.empty()) j["pretrain_val_loss"] = text_loss(m, text_val, tc.kda_chunk);
       return j;
     };
   }

@@ -34,6 +34,10 @@ struct SftRequest {
   std::optional<uint64_t> seed;
   std::optional<int64_t> steps;   // overrides the (single-stage) config's steps
   int agent_eval_per_family = 4;  // 0: no agent evaluation
+  // A prepared shard directory of pretraining text and the fraction of rows taken from it (train/sft_data.h), so
+  // fine-tuning keeps general ability; its validation split is also evaluated ("pretrain_val_loss").
+  std::string pretrain_data;
+  double pretrain_mix = 0.0;
 };
 
 TrainSummary run_sft(const SftRequest& req);

@@ -2,6 +2,7 @@
 #include "train/sft_data.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "data/loader.h"
@@ -63,8 +64,20 @@ TrainBatch ConversationSource::pack(const std::vector<ChatTokens>& list, const s
   return {Tensor::from_vector(tokens, {T}), Tensor::from_vector(targets, {T})};
 }
 
+void ConversationSource::set_pretraining_mix(std::unique_ptr<Loader> loader, double fraction) {
+  MYRIAD_REQUIRE(fraction >= 0 && fraction < 1, kValue, "SFT: the pretraining mix fraction ", fraction,
+                 " must lie in [0, 1)");
+  pretraining_ = std::move(loader);
+  mix_ = pretraining_ ? fraction : 0.0;
+}
+
 TrainBatch ConversationSource::next(int64_t T) {
   MYRIAD_REQUIRE(T > 0, kValue, "SFT: sequence length must be positive");
+  const int64_t r = rows_++;
+  if (mix_ > 0 && std::floor(double(r + 1) * mix_) > std::floor(double(r) * mix_)) {
+    const Batch b = pretraining_->next_batch(T, 1);
+    return {Tensor::from_vector(b.tokens, {T}), Tensor::from_vector(b.targets, {T})};
+  }
   if (position_ >= int64_t(train_.size())) {
     ++epoch_;
     position_ = 0;
@@ -74,7 +87,10 @@ TrainBatch ConversationSource::next(int64_t T) {
 }
 
 nlohmann::json ConversationSource::state() const {
-  return {{"epoch", epoch_}, {"position", position_}, {"seed", seed_}, {"conversations", train_.size()}};
+  nlohmann::json s = {
+      {"epoch", epoch_}, {"position", position_}, {"seed", seed_}, {"conversations", train_.size()}, {"rows", rows_}};
+  if (pretraining_) s["pretraining"] = pretraining_->state();
+  return s;
 }
 
 void ConversationSource::restore(const nlohmann::json& s) {
@@ -90,6 +106,12 @@ void ConversationSource::restore(const nlohmann::json& s) {
                  "SFT data state: position ", position_, " of epoch ", epoch_, " does not fit ", train_.size(),
                  " conversations");
   order_ = window_permutation(seed_, epoch_, int64_t(train_.size()));
+  rows_ = s.value("rows", int64_t(0));
+  if (pretraining_) {
+    MYRIAD_REQUIRE(s.contains("pretraining"), kValue,
+                   "SFT data state: the checkpoint was trained without a pretraining mix; resume without one");
+    pretraining_->restore(s["pretraining"]);
+  }
 }
 
 std::vector<TrainBatch> ConversationSource::validation(int64_t T, int64_t max_batches) {

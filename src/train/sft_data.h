@@ -9,17 +9,24 @@
 // row[i + 1] when that token is an assistant token, else -100. A row's conversations see each other through
 // attention (no per-document masks, as in pretraining); each begins with its own turn markers.
 //
-// State: {"epoch", "position" (conversations of this epoch's order already packed), "seed", "conversations"}:
-// restore() continues bit-exactly; "conversations" guards against restoring onto other data.
+// Mixing in pretraining text (set_pretraining_mix): of every row, the fraction f is a window of pretraining
+// tokens instead (row r is text when floor((r + 1) f) > floor(r f)), trained on every token as in pretraining, so
+// fine-tuning keeps the model's general ability; the windows come from the shard loader in its own order.
+//
+// State: {"epoch", "position" (conversations of this epoch's order already packed), "seed", "conversations",
+// "rows", "pretraining" (the loader's state, with a mix)}: restore() continues bit-exactly; "conversations"
+// guards against restoring onto other data.
 // Validation: the validation conversations in order, packed the same way.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "data/chat_template.h"
 #include "data/conversation.h"
+#include "data/loader.h"
 #include "data/tokenizer.h"
 #include "train/trainer.h"
 
@@ -34,6 +41,9 @@ class ConversationSource final : public BatchSource {
   std::vector<TrainBatch> validation(int64_t seq_len, int64_t max_batches) override;
   int64_t target_bytes(const TrainBatch& b) const override;
 
+  // Every row whose index r has floor((r + 1) fraction) > floor(r fraction) becomes a window of `loader`.
+  void set_pretraining_mix(std::unique_ptr<Loader> loader, double fraction);
+
   int64_t truncated() const { return truncated_; }
   int64_t train_conversations() const { return int64_t(train_.size()); }
   int64_t assistant_tokens() const;  // over the training conversations
@@ -45,7 +55,9 @@ class ConversationSource final : public BatchSource {
   const Tokenizer& tok_;
   std::vector<ChatTokens> train_, val_;
   uint64_t seed_;
-  int64_t epoch_ = 0, position_ = 0, truncated_ = 0;
+  int64_t epoch_ = 0, position_ = 0, truncated_ = 0, rows_ = 0;
+  std::unique_ptr<Loader> pretraining_;
+  double mix_ = 0;
   std::vector<uint64_t> order_;
   int32_t pad_;
 };

@@ -20,6 +20,30 @@ std::map<std::string, double> TaskScores::by_name() const {
   return m;
 }
 
+double text_loss(const Transformer& model, const std::vector<Batch>& batches, int64_t kda_chunk) {
+  ag::NoGradGuard no_grad;
+  double nats = 0, n = 0;
+  ForwardOptions fo;
+  fo.kda_chunk = kda_chunk;
+  for (const Batch& b : batches) {
+    const Tensor tk = Tensor::from_vector(b.tokens, {int64_t(b.tokens.size())});
+    const Tensor tg = Tensor::from_vector(b.targets, {int64_t(b.targets.size())});
+    const ForwardResult r = model.forward(tk, tg, fo);
+    nats += double(r.loss.value().data<float>()[0]) * double(b.targets.size());
+    n += double(b.targets.size());
+  }
+  return n > 0 ? nats / n : 0.0;
+}
+
+std::vector<Batch> text_validation_batches(const std::string& shard_dir, int64_t seq_len, int64_t max_batches) {
+  const Loader loader(shard_dir);
+  const ValBatches vb = loader.val_batches(seq_len, 1);
+  MYRIAD_REQUIRE(vb.size() > 0, kValue, shard_dir, " has no validation split to measure the text loss on");
+  std::vector<Batch> out;
+  for (int64_t i = 0; i < std::min<int64_t>(vb.size(), max_batches); ++i) out.push_back(vb[i]);
+  return out;
+}
+
 TaskScores evaluate_tasks(const Transformer& model, const EncodeFn& encode, const DecodeFn& decode, int per_task,
                           uint64_t seed, int max_new_tokens, int32_t stop_id, int samples_per_task) {
   MYRIAD_REQUIRE(per_task >= 0, kValue, "evaluate_tasks: per_task (", per_task, ") must be >= 0");

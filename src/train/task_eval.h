@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "data/loader.h"
 #include "data/tasks.h"
 
 namespace myriad {
@@ -41,6 +42,12 @@ struct TaskScores {
 // prompt is encoded with `encode` (which may prepend a document separator), continued for at most
 // max_new_tokens (stopping at a decoded newline, or at stop_id when >= 0), decoded with `decode` and scored
 // with answer_matches. Keeps samples_per_task samples of each kind.
+// Mean next-token loss (nats) over batches of text (the first validation windows of a shard directory: how
+// post-training's runs check that general ability is kept).
+double text_loss(const Transformer& model, const std::vector<Batch>& batches, int64_t kda_chunk = 64);
+// The first max_batches validation windows of length seq_len of a shard directory (kValue when it has none).
+std::vector<Batch> text_validation_batches(const std::string& shard_dir, int64_t seq_len, int64_t max_batches);
+
 TaskScores evaluate_tasks(const Transformer& model, const EncodeFn& encode, const DecodeFn& decode, int per_task,
                           uint64_t seed, int max_new_tokens, int32_t stop_id = -1, int samples_per_task = 2);
 

@@ -537,6 +537,8 @@ TrainSummary Trainer::run() {
         if (e.contains("agent"))
           std::fprintf(stderr, ", agent tasks %.0f%% (violations %.2f per episode)",
                        100.0 * e["agent"].value("success", 0.0), e["agent"].value("violations", 0.0));
+        if (e.contains("pretrain_val_loss"))
+          std::fprintf(stderr, ", pretraining text loss %.4f", e["pretrain_val_loss"].get<double>());
         std::fprintf(stderr, "\n");
       }
     }
