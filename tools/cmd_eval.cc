@@ -7,6 +7,7 @@
 #include "deploy/prune.h"
 #include "dist/expert_parallel.h"
 #include "io/atomic_file.h"
+#include "report/agent_eval_page.h"
 #include "serve/engine.h"
 #include "serve/evaluate.h"
 #include "train/agent_eval.h"
@@ -41,7 +42,8 @@ int run_eval_tasks(const myriad::cli::Args& args) {
   }
   if (const auto p = args.get("json"))
     write_file_atomic(*p, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-  if (const auto p = args.get("html")) write_file_atomic(*p, agent_eval_html(r, "myriad eval tasks: " + *model_dir));
+  if (const auto p = args.get("html"))
+    write_file_atomic(*p, render_agent_eval_page(j, "myriad eval tasks: " + *model_dir));
   std::printf("%-10s %6s %8s %8s %6s %7s %6s %7s\n", "family", "tasks", "success", "pass@k", "calls", "errors",
               "unsafe", "limited");
   auto line = [](const std::string& name, const nlohmann::json& f) {

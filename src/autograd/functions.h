@@ -64,7 +64,9 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale);
 
 // Fused lm_head + cross-entropy: h [T, D], W [V, D], targets [T] (i64) -> mean loss over counted targets. With
 // `weights` (f32 [T], constants of any sign: RL's per-token coefficients) the sum of weights_t nll_t instead.
-// `nll` (optional) receives each token's nll_t = -log p(target) (f32 [T], 0 where ignored).
+// `nll` (optional) receives each token's nll_t = -log p(target) (f32 [T], 0 where ignored). The backward reads
+// `weights` again (the same storage), so a caller may set them after the forward from `nll`: GRPO's coefficients
+// depend on the policy's own log-probabilities (rl/grpo_loss.cc); the returned loss then used the old values.
 Var cross_entropy(const Var& h, const Var& W, const Tensor& targets, int64_t ignore_index = -100,
                   const Tensor* weights = nullptr, Tensor* nll = nullptr);
 

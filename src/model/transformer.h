@@ -31,7 +31,8 @@ struct ForwardOptions {
   const MoeDispatcher* moe_dispatcher = nullptr;  // model/moe_dispatch.h
   SequenceContext* sequence = nullptr;            // model/sequence_context.h
   // RL's per-token coefficients (f32 [T], constants): the loss is then sum_t w_t (-log p(target_t)) over the
-  // counted targets instead of their mean, and ForwardResult::token_nll holds each -log p (rl/grpo.h).
+  // counted targets instead of their mean, and ForwardResult::token_nll holds each -log p (rl/grpo.h). The
+  // backward reads the weights again: they may be filled after the forward (ag::cross_entropy).
   const Tensor* target_weights = nullptr;
 };
 

@@ -158,11 +158,10 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
   }
   const std::string start_ck = meta["model_checkpoint"].get<std::string>();
   const std::string ck = resuming ? latest_checkpoint(out) : start_ck;
-  const std::string config_json = read_file(ck + "/config.json");
-  const ModelConfig mc = load_model_config(ck + "/config.json", nullptr);
-  const Tokenizer tok = Tokenizer::load(ck + "/tokenizer");
-  MYRIAD_REQUIRE(tok.vocab_size() <= mc.vocab_size, kConfig, "the tokenizer of ", ck, " has ", tok.vocab_size(),
-                 " tokens but the model's vocab_size is ", mc.vocab_size);
+  const CheckpointModel source = open_checkpoint_model(ck);
+  const std::string& config_json = source.config_json;
+  const ModelConfig& mc = source.config;
+  const Tokenizer& tok = source.tokenizer;
   std::string config_path = req.config_path;
   if (config_path.empty() && resuming) config_path = out + "/grpo_config.json";
   GrpoConfig cfg;
@@ -289,7 +288,7 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
       for (size_t t = 1; t < trajs[i].policy.size(); ++t) policy_tokens += trajs[i].policy[t];
     // The updates.
     const auto t_train = std::chrono::steady_clock::now();
-    PolicyLossStats ls;
+    PolicyLossStats all, first;  // over every update; the first (the mismatch: the engine against the trainer)
     double objective = 0, gnorm = 0;
     int64_t trained_tokens = 0;
     bool finite = true;
@@ -298,29 +297,25 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     const PolicyLossOptions po{cfg.clip_low, cfg.clip_high, cfg.kl_coef, cfg.kl_estimator, cfg.kda_chunk};
     for (int epoch = 0; epoch < cfg.ppo_epochs && !kept.empty(); ++epoch) {
       model.weights().zero_grad();
-      PolicyLossStats epoch_stats;
+      PolicyLossStats& stats = epoch == 0 ? first : all;
       for (size_t i : kept) {
         const double agg =
             cfg.loss_aggregation == "token"
                 ? 1.0 / double(policy_tokens)
                 : 1.0 / (double(kept.size()) * double(std::max<int64_t>(1, predicted_policy_tokens(trajs[i]))));
-        objective += policy_loss_backward(model, trajs[i], advantage[i], agg, po, reference.get(), &epoch_stats);
+        objective += policy_loss_backward(model, trajs[i], advantage[i], agg, po, reference.get(), &stats);
         trained_tokens += int64_t(trajs[i].tokens.size()) - 1;
       }
-      if (epoch == 0) ls = epoch_stats;  // the mismatch: the engine's log-probs against the first recomputation
-      ls.clipped += epoch > 0 ? epoch_stats.clipped : 0;
-      ls.tokens += epoch > 0 ? epoch_stats.tokens : 0;
-      ls.kl_sum += epoch > 0 ? epoch_stats.kl_sum : 0;
       gnorm = adamw.grad_norm(model.weights());
       finite = std::isfinite(objective) && std::isfinite(gnorm);
       if (!finite) break;
       const float clip_scale = cfg.clip > 0 && gnorm > cfg.clip ? float(cfg.clip / gnorm) : 1.0f;
       adamw.step(model.weights(), float(lr), clip_scale);
     }
-    const double first_tokens = kept.empty() ? 0.0 : double(policy_tokens);
-    const double counted = ls.tokens, clipped = ls.clipped, kl_sum = ls.kl_sum;
-    const double mismatch_mean = first_tokens > 0 ? ls.mismatch_sum / first_tokens : 0.0;
-    const double mismatch_max = ls.mismatch_max;
+    const double counted = first.tokens + all.tokens, clipped = first.clipped + all.clipped;
+    const double kl_sum = first.kl_sum + all.kl_sum;
+    const double mismatch_mean = first.tokens > 0 ? first.mismatch_sum / first.tokens : 0.0;
+    const double mismatch_max = first.mismatch_max;
     if (!finite) ++skipped;
     ++step;
     const double train_s = seconds_since(t_train);

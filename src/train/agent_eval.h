@@ -49,7 +49,9 @@ struct AgentEvalReport {
   std::vector<nlohmann::json> transcripts;  // {"family", "prompt", "text", "outcome"}
   double seconds = 0;
   int64_t generated_tokens = 0;
-  nlohmann::json to_json() const;  // {"success": .., "pass_at_k": .., "families": {name: {...}}, ...}
+  // {"success", "pass_at_k", ..., "k", "seconds", "generated_tokens", "families": {name: {...}}} (without the
+  // transcripts; report/agent_eval_page.h renders it, transcripts added, as a page)
+  nlohmann::json to_json() const;
 };
 
 // Runs options.tasks, or the held-out tasks agent_tasks(options.seed, 6 x per_family, kHeldOut), on the model.
@@ -58,9 +60,6 @@ AgentEvalReport evaluate_agent(const InferenceModel& model, const Tokenizer& tok
 // A suite file: JSONL lines {"family": "total", "seed": 17} (held-out tasks, regenerated exactly from the seed).
 // Throws kFormat naming the line for a bad one.
 std::vector<AgentTask> read_agent_suite(const std::string& path);
-
-// The report as one self-contained HTML page (a table per family, the transcripts).
-std::string agent_eval_html(const AgentEvalReport& report, const std::string& title);
 
 // One episode driven by the model (the turn loop above); returns the generated tokens.
 int64_t run_episode(const InferenceModel& model, const Tokenizer& tok, Episode& episode,

@@ -13,8 +13,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "data/tokenizer.h"
 #include "io/atomic_file.h"
 #include "io/run_layout.h"
+#include "model/config.h"
 #include "model/weights.h"
 #include "train/optimizer.h"
 
@@ -60,5 +62,15 @@ void write_weights_shard(const std::string& staging, int64_t shard, int64_t shar
                          int64_t step);
 void write_optimizer_shard(const std::string& staging, int64_t shard, int64_t shards, const NamedTensors& state,
                            int64_t optimizer_step, int64_t step);
+
+// What post-training starts from: a checkpoint's config (its bytes and parsed), and its tokenizer, checked to fit
+// the model's vocabulary (kConfig otherwise). The weights are loaded by the caller (ModelWeights::from_checkpoint).
+struct CheckpointModel {
+  std::string dir;          // the checkpoint directory
+  std::string config_json;  // config.json's bytes (copied into the new run's checkpoints)
+  ModelConfig config;
+  Tokenizer tokenizer;
+};
+CheckpointModel open_checkpoint_model(const std::string& checkpoint_dir);
 
 }  // namespace myriad

@@ -12,6 +12,7 @@
 #include "model/config.h"
 #include "model/param_spec.h"
 #include "train/agent_eval.h"
+#include "train/run_checkpoint.h"
 #include "train/sft_data.h"
 #include "train/task_eval.h"
 #include "train/train_config.h"
@@ -42,12 +43,11 @@ TrainSummary run_sft(const SftRequest& req) {
   // The source model: the fine-tuned run's own copy when resuming (its checkpoints hold everything).
   const std::string model_dir = resuming ? meta.value("model", std::string()) : req.model_dir;
   MYRIAD_REQUIRE(!model_dir.empty(), kValue, "sft needs --model DIR (a training run or a checkpoint)");
-  const std::string source_ck = resuming ? latest_checkpoint(out) : latest_checkpoint(model_dir);
-  const std::string config_json = read_file(source_ck + "/config.json");
-  const ModelConfig mc = load_model_config(source_ck + "/config.json", nullptr);
-  const Tokenizer tok = Tokenizer::load(source_ck + "/tokenizer");
-  MYRIAD_REQUIRE(tok.vocab_size() <= mc.vocab_size, kConfig, "the tokenizer of ", source_ck, " has ", tok.vocab_size(),
-                 " tokens but the model's vocab_size is ", mc.vocab_size);
+  const CheckpointModel start = open_checkpoint_model(resuming ? latest_checkpoint(out) : latest_checkpoint(model_dir));
+  const std::string& source_ck = start.dir;
+  const std::string& config_json = start.config_json;
+  const ModelConfig& mc = start.config;
+  const Tokenizer& tok = start.tokenizer;
 
   // The conversations, all checked before anything is written.
   const std::string data = req.data_path.empty() && resuming ? meta.value("data", std::string()) : req.data_path;

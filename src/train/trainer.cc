@@ -66,6 +66,28 @@ std::string format_eta(double s) {
   return buf;
 }
 
+// One line for an eval record: the validation loss and whatever the task evaluations added.
+std::string eval_summary(const nlohmann::json& e) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "val loss %.4f, %.3f bits/byte", e.value("val_loss", 0.0), e.value("val_bpb", 0.0));
+  std::string out = buf;
+  if (e.contains("tasks"))
+    for (const auto& [k, v] : e["tasks"].items()) {
+      std::snprintf(buf, sizeof buf, ", %s %.0f%%", k.c_str(), 100.0 * v.get<double>());
+      out += buf;
+    }
+  if (e.contains("agent")) {
+    std::snprintf(buf, sizeof buf, ", agent tasks %.0f%% (violations %.2f per episode)",
+                  100.0 * e["agent"].value("success", 0.0), e["agent"].value("violations", 0.0));
+    out += buf;
+  }
+  if (e.contains("pretrain_val_loss")) {
+    std::snprintf(buf, sizeof buf, ", pretraining text loss %.4f", e["pretrain_val_loss"].get<double>());
+    out += buf;
+  }
+  return out;
+}
+
 }  // namespace
 
 void validate_data_parallel_split(const TrainConfig& config, const ParallelDims& dims) {
@@ -315,15 +337,7 @@ TrainSummary Trainer::run() {
     nlohmann::json e = evaluate(cfg_.stages[0].seq_len);
     log(e);
     if (!opt_.quiet && root()) {
-      std::fprintf(stderr, "before training: val loss %.4f, %.3f bits/byte", e.value("val_loss", 0.0),
-                   e.value("val_bpb", 0.0));
-      if (e.contains("tasks"))
-        for (const auto& [k, v] : e["tasks"].items())
-          std::fprintf(stderr, ", %s %.0f%%", k.c_str(), 100.0 * v.get<double>());
-      if (e.contains("agent"))
-        std::fprintf(stderr, ", agent tasks %.0f%% (violations %.2f per episode)",
-                     100.0 * e["agent"].value("success", 0.0), e["agent"].value("violations", 0.0));
-      std::fprintf(stderr, "\n");
+      std::fprintf(stderr, "before training: %s\n", eval_summary(e).c_str());
     }
   }
   ForwardOptions fo;
@@ -529,17 +543,8 @@ TrainSummary Trainer::run() {
       sum.last_val_loss = e.value("val_loss", 0.0);
       sum.last_val_bpb = e.value("val_bpb", 0.0);
       if (!opt_.quiet && root()) {
-        std::fprintf(stderr, "%seval at step %lld: val loss %.4f, %.3f bits/byte", tty ? "\n" : "",
-                     static_cast<long long>(step_), sum.last_val_loss, sum.last_val_bpb);
-        if (e.contains("tasks"))
-          for (const auto& [k, v] : e["tasks"].items())
-            std::fprintf(stderr, ", %s %.0f%%", k.c_str(), 100.0 * v.get<double>());
-        if (e.contains("agent"))
-          std::fprintf(stderr, ", agent tasks %.0f%% (violations %.2f per episode)",
-                       100.0 * e["agent"].value("success", 0.0), e["agent"].value("violations", 0.0));
-        if (e.contains("pretrain_val_loss"))
-          std::fprintf(stderr, ", pretraining text loss %.4f", e["pretrain_val_loss"].get<double>());
-        std::fprintf(stderr, "\n");
+        std::fprintf(stderr, "%seval at step %lld: %s\n", tty ? "\n" : "", static_cast<long long>(step_),
+                     eval_summary(e).c_str());
       }
     }
     if (step_ % cfg_.checkpoint_every == 0 || step_ == end) save(step_);
