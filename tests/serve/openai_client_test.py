@@ -262,7 +262,13 @@ try:
           + ("" if same else f": exit {out.returncode}, {got!r} vs {[r1, r2, r3]!r}"))
 
     # ---- the load test ---------------------------------------------------------------------------------------------
+    # The idle level once the engine has retired everything before (a stream's last chunk can reach the client a
+    # step before its sequence is freed).
+    deadline = time.time() + 30
     idle = metrics(port)
+    while time.time() < deadline and (idle["myriad_requests_running"] or idle["myriad_requests_waiting"]):
+        time.sleep(0.05)
+        idle = metrics(port)
     rss_before = rss_mb(server.pid)
     lock = threading.Lock()
     latencies, statuses, tokens = [], {}, [0]
