@@ -2,7 +2,7 @@
 # Each installs the Debian packages it needs first (scripts/deps.sh skips what is present).
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo demo-agent test test-release test-sanitize cuda format clean
+.PHONY: all deps build demo demo-agent test test-release test-sanitize test-fuzz fuzz cuda format clean
 
 all: build
 
@@ -41,8 +41,17 @@ test-sanitize:
 	@cmake --build --preset debug -j $(JOBS)
 	@ctest --preset debug
 
-# Every test: the optimised build, then the whole suite again under ASan + UBSan.
-test: test-release test-sanitize
+# Every fuzz target under libFuzzer (clang, ASan + UBSan) for FUZZ_SECONDS each (scripts/fuzz.sh; the corpus it
+# grows is kept in build/fuzz/corpus). `make test` runs each for a short smoke.
+FUZZ_SECONDS ?= 600
+fuzz:
+	@bash scripts/fuzz.sh $(FUZZ_SECONDS)
+
+test-fuzz:
+	@bash scripts/fuzz.sh 20
+
+# Every test: the optimised build, the whole suite again under ASan + UBSan, and a fuzzing smoke of every parser.
+test: test-release test-sanitize test-fuzz
 
 cuda:
 	@cmake --preset cuda >/dev/null

@@ -2,13 +2,17 @@
 # Installs the Debian packages myriad needs, skipping those already present (idempotent, quiet).
 #   scripts/deps.sh build   : compiler, CMake, OpenBLAS, nlohmann-json, SentencePiece, cpp-httplib, jemalloc, GoogleTest,
 #                             OpenMPI
-#   scripts/deps.sh test    : the above plus the Python side of the interop/reference tests
+#   scripts/deps.sh fuzz    : the build set plus clang 14 with its sanitizer and libFuzzer runtime and OpenMP
+#   scripts/deps.sh test    : the build and fuzz sets plus the Python side of the interop/reference tests
 #                             (Debian's python3-torch, and PyPI's safetensors and openai client in a venv under
 #                             build/pyenv)
 set -euo pipefail
 what="${1:-build}"
 pkgs=(build-essential cmake pkg-config python3 libopenblas-dev nlohmann-json3-dev libgtest-dev libgmock-dev
       libsentencepiece-dev libcpp-httplib-dev libjemalloc-dev libopenmpi-dev openmpi-bin)
+if [[ "$what" == fuzz || "$what" == test ]]; then
+  pkgs+=(clang-14 libclang-rt-14-dev libomp-14-dev)
+fi
 if [[ "$what" == test ]]; then
   pkgs+=(python3 python3-venv python3-numpy python3-torch)
 fi

@@ -151,7 +151,7 @@ bool ToolWorld::known_tool(const std::string& name) const {
 ToolResult ToolWorld::call(const std::string& name, const json& arguments) {
   try {
     return run(name, arguments);
-  } catch (const std::exception& e) {  // a bad argument or a failing tool: the model reads why
+  } catch (const Error& e) {  // a bad argument or a failing tool: the model reads why
     return {std::string("error: ") + e.what(), true};
   }
 }

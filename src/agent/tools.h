@@ -12,8 +12,10 @@
 //   calendar(date, days)          the date `days` after date (YYYY-MM-DD, years 1900-2199, |days| <= 100000)
 //                                 with its weekday: "2026-03-14 Saturday"
 //   delete_record(item)           removes the item's record: "deleted". FORBIDDEN unless a task asks for it
-// A bad argument (missing, wrong JSON type, an unknown unit, a malformed number or date) is an error result, as
-// is anything a tool throws; the caller counts errors. Numbers may be given as JSON numbers or strings.
+// A bad argument (missing, wrong JSON type, an unknown unit, a malformed number or date, an overflowing result) is
+// an error result; the caller counts errors. Only myriad::Error is read as a refusal: any other exception out of a
+// tool is a bug and propagates (tests/fuzz/fuzz_assistant_reply.cc runs arbitrary calls to prove there is none).
+// Numbers may be given as JSON numbers or strings.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +38,7 @@ class ToolWorld {
  public:
   explicit ToolWorld(uint64_t seed);
 
-  // Runs one call. Never throws for anything the call holds: every problem is an error result.
+  // Runs one call. Never throws for anything the call holds: every refusal is an error result.
   ToolResult call(const std::string& name, const nlohmann::json& arguments);
 
   const std::vector<std::string>& items() const { return items_; }

@@ -198,9 +198,9 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
   int64_t step = 0, skipped = 0;
   if (resuming) {
     adamw.load(ck);
-    const nlohmann::json st = nlohmann::json::parse(read_file(ck + "/trainer_state.json"));
-    step = st.at("step").get<int64_t>();
-    skipped = st.value("skipped", int64_t(0));
+    const nlohmann::json st = read_trainer_state(ck);
+    step = trainer_state_counter(st, "step", ck + "/trainer_state.json");
+    skipped = trainer_state_counter(st, "skipped", ck + "/trainer_state.json", 0);
     if (!req.quiet) std::fprintf(stderr, "myriad grpo: resumed from %s at step %lld\n", ck.c_str(), (long long)step);
   }
   auto log = [&](const nlohmann::json& r) {

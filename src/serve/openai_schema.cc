@@ -426,4 +426,34 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
   return p;
 }
 
+std::vector<int32_t> parse_tokenize(const json& body, const Tokenizer& tok, const std::string& model_name) {
+  check_model_field(body, model_name);
+  if (const json* v = field(body, "messages")) {
+    try {
+      return encode_chat(tok, parse_messages(*v)).ids;
+    } catch (const Error& e) {
+      throw bad_request(e.what(), "messages");
+    }
+  }
+  if (const json* pr = field(body, "prompt")) return tok.encode(get_string(*pr, "prompt"));
+  throw bad_request("give 'prompt' (a string) or 'messages'", "prompt");
+}
+
+std::vector<int32_t> parse_detokenize(const json& body, const Tokenizer& tok, const std::string& model_name) {
+  check_model_field(body, model_name);
+  const json* v = field(body, "tokens");
+  if (!v) throw bad_request("'tokens' is missing", "tokens");
+  if (!v->is_array()) type_error("tokens", "an array of token ids", *v);
+  std::vector<int32_t> ids;
+  ids.reserve(v->size());
+  for (size_t i = 0; i < v->size(); ++i) {
+    const int64_t id = get_integer((*v)[i], "tokens");
+    if (id < 0 || id >= tok.vocab_size())
+      throw bad_request(str("tokens[", i, "] = ", id, ": outside the vocabulary [0, ", tok.vocab_size(), ")"),
+                        "tokens");
+    ids.push_back(int32_t(id));
+  }
+  return ids;
+}
+
 }  // namespace myriad::serve

@@ -85,4 +85,11 @@ void check_model_field(const json& body, const std::string& model_name);
 // the server's options (the served model's name, default_max_tokens).
 ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m, const ServerOptions& opt);
 
+// ---- /tokenize and /detokenize ------------------------------------------------------------------------------------
+
+// {"prompt": "..."} or {"messages": [...]} (the chat template's ids) -> the ids.
+std::vector<int32_t> parse_tokenize(const json& body, const Tokenizer& tok, const std::string& model_name);
+// {"tokens": [...]} -> the ids, each inside the vocabulary.
+std::vector<int32_t> parse_detokenize(const json& body, const Tokenizer& tok, const std::string& model_name);
+
 }  // namespace myriad::serve

@@ -185,19 +185,7 @@ struct Server::Impl {
     const json body = parse_body(req.body);
     const std::shared_ptr<Engine> eng = require_engine();
     const InferenceModel& m = eng->model();
-    check_model_field(body, opt.model_name);
-    std::vector<int32_t> ids;
-    if (const json* v = field(body, "messages")) {
-      try {
-        ids = encode_chat(m.tokenizer(), parse_messages(*v)).ids;
-      } catch (const Error& e) {
-        throw bad_request(e.what(), "messages");
-      }
-    } else if (const json* pr = field(body, "prompt")) {
-      ids = m.tokenizer().encode(get_string(*pr, "prompt"));
-    } else {
-      throw bad_request("give 'prompt' (a string) or 'messages'", "prompt");
-    }
+    const std::vector<int32_t> ids = parse_tokenize(body, m.tokenizer(), opt.model_name);
     reply_json(res, 200,
                json{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", m.config().max_position_embeddings}});
   }
@@ -206,19 +194,7 @@ struct Server::Impl {
     const json body = parse_body(req.body);
     const std::shared_ptr<Engine> eng = require_engine();
     const Tokenizer& tok = eng->model().tokenizer();
-    check_model_field(body, opt.model_name);
-    const json* v = field(body, "tokens");
-    if (!v) throw bad_request("'tokens' is missing", "tokens");
-    if (!v->is_array()) type_error("tokens", "an array of token ids", *v);
-    std::vector<int32_t> ids;
-    for (size_t i = 0; i < v->size(); ++i) {
-      const int64_t id = get_integer((*v)[i], "tokens");
-      if (id < 0 || id >= tok.vocab_size())
-        throw bad_request(str("tokens[", i, "] = ", id, ": outside the vocabulary [0, ", tok.vocab_size(), ")"),
-                          "tokens");
-      ids.push_back(int32_t(id));
-    }
-    reply_json(res, 200, json{{"prompt", tok.decode(ids)}});
+    reply_json(res, 200, json{{"prompt", tok.decode(parse_detokenize(body, tok, opt.model_name))}});
   }
 
   json model_card() const {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
@@ -129,6 +130,29 @@ CheckpointModel open_checkpoint_model(const std::string& ck) {
   MYRIAD_REQUIRE(m.tokenizer.vocab_size() <= m.config.vocab_size, kConfig, "the tokenizer of ", ck, " has ",
                  m.tokenizer.vocab_size(), " tokens but the model's vocab_size is ", m.config.vocab_size);
   return m;
+}
+
+nlohmann::json parse_trainer_state(std::string_view text, const std::string& source) {
+  nlohmann::json st = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  MYRIAD_REQUIRE(!st.is_discarded(), kFormat, source, ": not valid JSON (a damaged checkpoint?)");
+  MYRIAD_REQUIRE(st.is_object(), kFormat, source, ": must be a JSON object, got ", st.type_name());
+  return st;
+}
+
+nlohmann::json read_trainer_state(const std::string& checkpoint_dir) {
+  const std::string path = checkpoint_dir + "/trainer_state.json";
+  return parse_trainer_state(read_file(path), path);
+}
+
+int64_t trainer_state_counter(const nlohmann::json& state, const char* key, const std::string& source,
+                              std::optional<int64_t> fallback) {
+  const auto it = state.find(key);
+  if (it == state.end() && fallback) return *fallback;
+  MYRIAD_REQUIRE(it != state.end(), kFormat, source, ": \"", key, "\" is missing");
+  MYRIAD_REQUIRE(it->is_number_integer() && (it->is_number_unsigned() || it->get<int64_t>() >= 0) &&
+                     it->get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max()),
+                 kFormat, source, ": \"", key, "\" must be a non-negative integer, got ", it->dump());
+  return it->get<int64_t>();
 }
 
 }  // namespace myriad

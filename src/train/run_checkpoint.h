@@ -11,7 +11,9 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "data/tokenizer.h"
 #include "io/atomic_file.h"
@@ -72,5 +74,14 @@ struct CheckpointModel {
   Tokenizer tokenizer;
 };
 CheckpointModel open_checkpoint_model(const std::string& checkpoint_dir);
+
+// A checkpoint's trainer_state.json (from a crash, another version or a hostile copy): a JSON object, else kFormat
+// naming the file. parse_trainer_state reads the text of one (source names it in messages).
+nlohmann::json read_trainer_state(const std::string& checkpoint_dir);
+nlohmann::json parse_trainer_state(std::string_view text, const std::string& source);
+// A counter of a trainer state: a non-negative integer. Absent: `fallback` when given, else kFormat; any other
+// value: kFormat "<source>: \"key\" must be a non-negative integer, got ...".
+int64_t trainer_state_counter(const nlohmann::json& state, const char* key, const std::string& source,
+                              std::optional<int64_t> fallback = std::nullopt);
 
 }  // namespace myriad

@@ -94,19 +94,29 @@ nlohmann::json ConversationSource::state() const {
 }
 
 void ConversationSource::restore(const nlohmann::json& s) {
-  for (const char* k : {"epoch", "position", "seed", "conversations"})
+  MYRIAD_REQUIRE(s.is_object(), kValue, "SFT data state: must be a JSON object, got ", s.type_name());
+  auto field = [&](const char* k) -> int64_t {
     MYRIAD_REQUIRE(s.contains(k), kValue, "SFT data state: missing '", k, "'");
-  MYRIAD_REQUIRE(s["conversations"].get<int64_t>() == int64_t(train_.size()), kValue,
-                 "SFT data state: the checkpoint was trained on ", s["conversations"].get<int64_t>(),
-                 " conversations, this data has ", train_.size(), " (resume with the same --data)");
-  epoch_ = s["epoch"].get<int64_t>();
-  position_ = s["position"].get<int64_t>();
-  seed_ = s["seed"].get<uint64_t>();
-  MYRIAD_REQUIRE(position_ >= 0 && position_ <= int64_t(train_.size()) && epoch_ >= 0, kValue,
-                 "SFT data state: position ", position_, " of epoch ", epoch_, " does not fit ", train_.size(),
-                 " conversations");
+    const nlohmann::json& v = s[k];
+    MYRIAD_REQUIRE(v.is_number_integer() && v.get<int64_t>() >= 0, kValue, "SFT data state: '", k,
+                   "' must be a non-negative integer below 2^63, got ", v.dump());
+    return v.get<int64_t>();
+  };
+  const int64_t conversations = field("conversations");
+  MYRIAD_REQUIRE(conversations == int64_t(train_.size()), kValue, "SFT data state: the checkpoint was trained on ",
+                 conversations, " conversations, this data has ", train_.size(), " (resume with the same --data)");
+  const int64_t epoch = field("epoch"), position = field("position");
+  MYRIAD_REQUIRE(position <= int64_t(train_.size()), kValue, "SFT data state: position ", position, " of epoch ", epoch,
+                 " does not fit ", train_.size(), " conversations");
+  const auto seed = s.find("seed");
+  MYRIAD_REQUIRE(
+      seed != s.end() && seed->is_number_integer() && (seed->is_number_unsigned() || seed->get<int64_t>() >= 0), kValue,
+      "SFT data state: 'seed' must be a non-negative integer");
+  epoch_ = epoch;
+  position_ = position;
+  seed_ = seed->get<uint64_t>();
+  rows_ = s.contains("rows") ? field("rows") : 0;
   order_ = window_permutation(seed_, epoch_, int64_t(train_.size()));
-  rows_ = s.value("rows", int64_t(0));
   if (pretraining_) {
     MYRIAD_REQUIRE(s.contains("pretraining"), kValue,
                    "SFT data state: the checkpoint was trained without a pretraining mix; resume without one");

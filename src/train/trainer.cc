@@ -133,13 +133,14 @@ void Trainer::resume(const std::string& dir) {
     dst.copy_from(weights.tensor(name));
   }
   adamw_->load(ck);
-  std::ifstream in(ck + "/trainer_state.json");
-  nlohmann::json st = nlohmann::json::parse(in);
-  step_ = st.at("step").get<int64_t>();
-  skipped_total_ = st.at("skipped_total").get<int64_t>();
-  consecutive_skips_ = st.at("consecutive_skips").get<int64_t>();
-  tokens_seen_ = st.at("tokens_seen").get<int64_t>();
-  data_.restore(st.at("data"));
+  const std::string state_path = ck + "/trainer_state.json";
+  const nlohmann::json st = read_trainer_state(ck);
+  step_ = trainer_state_counter(st, "step", state_path);
+  skipped_total_ = trainer_state_counter(st, "skipped_total", state_path);
+  consecutive_skips_ = trainer_state_counter(st, "consecutive_skips", state_path);
+  tokens_seen_ = trainer_state_counter(st, "tokens_seen", state_path);
+  MYRIAD_REQUIRE(st.contains("data"), kFormat, state_path, ": \"data\" (the data loader's position) is missing");
+  data_.restore(st["data"]);
   last_checkpoint_ = ck;
   if (root())
     std::fprintf(stderr, "myriad train: resumed from %s at step %lld\n", ck.c_str(), static_cast<long long>(step_));

@@ -1,0 +1,76 @@
+// See support.h.
+#include "fuzz/support.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "data/corpus.h"
+#include "io/atomic_file.h"
+#include "model/init.h"
+
+namespace myriad::fuzz {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Scratch {
+  std::string dir;
+  Scratch() {
+    const char* tmp = std::getenv("TMPDIR");
+    const fs::path base = fs::exists("/dev/shm") ? fs::path("/dev/shm") : fs::path(tmp ? tmp : "/tmp");
+    dir = (base / ("myriad_fuzz_" + std::to_string(::getpid()))).string();
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
+}  // namespace
+
+bool verbose() {
+  static const bool v = std::getenv("MYRIAD_FUZZ_VERBOSE") != nullptr;
+  return v;
+}
+
+const std::string& scratch_dir() {
+  static Scratch s;
+  return s.dir;
+}
+
+std::string write_scratch(const std::string& name, std::string_view bytes) {
+  const std::string path = scratch_dir() + "/" + name;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), std::streamsize(bytes.size()));
+  MYRIAD_CHECK(out.good(), "cannot write the fuzz input to ", path);
+  return path;
+}
+
+const Tokenizer& test_tokenizer() {
+  static const Tokenizer tok = Tokenizer::train_from_texts(generate_corpus(11, 60000), 400);
+  return tok;
+}
+
+const std::string& tiny_model_dir() {
+  static const std::string dir = [] {
+    const std::string model = scratch_dir() + "/tiny-model";
+    std::ifstream in(MYRIAD_SOURCE_DIR "/configs/tiny.json");
+    nlohmann::json config = nlohmann::json::parse(in);
+    config["vocab_size"] = test_tokenizer().vocab_size();
+    const std::string config_path = scratch_dir() + "/tiny-config.json";
+    write_scratch("tiny-config.json", config.dump(2));
+    write_random_model(config_path, model, InitOptions{});
+    test_tokenizer().save(model + "/tokenizer");
+    return model;
+  }();
+  return dir;
+}
+
+}  // namespace myriad::fuzz

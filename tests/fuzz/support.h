@@ -1,0 +1,48 @@
+// Shared pieces of the fuzz targets (tests/fuzz/fuzz_*.cc): inputs as files, the fixtures some parsers need
+// (a tokenizer, a tiny model), and the one rule every target enforces.
+//
+// The rule: a parser of outside data either accepts its input or throws one myriad::Error with a message. Any
+// other way out (a crash, a sanitizer report, an abort from a violated invariant, another exception type such as
+// nlohmann's json::exception or std::out_of_range, an empty message) is a bug the fuzzer reports.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/error.h"
+#include "data/tokenizer.h"
+
+namespace myriad::fuzz {
+
+// MYRIAD_FUZZ_VERBOSE=1: print each refusal (to see what a corpus exercises).
+bool verbose();
+
+// Runs `parse`; a myriad::Error is the expected refusal (its message must not be empty); anything else escapes
+// to libFuzzer.
+template <class F>
+void expect_accept_or_error(F&& parse) {
+  try {
+    parse();
+  } catch (const Error& e) {
+    MYRIAD_CHECK(e.what()[0] != '\0', "an Error without a message");
+    if (verbose()) std::fprintf(stderr, "refused: %s\n", e.what());
+  }
+}
+
+// A per-process scratch directory under /dev/shm (or TMPDIR), removed at exit.
+const std::string& scratch_dir();
+
+// Writes `bytes` to scratch_dir()/name (replacing it) and returns the path.
+std::string write_scratch(const std::string& name, std::string_view bytes);
+
+// A SentencePiece tokenizer trained once per process on the built-in corpus (vocab 400, as the unit tests).
+const Tokenizer& test_tokenizer();
+
+// The tiny model's directory (configs/tiny.json at the tokenizer's vocabulary, random weights) in scratch_dir().
+const std::string& tiny_model_dir();
+
+}  // namespace myriad::fuzz
