@@ -2,7 +2,8 @@
 // dtype, shape, bytes; the shard file too when sharded) with totals, the files' metadata, and for a directory
 // with a config.json the model config summary. A file or checkpoint that fails validation ends the command
 // with the validation error (printed once by the CLI boundary, exit 1). A config.json that fails is reported
-// the same way after the tensor listing, so the weights can still be examined.
+// the same way after the tensor listing, so the weights can still be examined. A directory with a checksums.json
+// (io/checksums.h) has every listed file verified first.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "cli.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "io/checksums.h"
 #include "model/config.h"
 
 namespace {
@@ -60,6 +62,10 @@ int run_inspect(const myriad::cli::Args& args) {
                  args.positional().size(), " (see myriad inspect --help)");
   const std::string path = args.positional()[0];
   const bool as_json = args.has("json");
+  // A directory with a checksum manifest (every myriad checkpoint): every file it lists, verified first, so that
+  // a damaged file is named before anything else reads it.
+  std::error_code dir_ec;
+  const bool verified = std::filesystem::is_directory(path, dir_ec) && myriad::verify_directory_checksums(path);
   const Checkpoint ck = Checkpoint::open(path);
 
   // Model config (directories only).
@@ -108,6 +114,7 @@ int run_inspect(const myriad::cli::Args& args) {
                               {"file_bytes", f.file_bytes()},
                               {"header_bytes", f.header_bytes()}});
     out["metadata"] = ck.metadata();
+    out["checksums_verified"] = verified;
     out["tensors"] = std::move(jtensors);
     out["totals"] = {{"tensors", ck.names().size()}, {"parameters", total_params}, {"bytes", total_bytes}};
     if (has_config) {
@@ -129,6 +136,8 @@ int run_inspect(const myriad::cli::Args& args) {
                   grouped(f.header_bytes()).c_str());
     }
     for (const auto& [k, v] : ck.metadata()) std::printf("metadata: %s = %s\n", k.c_str(), v.c_str());
+    std::printf("checksums: %s\n", verified ? "every file listed in checksums.json verified (xxh3-64)"
+                                            : "none (no checksums.json: not a myriad checkpoint, or an older one)");
     Row head{"name", "dtype", "shape", "bytes", "file"};
     size_t wn = head.name.size(), wd = head.dtype.size(), ws = head.shape.size(), wb = head.bytes.size();
     for (const Row& r : rows) {

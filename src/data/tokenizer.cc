@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "data/shards.h"
 #include "io/atomic_file.h"
+#include "io/checksums.h"
 
 namespace myriad {
 
@@ -220,7 +221,14 @@ const Tokenizer::Impl& Tokenizer::impl() const {
 
 Tokenizer Tokenizer::from_model_bytes(std::string model_bytes, const std::string& source) {
   auto impl = std::make_shared<Impl>();
-  const auto status = impl->sp.LoadFromSerializedProto(model_bytes);
+  sentencepiece::util::Status status;
+  try {
+    status = impl->sp.LoadFromSerializedProto(model_bytes);
+  } catch (const std::exception& e) {
+    // SentencePiece reports most bad models through its status, but some well-formed protos with bad pieces (an
+    // empty piece in a unigram model: found by tests/fuzz/fuzz_tokenizer_model.cc) throw from its trie builder.
+    throw_error(ErrorKind::kFormat, source, ": not a usable SentencePiece model: ", e.what());
+  }
   MYRIAD_REQUIRE(status.ok(), kFormat, source, ": not a SentencePiece model: ", status.ToString());
   const int n = impl->sp.GetPieceSize();
   MYRIAD_REQUIRE(n >= kFirstByteId + 256, kFormat, source, ": ", n, " pieces, a myriad tokenizer has at least ",
@@ -316,9 +324,11 @@ Tokenizer Tokenizer::load(const std::string& path) {
   const std::string model_path = is_dir ? (fs::path(path) / kTokenizerModelFile).string() : path;
   MYRIAD_REQUIRE(fs::exists(model_path, ec), kIo, "tokenizer: '", model_path, "' does not exist",
                  is_dir ? " (train one with myriad tokenizer train)" : "");
+  verify_checksum(model_path);
   Tokenizer t = from_model_bytes(read_file(model_path), model_path);
   const std::string json_path = (fs::path(model_path).parent_path() / kTokenizerJsonFile).string();
   if (fs::exists(json_path, ec)) {
+    verify_checksum(json_path);
     nlohmann::json j = nlohmann::json::parse(read_file(json_path), nullptr, /*allow_exceptions=*/false);
     MYRIAD_REQUIRE(j.is_object(), kFormat, json_path, ": not a JSON object");
     MYRIAD_REQUIRE(j.value("type", "") == "sentencepiece-bpe", kFormat, json_path,

@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "io/atomic_file.h"
+#include "io/checksums.h"
 
 namespace myriad {
 
@@ -55,6 +56,7 @@ Checkpoint Checkpoint::open(const std::string& path, const std::string& stem) {
       c.files_.push_back(SafetensorsFile::open(single));
     } else {
       c.sharded_ = true;
+      verify_checksum(index);
       const std::string text = read_file(index);
       json j;
       std::optional<JsonDuplicateKey> dup;

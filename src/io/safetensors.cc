@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "io/atomic_file.h"
+#include "io/checksums.h"
 
 namespace myriad {
 
@@ -144,6 +145,7 @@ const void* SafetensorsFile::mapping_data() const {
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
+  verify_checksum(path);  // a myriad checkpoint's file against its manifest (io/checksums.h); else unchecked
 
   // Open and map.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/json_fields.h"
 #include "core/log.h"
+#include "io/checksums.h"
 
 namespace myriad {
 
@@ -571,6 +572,7 @@ ModelConfig load_model_config(const std::string& path, std::vector<std::string>*
   if (fs::is_directory(p, ec)) p /= "config.json";
   std::ifstream in(p);
   MYRIAD_REQUIRE(in.good(), kIo, "cannot open model config ", p.string());
+  verify_checksum(p.string());
   json j;
   try {
     j = json::parse(in);

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
+#include "io/checksums.h"
 #include "io/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -90,6 +91,7 @@ std::string RunCheckpointWriter::commit(const CheckpointContents& c, int64_t kee
     }
     fsync_directory((tmp / "tokenizer").string());
   }
+  write_checksums(tmp.string());  // last: it lists every file above (and the shards other ranks staged)
   staged_->commit();
   const fs::path root(root_);
   write_file_atomic((root / "latest").string(), name_ + "\n");
@@ -141,6 +143,7 @@ nlohmann::json parse_trainer_state(std::string_view text, const std::string& sou
 
 nlohmann::json read_trainer_state(const std::string& checkpoint_dir) {
   const std::string path = checkpoint_dir + "/trainer_state.json";
+  verify_checksum(path);
   return parse_trainer_state(read_file(path), path);
 }
 

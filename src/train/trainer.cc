@@ -14,6 +14,7 @@
 #include "dist/routing_sync.h"
 #include "dist/sequence_parallel.h"
 #include "io/checkpoint.h"
+#include "io/checksums.h"
 #include "model/accounting.h"
 #include "model/balancing.h"
 #include "model/param_spec.h"
@@ -126,6 +127,7 @@ Trainer::Trainer(Transformer& model, TrainConfig config, BatchSource& data, Trai
 
 void Trainer::resume(const std::string& dir) {
   const std::string ck = latest_checkpoint(dir);
+  verify_directory_checksums(ck);  // every file of the checkpoint, before any is read
   Checkpoint weights = Checkpoint::open(ck);
   validate_checkpoint_against_config(weights, model_.config());  // a checkpoint from another config: one error
   for (const auto& [name, v] : model_.weights().all()) {
