@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "dist/expert_parallel.h"
 #include "dist/routing_sync.h"
@@ -382,6 +383,20 @@ TrainSummary Trainer::run() {
     } else {
       fo.sequence = nullptr;
     }
+    // Fault injection (MYRIAD_FAULT_NAN; fault_injection.h), for the fault tests only.
+    const auto nan_target = [&](bool norm) -> Tensor {
+      for (const auto& [name, v] : model_.weights().all())
+        if (v.requires_grad() && (!norm || name.find("norm") != std::string::npos)) return v.value();
+      MYRIAD_CHECK(false, "no weight to inject a fault into");
+    };
+    const float kNan = std::numeric_limits<float>::quiet_NaN();
+    float restore_after_step = 0;
+    if (fault_.at(NanFault::Kind::kWeight, step_)) nan_target(false).data<float>()[0] = kNan;
+    if (fault_.at(NanFault::Kind::kActivation, step_)) {
+      float* w = nan_target(true).data<float>();
+      restore_after_step = w[0];
+      w[0] = kNan;
+    }
     for (int64_t i = 0; i < n_seq; ++i) {
       TrainBatch b = data_.next(T);
       if (i < first || i >= first + per_rank) continue;
@@ -426,6 +441,14 @@ TrainSummary Trainer::run() {
           routing[j].scores = both;
         }
       }
+    }
+    if (fault_.at(NanFault::Kind::kActivation, step_)) nan_target(true).data<float>()[0] = restore_after_step;
+    if (fault_.at(NanFault::Kind::kGradient, step_)) {
+      for (const auto& [name, v] : model_.weights().all())
+        if (v.has_grad()) {
+          v.grad().data<float>()[0] = kNan;
+          break;
+        }
     }
     // Over the ranks: the gradients (summed: each backward was seeded with 1 / the step's sequences), the
     // losses, the skip decision (every rank skips together) and the routing statistics.
@@ -480,7 +503,9 @@ TrainSummary Trainer::run() {
     if (mc.balancing == Balancing::kAuxLoss) rec["aux_loss"] = aux_sum / double(n_seq);
     if (world.size() > 1) rec["grad_sync_s"] = sync_->seconds() - sync_before;
     if (groups_->dims.ep > 1) rec["expert_exchange_s"] = expert_exchange_seconds() - exchange_before;
-    if (!routing.empty()) {
+    // A skipped step's routing (NaN scores) describes nothing; every rank agrees on `finite`, so all skip the
+    // collective summary together.
+    if (!routing.empty() && finite) {
       nlohmann::json moe = nlohmann::json::array();
       for (size_t j = 0; j < routing.size(); ++j) {
         const RoutingStats& r = routing[j];
@@ -550,7 +575,9 @@ TrainSummary Trainer::run() {
                      eval_summary(e).c_str());
       }
     }
-    if (step_ % cfg_.checkpoint_every == 0 || step_ == end) save(step_);
+    // Never during a run of skipped steps: a non-finite weight (corrupted memory) would make a bad checkpoint the
+    // one to resume from; the last good one stays `latest`.
+    if ((step_ % cfg_.checkpoint_every == 0 || step_ == end) && consecutive_skips_ == 0) save(step_);
   }
   if (tty && !opt_.quiet && root()) std::fprintf(stderr, "\n");
   sum.steps = step_;

@@ -14,6 +14,7 @@
 #include "dist/optimizer_sharding.h"
 #include "dist/parallel_dims.h"
 #include "model/transformer.h"
+#include "train/fault_injection.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
 
@@ -97,6 +98,7 @@ class Trainer {
   int64_t step_ = 0;              // steps done
   int64_t skipped_total_ = 0;
   int64_t consecutive_skips_ = 0;
+  NanFault fault_ = nan_fault_from_env();  // tests only (fault_injection.h)
   int64_t tokens_seen_ = 0;
   double sgemm_gflops_ = 0;
   std::string last_checkpoint_;
