@@ -10,6 +10,11 @@
 
 using namespace myriad;
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  (void)myriad::fuzz::test_tokenizer();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Tokenizer& tok = fuzz::test_tokenizer();
   const std::vector<int32_t> ids = tok.encode(std::string_view(reinterpret_cast<const char*>(data), size));

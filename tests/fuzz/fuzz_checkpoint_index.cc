@@ -28,6 +28,11 @@ const std::string& checkpoint_dir() {
 
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  (void)checkpoint_dir();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string& dir = checkpoint_dir();
   fuzz::write_scratch("sharded/model.safetensors.index.json",

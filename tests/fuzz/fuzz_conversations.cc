@@ -9,6 +9,11 @@
 
 using namespace myriad;
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  (void)myriad::fuzz::test_tokenizer();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Tokenizer& tok = fuzz::test_tokenizer();
   const std::string path =

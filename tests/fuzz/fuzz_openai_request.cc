@@ -27,10 +27,20 @@ void expect_accept_or_4xx(F&& handle) {
   }
 }
 
+const std::shared_ptr<InferenceModel>& tiny_model() {
+  static const std::shared_ptr<InferenceModel> model = InferenceModel::load(fuzz::tiny_model_dir());
+  return model;
+}
+
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  (void)tiny_model();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::shared_ptr<InferenceModel> model = InferenceModel::load(fuzz::tiny_model_dir());
+  const std::shared_ptr<InferenceModel>& model = tiny_model();
   static const ServerOptions options = [] {
     ServerOptions o;
     o.model_name = "tiny";

@@ -9,12 +9,26 @@
 
 using namespace myriad;
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+namespace {
+
+const std::string& data_dir() {
   static const std::string dir = [] {
     std::filesystem::create_directories(fuzz::scratch_dir() + "/data");
     fuzz::write_scratch("data/meta.json", R"({"vocab_size": 400})");
     return fuzz::scratch_dir() + "/data";
   }();
+  return dir;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  (void)data_dir();
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string& dir = data_dir();
   fuzz::write_scratch("data/train-00000.bin", std::string_view(reinterpret_cast<const char*>(data), size));
   fuzz::expect_accept_or_error([&] {
     Loader loader(dir, 7);

@@ -43,6 +43,11 @@ bool valid_utf8(std::string_view s) {
 
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  (void)myriad::fuzz::test_tokenizer();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Tokenizer& tok = fuzz::test_tokenizer();
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -39,6 +39,12 @@ std::vector<ChatTokens> conversations(int n) {
 
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  (void)data_dir();
+  (void)fuzz::test_tokenizer();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   fuzz::expect_accept_or_error([&] {

@@ -39,6 +39,9 @@ const std::string& scratch_dir();
 // Writes `bytes` to scratch_dir()/name (replacing it) and returns the path.
 std::string write_scratch(const std::string& name, std::string_view bytes);
 
+// Fixtures are built in LLVMFuzzerInitialize (each target defines it when it has some), so that their seconds
+// of set-up do not count against the first input's 1 s timeout.
+//
 // A SentencePiece tokenizer trained once per process on the built-in corpus (vocab 400, as the unit tests).
 const Tokenizer& test_tokenizer();
 
