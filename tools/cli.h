@@ -25,6 +25,7 @@ class Args {
   std::optional<std::string> get(const std::string& name) const;
   std::string get_or(const std::string& name, const std::string& fallback) const;
   long get_int(const std::string& name, long fallback, long min, long max) const;
+  double get_double(const std::string& name, double fallback, double min, double max) const;
   // One of `choices` (kValue naming them otherwise); fallback when the flag is absent.
   std::string get_choice(const std::string& name, const std::string& fallback,
                          const std::vector<std::string>& choices) const;

@@ -44,7 +44,9 @@ int run_serve(const myriad::cli::Args& args) {
   e.prefix_every = args.get_int("prefix-every", e.prefix_every, 0, 1 << 30);
   e.prefix_cache_mb = args.get_int("prefix-cache-mb", e.prefix_cache_mb, 0, 1 << 24);
   opt.default_max_tokens = args.get_int("default-max-tokens", opt.default_max_tokens, 1, 1 << 30);
-  opt.http_threads = int(args.get_int("http-threads", 0, 0, 4096));
+  opt.max_connections = int(args.get_int("max-connections", opt.max_connections, 1, 1 << 16));
+  opt.request_timeout_s = args.get_double("request-timeout", opt.request_timeout_s, 0.001, 86400);
+  opt.shutdown_grace_s = args.get_double("shutdown-grace", opt.shutdown_grace_s, 0, 86400);
 
   // SIGINT / SIGTERM are taken here with sigtimedwait: block them before any thread starts (threads inherit it).
   // Expert followers block them too: mpirun passes them to every rank, and a follower ends when rank 0, stopping,
@@ -142,5 +144,12 @@ MYRIAD_COMMAND("serve", "serve a model over an OpenAI-compatible HTTP API (chat,
                 {"prefix-every", "N", "prefix cache snapshot interval in tokens; 0 = off (default 256)"},
                 {"prefix-cache-mb", "N", "memory for prefix snapshots (default 256)"},
                 {"default-max-tokens", "N", "chat max_tokens when the request has none (default 1024)"},
-                {"http-threads", "N", "HTTP handler threads (default max-batch + max-waiting + 8)"}},
+                {"max-connections", "N",
+                 "connections served at once, a thread each (default 1024; more wait for a free one)"},
+                {"request-timeout", "S",
+                 "seconds a client has to send a request, headers and body (default 10; slower ones are "
+                 "disconnected, so that slow clients cannot starve the others)"},
+                {"shutdown-grace", "S",
+                 "on SIGTERM/SIGINT, seconds running requests may finish before they are cancelled (default 10; "
+                 "new ones get 503 at once)"}},
                run_serve);

@@ -111,6 +111,16 @@ long Args::get_int(const std::string& name, long fallback, long min, long max) c
   return x;
 }
 
+double Args::get_double(const std::string& name, double fallback, double min, double max) const {
+  auto v = get(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  const double x = std::strtod(v->c_str(), &end);
+  MYRIAD_REQUIRE(!v->empty() && end && *end == '\0' && x >= min && x <= max, kValue, "--", name, " ", *v,
+                 ": must be a number in [", min, ", ", max, "]");
+  return x;
+}
+
 std::string Args::get_choice(const std::string& name, const std::string& fallback,
                              const std::vector<std::string>& choices) const {
   const std::string v = get_or(name, fallback);

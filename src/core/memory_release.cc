@@ -23,4 +23,10 @@ void release_free_memory() {
 #endif
 }
 
+void release_thread_cache() {
+#if defined(MYRIAD_JEMALLOC)
+  mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);
+#endif
+}
+
 }  // namespace myriad

@@ -13,4 +13,9 @@ namespace myriad {
 // every arena; glibc: malloc_trim). Thread-safe; costs a few milliseconds after a large burst, nothing when idle.
 void release_free_memory();
 
+// Gives the calling thread's allocator cache back to the shared arenas (jemalloc: thread.tcache.flush), so that a
+// following release_free_memory() can return it. For threads about to end: what a thread caches is otherwise
+// returned to the arenas at its exit, after any purge it could do.
+void release_thread_cache();
+
 }  // namespace myriad

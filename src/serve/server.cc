@@ -29,6 +29,7 @@
 #include "core/error.h"
 #include "data/chat_template.h"
 #include "data/tokenizer.h"
+#include "serve/http_connections.h"
 #include "serve/job.h"
 #include "serve/openai_reply.h"
 #include "serve/openai_schema.h"
@@ -67,11 +68,13 @@ struct Server::Impl {
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
 
   ServerOptions opt;
-  httplib::Server http;
+  HttpStats stats;  // for /metrics
+  GuardedHttpServer http;
   std::thread http_thread, load_thread;
   int port = -1;
   bool started = false, stopped = false;
-  std::atomic<bool> stopping{false};
+  std::atomic<bool> draining{false};  // stop() has begun: new generation requests get 503
+  std::atomic<bool> stopping{false};  // the grace is over: running requests end too
   const int64_t created = unix_now();
 
   mutable std::mutex mu;  // guards state, engine, model, load_error
@@ -80,15 +83,15 @@ struct Server::Impl {
   std::shared_ptr<const InferenceModel> model;
   std::string load_error;
 
-  HttpStats stats;  // for /metrics
-
-  explicit Impl(ServerOptions o) : opt(std::move(o)) {
+  explicit Impl(ServerOptions o)
+      : opt(std::move(o)),
+        http(std::chrono::milliseconds(int64_t(opt.request_timeout_s * 1000)), stats.connections_timed_out) {
     if (opt.model_name.empty()) opt.model_name = default_model_name(opt.model_dir);
   }
 
   // The engine, or 503 while loading / after a failed load / while stopping.
   std::shared_ptr<Engine> require_engine() const {
-    if (stopping) throw ApiError(503, "the server is stopping", "server_error", "", "server_stopping");
+    if (draining) throw ApiError(503, "the server is stopping", "server_error", "", "server_stopping");
     std::lock_guard<std::mutex> lock(mu);
     if (state == State::kFailed)
       throw ApiError(503, str("the model failed to load: ", load_error), "server_error", "", "model_load_failed");
@@ -109,6 +112,7 @@ struct Server::Impl {
   // Every handler runs inside this: any exception becomes an error response, never a dead server.
   Handler guarded(bool v1, Handler fn) {
     return [this, v1, fn = std::move(fn)](const httplib::Request& req, httplib::Response& res) {
+      GuardedHttpServer::request_started();  // the request has been read: its deadline no longer applies
       try {
         if (v1) check_api_key(req);
         fn(req, res);
@@ -197,6 +201,11 @@ struct Server::Impl {
     reply_json(res, 200, json{{"prompt", tok.decode(parse_detokenize(body, tok, opt.model_name))}});
   }
 
+  std::shared_ptr<Engine> engine_if_loaded() const {
+    std::lock_guard<std::mutex> lock(mu);
+    return engine;
+  }
+
   json model_card() const {
     json card{{"id", opt.model_name}, {"object", "model"}, {"created", created}, {"owned_by", "myriad"}};
     std::lock_guard<std::mutex> lock(mu);
@@ -207,7 +216,7 @@ struct Server::Impl {
   void routes() {
     http.Get("/health", guarded(false, [this](const httplib::Request&, httplib::Response& res) {
                std::lock_guard<std::mutex> lock(mu);
-               if (stopping)
+               if (draining)
                  reply_json(res, 503, json{{"status", "stopping"}});
                else if (state == State::kReady)
                  reply_json(res, 200, json{{"status", "ok"}, {"model", opt.model_name}});
@@ -308,10 +317,13 @@ void Server::start() {
   MYRIAD_REQUIRE(!s.started, kValue, "server: start() called twice");
   s.started = true;
   ::signal(SIGPIPE, SIG_IGN);  // a client that went away must not kill the process
-  const EngineOptions& eo = s.opt.engine;
-  const int64_t threads =
-      s.opt.http_threads > 0 ? s.opt.http_threads : std::min<int64_t>(512, eo.max_batch + eo.max_waiting + 8);
-  s.http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  MYRIAD_REQUIRE(s.opt.max_connections >= 1, kValue, "server: max_connections must be at least 1, got ",
+                 s.opt.max_connections);
+  MYRIAD_REQUIRE(s.opt.request_timeout_s > 0 && s.opt.shutdown_grace_s >= 0, kValue,
+                 "server: request_timeout_s must be > 0 and shutdown_grace_s >= 0, got ", s.opt.request_timeout_s,
+                 " and ", s.opt.shutdown_grace_s);
+  const int max_connections = s.opt.max_connections;
+  s.http.new_task_queue = [max_connections] { return new ConnectionThreads(max_connections); };
   s.http.set_payload_max_length(s.opt.max_body_bytes);
   s.routes();
   errno = 0;
@@ -325,6 +337,7 @@ void Server::start() {
     throw_error(ErrorKind::kIo, "server: cannot listen on ", s.opt.host, ":", s.opt.port,
                 err ? str(" (", std::strerror(err), ")") : std::string());
   }
+  (void)s.http.set_listen_backlog(std::min(s.opt.max_connections, 4096));  // the default of 5 stays otherwise
   s.http_thread = std::thread([&s] { s.http.listen_after_bind(); });
   s.load_thread = std::thread([&s] { s.load(); });
 }
@@ -333,6 +346,17 @@ void Server::stop() {
   Impl& s = *impl_;
   if (!s.started || s.stopped) return;
   s.stopped = true;
+  s.draining = true;  // new generation requests: 503
+  // The grace: running and queued requests may finish (the engine's counts reach zero) for shutdown_grace_s.
+  if (const std::shared_ptr<Engine> e = s.engine_if_loaded()) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(s.opt.shutdown_grace_s * 1000));
+    for (;;) {
+      const EngineMetrics m = e->metrics();
+      if ((m.running == 0 && m.waiting == 0) || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
   s.stopping = true;  // handlers waiting for tokens answer 503 / end their streams within kPollInterval
   s.http.stop();
   if (s.http_thread.joinable()) s.http_thread.join();  // joins the handler threads too

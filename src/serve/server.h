@@ -31,7 +31,9 @@
 // Threads: httplib's worker pool runs the handlers (one per connection while it is active); the engine thread
 // generates and hands each request's events to its handler through a per-request queue (never blocking the engine
 // thread). A handler whose client goes away (a failed write) cancels its request, which frees its pages.
-// Leaves out: n > 1, echo, tool calls, images, TLS (bind to loopback, or put a proxy in front). A NON-streaming
+// Connections (serve/http_connections.h): a thread each, up to max_connections; a client has request_timeout_s to
+// send each request, so slow clients cannot starve the others.
+// Leaves out: n > 1, echo, images, TLS (bind to loopback, or put a proxy in front). A NON-streaming
 // request whose client goes away runs to its end (bounded by max_tokens): httplib gives a handler no way to watch
 // its connection until it writes.
 #pragma once
@@ -53,7 +55,15 @@ struct ServerOptions {
   int port = 8080;      // 0: any free port (Server::port() tells which)
   std::string api_key;  // non-empty: "Authorization: Bearer <api_key>" required on /v1/*
   EngineOptions engine;
-  int http_threads = 0;               // handler threads; 0: max_batch + max_waiting + 8 (at most 512)
+  // Connections served at once, each on its own thread (started when needed; idle ones end); more wait for one.
+  int max_connections = 1024;
+  // A client must send each request (headers and body) within this many seconds of connecting, or of the end of
+  // its previous response; a slower one is disconnected (counted in /metrics), so that slow clients cannot hold
+  // the threads the others need.
+  double request_timeout_s = 10;
+  // On stop (SIGTERM): new generation requests get 503 at once while running ones may finish for up to this many
+  // seconds; then whatever still runs is cancelled (streams end, waiting handlers answer 503).
+  double shutdown_grace_s = 10;
   size_t max_body_bytes = 16u << 20;  // larger request bodies get 413
   int64_t default_max_tokens = 1024;  // chat requests without max_tokens get min(this, context left)
   // Loads the model; default InferenceModel::load(model_dir). Tests use it to hold or fail the load.
@@ -76,8 +86,9 @@ class Server {
   // Binds host:port (kIo when it cannot: port in use, bad host), starts answering on a background thread (health:
   // 503) and loads the model on another; once loaded the engine starts and the state becomes kReady.
   void start();
-  // Stops accepting connections, ends the streams and waiting handlers (503), stops the engine and joins every
-  // thread. Idempotent.
+  // Refuses new generation requests (503), lets running ones finish for up to shutdown_grace_s, then stops accepting
+  // connections, ends the remaining streams and waiting handlers (503), stops the engine and joins every thread.
+  // Idempotent.
   void stop();
 
   int port() const;  // the bound port (after start())

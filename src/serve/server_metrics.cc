@@ -35,6 +35,9 @@ std::string metrics_text(HttpStats& http, const Engine* eng) {
   }
   head("myriad_http_streams_aborted_total", "counter", "Streams whose client went away before the end.");
   line("myriad_http_streams_aborted_total", double(http.streams_aborted.load()));
+  head("myriad_http_connections_timed_out_total", "counter",
+       "Connections shut for taking longer than the request timeout to send a request (slow clients).");
+  line("myriad_http_connections_timed_out_total", double(http.connections_timed_out.load()));
 
   head("myriad_model_ready", "gauge", "1 once the model is loaded and the engine runs.");
   line("myriad_model_ready", eng ? 1 : 0);

@@ -19,6 +19,7 @@ struct HttpStats {
   std::mutex mu;                                           // guards counts
   std::map<std::pair<std::string, int>, uint64_t> counts;  // (endpoint_label, status) -> responses
   std::atomic<uint64_t> streams_aborted{0};
+  std::atomic<uint64_t> connections_timed_out{0};  // shut for taking longer than request_timeout to send a request
 };
 
 // Label for /metrics: the known endpoints, else "other" (so that the label set stays bounded).

@@ -8,8 +8,12 @@
 // (so that every id the model can sample decodes), written to a temporary directory as a model directory.
 #include "serve/server.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -638,6 +642,142 @@ TEST_F(ServerTest, MetricsFormat) {
 }
 
 // A full queue answers 429 (and the server stopping answers the waiting requests with 503).
+// A raw TCP connection to 127.0.0.1:port (-1 when it cannot connect).
+int connect_raw(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the server has closed the connection: it is readable and a read returns end-of-file or an error.
+bool closed_by_server(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  char c;
+  return ::recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+}
+
+// Slowloris: clients that send a request's headers a byte at a time must not delay the others (each connection
+// has its own thread), and are disconnected once they have taken request_timeout_s (counted in /metrics). With the
+// fixed pool of before, 100 such clients held every handler thread and a normal request waited for them.
+TEST_F(ServerTest, SlowClientsDoNotStarveOthers) {
+  ServerOptions opt;
+  opt.model_dir = *model_dir_;
+  opt.port = 0;
+  opt.engine = test_engine_options();
+  opt.request_timeout_s = 3;
+  Server s(opt);
+  s.start();
+  wait_ready(s);
+  constexpr int kSlow = 100;
+  std::vector<int> slow;
+  for (int i = 0; i < kSlow; ++i) {
+    const int fd = connect_raw(s.port());
+    ASSERT_GE(fd, 0) << "connection " << i;
+    slow.push_back(fd);
+  }
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
+  std::atomic<bool> dribbling{true};
+  std::thread dribbler([&] {  // one byte per connection every 100 ms: each read is well inside httplib's timeout
+    for (size_t i = 0; dribbling; ++i) {
+      for (int fd : slow) (void)::send(fd, &head[std::min(i, head.size() - 1)], 1, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+  std::this_thread::sleep_for(500ms);  // every slow connection has a thread and is mid-header
+  const auto t0 = std::chrono::steady_clock::now();
+  const httplib::Result r = post("/v1/completions", R"({"prompt": "hi", "max_tokens": 4})", s.port());
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  // NOTE: 1 s: a 4-token completion of the tiny model takes ~10 ms here; the slow connections' deadline is 3 s, so
+  // an answer that waited for them would take > 2.5 s.
+  EXPECT_LT(waited, 1.0) << "a normal request waited behind " << kSlow << " slow clients";
+
+  // Each slow connection is closed by the server soon after its deadline (checked every request_timeout / 4).
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  int closed = 0;
+  std::vector<bool> seen(slow.size(), false);
+  while (closed < kSlow && std::chrono::steady_clock::now() < deadline) {
+    for (size_t i = 0; i < slow.size(); ++i)
+      if (!seen[i] && closed_by_server(slow[i])) seen[i] = true, ++closed;
+    std::this_thread::sleep_for(50ms);
+  }
+  const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  dribbling = false;
+  dribbler.join();
+  for (int fd : slow) ::close(fd);
+  EXPECT_EQ(closed, kSlow) << "slow connections still open " << after << " s after the first byte";
+  httplib::Client c = client(s.port());
+  const httplib::Result m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_GE(metric(m->body, "myriad_http_connections_timed_out_total"), kSlow) << m->body;
+}
+
+// Graceful stop: a running request finishes within the grace, a new one meanwhile gets 503 at once; past the grace
+// whatever still runs is cancelled, so stop() takes at most the grace plus a poll interval.
+TEST_F(ServerTest, StopLetsRunningRequestsFinishWithinTheGrace) {
+  for (const double grace : {60.0, 0.05}) {
+    SCOPED_TRACE(grace);
+    ServerOptions opt;
+    opt.model_dir = *model_dir_;
+    opt.port = 0;
+    opt.engine = test_engine_options();
+    opt.shutdown_grace_s = grace;
+    auto s = std::make_unique<Server>(opt);
+    s->start();
+    wait_ready(*s);
+    const int port = s->port();
+    // 60 s of grace: 200 tokens finish (well under a second here). 0.05 s: 1900 tokens (within the tiny model's
+    // context) take ~0.3 s on this 2-core machine, longer on a slower one.
+    const int64_t tokens = grace > 1 ? 200 : 1900;
+    const json req{{"prompt", "hi"}, {"max_tokens", tokens}, {"ignore_eos", true}};
+    auto running = std::async(std::launch::async, [&] { return post("/v1/completions", req.dump(), port); });
+    const auto until = std::chrono::steady_clock::now() + 30s;
+    while (metric(client(port).Get("/metrics")->body, "myriad_requests_running") != 1 &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(5ms);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto stopped = std::async(std::launch::async, [&] { s->stop(); });
+    // While draining: /health says stopping and a new request gets 503 (the listening socket is still open).
+    int health = 0;
+    std::string health_body;
+    while (std::chrono::steady_clock::now() < until) {
+      const httplib::Result h = client(port).Get("/health");
+      health = h ? h->status : -1;
+      health_body = h ? h->body : "";
+      if (health != 200) break;
+      std::this_thread::sleep_for(2ms);
+    }
+    if (grace > 1) {
+      ASSERT_EQ(health, 503);
+      EXPECT_EQ(json::parse(health_body)["status"], "stopping");
+      expect_error_shape(post("/v1/completions", R"({"prompt": "hi", "max_tokens": 2})", port), 503, "",
+                         "server_stopping", "a new request while draining");
+    }
+    const httplib::Result r = running.get();
+    stopped.get();
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(r);
+    if (grace > 1) {
+      EXPECT_EQ(r->status, 200) << r->body;
+      EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], tokens);
+    } else {
+      EXPECT_EQ(r->status, 503) << r->body;
+      // NOTE: grace + 1 s: the handler notices within kPollInterval (100 ms) and httplib's stop joins its threads.
+      EXPECT_LT(took, grace + 1.0);
+    }
+  }
+}
+
 TEST_F(ServerTest, FullQueueIsBusy) {
   ServerOptions opt;
   opt.model_dir = *model_dir_;
@@ -645,6 +785,7 @@ TEST_F(ServerTest, FullQueueIsBusy) {
   opt.engine = test_engine_options();
   opt.engine.max_batch = 1;
   opt.engine.max_waiting = 1;
+  opt.shutdown_grace_s = 0;  // stop() cancels at once
   auto s = std::make_unique<Server>(opt);
   s->start();
   wait_ready(*s);
