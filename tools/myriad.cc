@@ -1,7 +1,9 @@
 // myriad: entry point. Dispatches to subcommands; catches the one typed Error at the boundary, prints it
 // once and exits with status 1 (2 for usage errors).
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -38,7 +40,9 @@ Registrar::Registrar(Command c) {
 std::string command_help(const Command& c) {
   std::string s = "usage: " + c.usage + "\n\n" + c.summary + "\n";
   std::vector<OptionSpec> all = c.options;
-  all.push_back({"threads", "N", "worker threads (default: all cores; also MYRIAD_THREADS)"});
+  all.push_back({"threads", "N",
+                 "worker threads (default: all cores, or the free ones when other work holds cores at start-up; also "
+                 "MYRIAD_THREADS)"});
   all.push_back({"help", "", "show this help"});
   s += "\noptions:\n";
   for (const auto& o : all) {
@@ -157,15 +161,48 @@ void end_job_on_error() {
   }
 }
 
+// Threads of other processes that are runnable now: procs_running of /proc/stat less this process's one thread,
+// the least of a few samples (a passing process is not load). -1 when unreadable.
+int other_runnable_threads() {
+  int least = -1;
+  for (int sample = 0; sample < 5; ++sample) {
+    std::FILE* f = std::fopen("/proc/stat", "r");
+    if (!f) return -1;
+    char line[256];
+    int running = -1;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "procs_running %d", &running) == 1) break;
+    std::fclose(f);
+    if (running < 0) return -1;
+    least = least < 0 ? running - 1 : std::min(least, running - 1);
+    ::usleep(2000);
+  }
+  return least;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   // NOTE: libgomp's idle threads spin for ~300k iterations before sleeping. When the cores are shared (OpenBLAS's
   // own threads, or any other process on a 2-core machine) a spinning thread starves the one it waits for, and a
-  // tiny model's many short parallel regions ran 10x slower. A short spin fixes it; libgomp reads the setting
-  // when it loads, so the process re-executes itself once with it set (unless the user chose one).
+  // tiny model's many short parallel regions ran 10x slower. A short spin fixes that when myriad has the cores to
+  // itself. When other CPU-bound work already runs, every parallel region's barrier waits for the thread the
+  // scheduler last preempted, and training fell to 2-8% of its speed beside two busy processes on 2 cores whatever
+  // the spin (scripts/shared_machine_bench.sh); so then myriad takes only the cores that are free (at least one
+  // thread) and waits passively. libgomp reads its settings when it loads, so the process re-executes itself once
+  // with those that fit the machine at start-up; a setting the user chose (GOMP_SPINCOUNT, OMP_WAIT_POLICY,
+  // MYRIAD_THREADS, --threads) wins.
   if (!std::getenv("GOMP_SPINCOUNT") && !std::getenv("OMP_WAIT_POLICY") && !std::getenv("MYRIAD_NO_REEXEC")) {
-    ::setenv("GOMP_SPINCOUNT", "10000", 1);
+    const int others = other_runnable_threads();
+    if (others > 0) {
+      ::setenv("OMP_WAIT_POLICY", "passive", 1);
+      cpu_set_t mask;
+      const int cores = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 1;
+      const std::string threads = std::to_string(std::max(1, cores - others));
+      if (!std::getenv("MYRIAD_THREADS")) ::setenv("MYRIAD_THREADS", threads.c_str(), 1);
+    } else {
+      ::setenv("GOMP_SPINCOUNT", "10000", 1);
+    }
     ::setenv("MYRIAD_NO_REEXEC", "1", 1);
     ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the default
   }
