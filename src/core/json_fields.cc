@@ -148,10 +148,14 @@ void JsonFields::positive(const std::string& key, double v) const {
 }
 
 void JsonFields::finish() const {
+  // NOTE: a warning for each of the first kNamed unknown fields, then one line counting the rest: a file with
+  // 100,000 of them (hostile, or not a config at all) must not print 100,000 lines.
+  constexpr int64_t kNamed = 8;
+  int64_t unknown = 0;
   for (auto it = j_.begin(); it != j_.end(); ++it) {
     if (used_.count(it.key()) || (src_.ignored && src_.ignored->count(it.key()))) continue;
     if (src_.unknown == UnknownFields::kWarn) {
-      warn(src_, str("unknown field ", path(it.key()), " ignored"));
+      if (++unknown <= kNamed) warn(src_, str("unknown field ", path(it.key()), " ignored"));
       continue;
     }
     std::string known;
@@ -159,6 +163,8 @@ void JsonFields::finish() const {
     throw_error(ErrorKind::kConfig, src_.name, ": ", path(it.key()), ": unknown field (the fields here are ", known,
                 ")");
   }
+  if (unknown > kNamed)
+    warn(src_, str(unknown - kNamed, " more unknown fields", path_.empty() ? "" : " in " + path_, " ignored"));
 }
 
 const json& JsonFields::as_written(const std::string& key, const json& value) const {
