@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -94,8 +95,16 @@ class DeadlineSocketStream : public httplib::Stream {
   DeadlineSocketStream(int fd, std::chrono::microseconds read_timeout, std::chrono::microseconds write_timeout)
       : fd_(fd), read_timeout_(read_timeout), write_timeout_(write_timeout) {}
 
-  void set_deadline(Clock::time_point d) { deadline_ = d; }
-  void clear_deadline() { deadline_ = Clock::time_point::max(); }
+  // A new request: its deadline, and the bytes its request line and headers may take.
+  void start_request(Clock::time_point deadline, size_t header_budget) {
+    deadline_ = deadline;
+    budget_ = header_budget;
+  }
+  void headers_read() { budget_ = SIZE_MAX; }  // the body's size is httplib's payload limit
+  void clear_deadline() {
+    deadline_ = Clock::time_point::max();
+    budget_ = SIZE_MAX;
+  }
   bool deadline_passed() const { return deadline_ != Clock::time_point::max() && Clock::now() >= deadline_; }
 
   bool is_readable() const override {
@@ -117,9 +126,11 @@ class DeadlineSocketStream : public httplib::Stream {
       if (n <= 0) return n;
       len_ = size_t(n);
     }
-    const size_t n = std::min(size, len_ - off_);
+    if (budget_ == 0) return -1;  // headers larger than the budget: httplib answers 400
+    const size_t n = std::min({size, len_ - off_, budget_});
     std::memcpy(ptr, buf_ + off_, n);
     off_ += n;
+    if (budget_ != SIZE_MAX) budget_ -= n;
     return ssize_t(n);
   }
 
@@ -176,6 +187,7 @@ class DeadlineSocketStream : public httplib::Stream {
   const int fd_;
   const std::chrono::microseconds read_timeout_, write_timeout_;
   Clock::time_point deadline_ = Clock::time_point::max();
+  size_t budget_ = SIZE_MAX;  // bytes the request line and headers may still take
   char buf_[4096];
   size_t off_ = 0, len_ = 0;
 };
@@ -191,6 +203,10 @@ GuardedHttpServer::GuardedHttpServer(std::chrono::milliseconds request_timeout, 
 bool GuardedHttpServer::set_listen_backlog(int backlog) {
   const socket_t sock = svr_sock_;
   return sock != INVALID_SOCKET && ::listen(sock, backlog) == 0;
+}
+
+void GuardedHttpServer::headers_read() {
+  if (current_stream) current_stream->headers_read();
 }
 
 void GuardedHttpServer::request_started() {
@@ -218,7 +234,7 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
       ready = r > 0;
     }
     if (!ready || svr_sock_ == INVALID_SOCKET) break;
-    strm.set_deadline(Clock::now() + request_timeout_);
+    strm.start_request(Clock::now() + request_timeout_, kMaxHeaderBytes);
     bool connection_closed = false;
     ok = process_request(strm, count == 1, connection_closed, nullptr);
     if (strm.deadline_passed()) ++timed_out_;  // still reading when the time was up: what ended it

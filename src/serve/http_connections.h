@@ -58,6 +58,13 @@ class GuardedHttpServer : public httplib::Server {
   // `timed_out` counts the requests cut for their slowness (the server's /metrics shows it).
   GuardedHttpServer(std::chrono::milliseconds request_timeout, std::atomic<uint64_t>& timed_out);
 
+  // The request line and headers of one request may take this many bytes (httplib limits each line to 8 KiB but
+  // not their number); more is a 400. nginx's default is 4 x 8 KiB.
+  static constexpr size_t kMaxHeaderBytes = 64 << 10;
+
+  // On the thread that serves the connection (from httplib's pre-routing handler): the headers are read, the body
+  // (bounded by the payload limit) comes next. A no-op on other threads.
+  static void headers_read();
   // On the thread that serves the connection (inside a handler): the request has been read, its deadline no longer
   // applies (a handler that streams for minutes is not slow). A no-op on other threads.
   static void request_started();

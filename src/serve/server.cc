@@ -256,6 +256,11 @@ struct Server::Impl {
     http.Post("/detokenize", guarded(false, [this](const httplib::Request& req, httplib::Response& res) {
                 handle_detokenize(req, res);
               }));
+    // Runs once the request line and headers are read, before the body: the header byte budget ends there.
+    http.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+      GuardedHttpServer::headers_read();
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
     // Responses of httplib's own (no route, body too large, bad request line) in OpenAI's shape too.
     http.set_error_handler(
         httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
