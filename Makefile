@@ -2,7 +2,7 @@
 # Each installs the Debian packages it needs first (scripts/deps.sh skips what is present).
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo demo-agent test test-release test-sanitize test-fuzz fuzz cuda format clean
+.PHONY: all deps build demo demo-agent test test-release test-sanitize test-tsan test-fuzz fuzz cuda format clean
 
 all: build
 
@@ -40,6 +40,15 @@ test-sanitize:
 	@cmake --preset debug >/dev/null
 	@cmake --build --preset debug -j $(JOBS)
 	@ctest --preset debug
+
+# The engine and the HTTP server's tests under ThreadSanitizer (clang-14; one compute thread, so that OpenMP's
+# and OpenBLAS's uninstrumented pools stay out of it: the engine thread, the HTTP threads and the jobs between them
+# are what is checked).
+test-tsan:
+	@bash scripts/deps.sh fuzz
+	@cmake --preset tsan >/dev/null
+	@cmake --build --preset tsan -j $(JOBS)
+	@ctest --preset tsan
 
 # Every fuzz target under libFuzzer (clang, ASan + UBSan) for FUZZ_SECONDS each (scripts/fuzz.sh; the corpus it
 # grows is kept in build/fuzz/corpus). `make test` runs each for a short smoke.

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "timing_bounds.h"
 
 namespace myriad {
 namespace {
@@ -687,8 +688,10 @@ TEST(ModelConfigWarnings, HugeAndDeepConfigsAreLinearAndQuiet) {
     if (want_warnings == 9) {
       EXPECT_NE(warnings.back().find("99992 more unknown fields ignored"), std::string::npos) << warnings.back();
     }
-    // NOTE: 2 s: the bound for 100,000 elements; the wide file (2.4 MB) reads in ~0.3 s here.
-    EXPECT_LT(took, 2.0);
+    // NOTE: 2 s: the bound for 100,000 elements (optimised build); both read in well under 0.1 s here.
+    if (testing_support::kTimeBoundsApply) {
+      EXPECT_LT(took, 2.0);
+    }
   }
   fs::remove_all(dir);
 }

@@ -32,6 +32,7 @@
 #include "data/tokenizer.h"
 #include "infer/inference_model.h"
 #include "model/init.h"
+#include "timing_bounds.h"
 
 namespace myriad {
 namespace {
@@ -545,49 +546,61 @@ TEST_F(ServerTest, BadInputsGiveOpenAIErrors) {
 }
 
 // Requests with 100,000 elements, and nesting 100,000 deep, are refused (or answered) in time linear in their size:
-// each within 2 s, with the status and the field a client can act on.
+// each with the status and the field a client can act on, 10x the elements taking less than 25x the time of 10,000,
+// and (optimised build) within 2 s.
 TEST_F(ServerTest, HugeAndDeepRequestsAreAnsweredQuickly) {
   auto repeat = [](const std::string& item, int n) {
     std::string s;
     for (int i = 0; i < n; ++i) (s += i ? "," : "") += item;
     return s;
   };
-  constexpr int kN = 100000;
-  std::string bias;
-  for (int i = 0; i < kN; ++i) bias += (i ? ",\"" : "\"") + std::to_string(i % 300) + "_" + std::to_string(i) + "\": 1";
   struct Case {
     std::string path, body;
     int status;
     std::string param, code, what;
   };
-  const std::string user = R"({"role": "user", "content": "hi there"})";
-  const std::vector<Case> cases = {
-      {"/v1/chat/completions", "{\"messages\": [" + repeat(user, kN) + "], \"max_tokens\": 1}", 400, "messages",
-       "context_length_exceeded", "100,000 messages"},
-      {"/v1/completions", "{\"prompt\": [" + repeat("7", kN) + "], \"max_tokens\": 1}", 400, "prompt",
-       "context_length_exceeded", "100,000 prompt ids"},
-      {"/v1/completions", "{\"prompt\": \"hi\", \"stop\": [" + repeat("\"x\"", kN) + "]}", 400, "stop", "",
-       "100,000 stop strings"},
-      {"/v1/completions", "{\"prompt\": \"hi\", \"logit_bias\": {" + bias + "}}", 400, "logit_bias", "",
-       "100,000 logit_bias entries"},
-      {"/v1/chat/completions", std::string(kN, '[') + std::string(kN, ']'), 400, "", "invalid_json",
-       "nesting 100,000 deep"},
-      {"/v1/completions", "{\"prompt\": \"hi\", \"x\": " + std::string(kN, '{') + "}", 400, "", "invalid_json",
-       "unclosed nesting 100,000 deep"},
-      {"/detokenize", "{\"tokens\": [" + repeat("7", kN) + "]}", 200, "", "", "detokenize 100,000 ids"},
+  auto cases = [&](int n) {
+    std::string bias;
+    for (int i = 0; i < n; ++i)
+      bias += (i ? ",\"" : "\"") + std::to_string(i % 300) + "_" + std::to_string(i) + "\": 1";
+    const std::string user = R"({"role": "user", "content": "hi there"})";
+    return std::vector<Case>{
+        {"/v1/chat/completions", "{\"messages\": [" + repeat(user, n) + "], \"max_tokens\": 1}", 400, "messages",
+         "context_length_exceeded", "messages"},
+        {"/v1/completions", "{\"prompt\": [" + repeat("7", n) + "], \"max_tokens\": 1}", 400, "prompt",
+         "context_length_exceeded", "prompt ids"},
+        {"/v1/completions", "{\"prompt\": \"hi\", \"stop\": [" + repeat("\"x\"", n) + "]}", 400, "stop", "",
+         "stop strings"},
+        {"/v1/completions", "{\"prompt\": \"hi\", \"logit_bias\": {" + bias + "}}", 400, "logit_bias", "",
+         "logit_bias entries"},
+        {"/v1/chat/completions", std::string(size_t(n), '[') + std::string(size_t(n), ']'), 400, "", "invalid_json",
+         "nesting"},
+        {"/v1/completions", "{\"prompt\": \"hi\", \"x\": " + std::string(size_t(n), '{') + "}", 400, "", "invalid_json",
+         "unclosed nesting"},
+        {"/detokenize", "{\"tokens\": [" + repeat("7", n) + "]}", 200, "", "", "detokenize ids"},
+    };
   };
-  for (const Case& c : cases) {
+  auto seconds = [&](const Case& c) {
     const auto t0 = std::chrono::steady_clock::now();
     const httplib::Result r = post(c.path, c.body);
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (c.status == 200) {
-      ASSERT_TRUE(r) << c.what;
-      EXPECT_EQ(r->status, 200) << c.what << ": " << r->body.substr(0, 300);
+      EXPECT_TRUE(r && r->status == 200) << c.what << ": " << (r ? r->body.substr(0, 300) : "no response");
     } else {
       expect_error_shape(r, c.status, c.param, c.code, c.what);
     }
-    // NOTE: 2 s, the issue's bound; each takes 0.01-0.3 s here (the 100,000 messages are tokenized first).
-    EXPECT_LT(took, 2.0) << c.what;
+    return took;
+  };
+  const std::vector<Case> small = cases(10000), big = cases(100000);
+  for (size_t i = 0; i < big.size(); ++i) {
+    const double t_small = seconds(small[i]), t_big = seconds(big[i]);
+    // NOTE: 25x for 10x the elements leaves room for noise (the smaller often takes ~1 ms); a quadratic path takes
+    // ~100x. 2 s is the issue's bound; the largest here (100,000 messages, tokenized) takes ~0.3 s.
+    EXPECT_LT(t_big, 25 * std::max(t_small, 2e-3))
+        << big[i].what << ": 10,000: " << t_small << " s, 100,000: " << t_big;
+    if (testing_support::kTimeBoundsApply) {
+      EXPECT_LT(t_big, 2.0) << "100,000 " << big[i].what;
+    }
   }
 }
 
@@ -604,7 +617,9 @@ TEST_F(ServerTest, HeadersBeyondTheirBudgetAre400) {
   if (r) {
     EXPECT_EQ(r->status, 400) << r->body;
   }
-  EXPECT_LT(took, 2.0);
+  if (testing_support::kTimeBoundsApply) {
+    EXPECT_LT(took, 2.0);
+  }
   httplib::Headers some;
   for (int i = 0; i < 40; ++i) some.emplace("X-Filler-" + std::to_string(i), std::string(90, 'x'));
   const httplib::Result ok = post("/v1/completions", R"({"prompt": "hi", "max_tokens": 1})", -1, some);
