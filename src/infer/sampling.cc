@@ -247,12 +247,16 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const int32_t> p
 
   // The max, the check that the logits can be normalised, then the argmax (ties to the lowest id).
   constexpr float kInf = std::numeric_limits<float>::infinity();
+  // NOTE: "some logit is above -inf" is its own reduction, not m > -inf afterwards: OpenMP starts a max reduction's
+  // private copies at the type's least representable value, which clang takes as -FLT_MAX (GCC as -inf), so with
+  // every logit -inf, m came out -FLT_MAX under clang and the check passed (found by the TSan build).
   float m = -kInf;
-  int bad = 0;
-#pragma omp simd reduction(max : m) reduction(| : bad)
+  int bad = 0, above_neg_inf = 0;
+#pragma omp simd reduction(max : m) reduction(| : bad, above_neg_inf)
   for (int64_t i = 0; i < V; ++i) {
     const float v = x[i];
     bad |= (v != v) | (v == kInf);
+    above_neg_inf |= v > -kInf;
     m = v > m ? v : m;
   }
   if (bad) {
@@ -261,7 +265,7 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const int32_t> p
                      " after penalties (must be finite or -inf)");
     }
   }
-  MYRIAD_REQUIRE(m > -kInf, kValue, "sampling: every logit is -inf");
+  MYRIAD_REQUIRE(above_neg_inf, kValue, "sampling: every logit is -inf");
   const int32_t best = int32_t(std::find(x, x + V, m) - x);
 
   // 2. log-softmax normaliser. With temperature 1 and no top_k the same exps are the sampling weights.
