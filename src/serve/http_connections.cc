@@ -146,6 +146,11 @@ class DeadlineSocketStream : public httplib::Stream {
   void get_local_ip_and_port(std::string& ip, int& port) const override { address(::getsockname, ip, port); }
   socket_t socket() const override { return fd_; }
 
+  bool peer_closed() const {
+    pollfd p{fd_, POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  }
+
   // Whether bytes are waiting (a pipelined request), so the keep-alive wait can be skipped.
   bool buffered() const { return off_ < len_; }
 
@@ -209,12 +214,16 @@ void GuardedHttpServer::headers_read() {
   if (current_stream) current_stream->headers_read();
 }
 
+bool GuardedHttpServer::peer_closed() {
+  return current_stream && current_stream->peer_closed();
+}
+
 void GuardedHttpServer::request_started() {
   if (current_stream) current_stream->clear_deadline();
 }
 
 // httplib's keep-alive loop over our stream: up to keep_alive_max_count_ requests, each awaited for at most
-// keep_alive_timeout_sec_ (checking every 10 ms whether the server is stopping), the last one answered with
+// keep_alive_timeout_sec_ (checking every 50 ms whether the server is stopping), the last one answered with
 // "Connection: close".
 bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   using std::chrono::microseconds;
@@ -229,7 +238,7 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
     bool ready = strm.buffered();
     while (!ready && svr_sock_ != INVALID_SOCKET && Clock::now() < idle_until) {
       pollfd p{sock, POLLIN, 0};
-      const int r = ::poll(&p, 1, 10);
+      const int r = ::poll(&p, 1, 50);  // 50 ms: how soon an idle connection notices the server stopping
       if (r < 0 && errno != EINTR) break;
       ready = r > 0;
     }

@@ -68,6 +68,9 @@ class GuardedHttpServer : public httplib::Server {
   // On the thread that serves the connection (inside a handler): the request has been read, its deadline no longer
   // applies (a handler that streams for minutes is not slow). A no-op on other threads.
   static void request_started();
+  // On the thread that serves the connection (inside a handler): whether the client has closed its side (end of
+  // file or an error on the socket, without reading anything). False on other threads.
+  static bool peer_closed();
 
   // After binding: how many connections the kernel may hold for accept() (httplib listens with 5, so a burst of
   // clients connecting at once had their SYNs dropped and waited a second to retry). Linux takes a second listen()

@@ -159,6 +159,10 @@ struct Server::Impl {
         events.clear();
         job->take(events, kPollInterval);
         if (stopping) throw ApiError(503, "the server is stopping", "server_error", "", "server_stopping");
+        // A client that hung up is not waited for: the job, dropped with this throw, cancels the request and frees
+        // its pages (499, nginx's "client closed request", reaches only the metrics).
+        if (GuardedHttpServer::peer_closed())
+          throw ApiError(499, "the client closed the connection", "invalid_request_error", "", "client_closed");
         for (const TokenEvent& e : events) {
           reply->add(e);
           if (e.finish == FinishReason::kNone) continue;

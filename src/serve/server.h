@@ -33,9 +33,9 @@
 // thread). A handler whose client goes away (a failed write) cancels its request, which frees its pages.
 // Connections (serve/http_connections.h): a thread each, up to max_connections; a client has request_timeout_s to
 // send each request, so slow clients cannot starve the others.
-// Leaves out: n > 1, echo, images, TLS (bind to loopback, or put a proxy in front). A NON-streaming
-// request whose client goes away runs to its end (bounded by max_tokens): httplib gives a handler no way to watch
-// its connection until it writes.
+// A client that goes away is noticed within kPollInterval while it waits for a whole response (its socket reads end
+// of file), or at the next write of a stream; its request is cancelled, which frees its pages.
+// Leaves out: n > 1, echo, images, TLS (bind to loopback, or put a proxy in front).
 #pragma once
 
 #include <cstddef>

@@ -861,6 +861,32 @@ TEST_F(ServerTest, StopLetsRunningRequestsFinishWithinTheGrace) {
   }
 }
 
+// A client waiting for a whole (non-streaming) response that hangs up has its request cancelled too, within the
+// handler's poll interval, instead of the engine generating every token for nobody.
+TEST_F(ServerTest, ClientDisconnectCancelsANonStreamingRequest) {
+  const double cancelled_before = metric(get_metrics(), "myriad_requests_cancelled_total");
+  const int fd = connect_raw(server_->port());
+  ASSERT_GE(fd, 0);
+  const std::string body = json{{"prompt", "A long story"}, {"max_tokens", 1900}, {"ignore_eos", true}}.dump();
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), ssize_t(req.size()));
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (metric(get_metrics(), "myriad_requests_running") == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  ::close(fd);  // gone while the 1900 tokens (~0.3 s here) are being generated
+  std::string m;
+  do {
+    std::this_thread::sleep_for(10ms);
+    m = get_metrics();
+  } while ((metric(m, "myriad_requests_running") != 0 || metric(m, "myriad_cache_bytes_used") != 0) &&
+           std::chrono::steady_clock::now() < deadline);
+  EXPECT_GE(metric(m, "myriad_requests_cancelled_total"), cancelled_before + 1) << m;
+  EXPECT_EQ(metric(m, "myriad_cache_bytes_used"), 0) << m;
+}
+
 TEST_F(ServerTest, FullQueueIsBusy) {
   ServerOptions opt;
   opt.model_dir = *model_dir_;
