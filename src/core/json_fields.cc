@@ -16,6 +16,14 @@ void warn(const JsonSource& src, const std::string& message) {
   if (src.warnings) src.warnings->push_back(m);
 }
 
+json parse_json_document(std::string_view text, const std::string& source, ErrorKind kind) {
+  try {
+    return json::parse(text.begin(), text.end());
+  } catch (const json::exception& e) {
+    throw_error(kind, source, ": not valid JSON: ", e.what());
+  }
+}
+
 std::string short_dump(const json& v) {
   std::string s = v.dump();
   if (s.size() > 80) s = s.substr(0, 77) + "...";

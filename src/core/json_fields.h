@@ -15,7 +15,10 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "core/error.h"
 
 namespace myriad {
 
@@ -32,6 +35,11 @@ struct JsonSource {
 
 // Logs "<source>: <message>" as a warning and records it.
 void warn(const JsonSource& src, const std::string& message);
+
+// Parses a whole JSON document read from `source`. Anything nlohmann refuses (bad syntax, and also a number too
+// large for a double, "1e705", which it reports as out_of_range rather than a parse error) is one Error of `kind`
+// naming the source.
+nlohmann::json parse_json_document(std::string_view text, const std::string& source, ErrorKind kind);
 
 // A JSON value for a message: at most 80 characters.
 std::string short_dump(const nlohmann::json& v);

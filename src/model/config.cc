@@ -570,16 +570,12 @@ ModelConfig load_model_config(const std::string& path, std::vector<std::string>*
   fs::path p(path);
   std::error_code ec;
   if (fs::is_directory(p, ec)) p /= "config.json";
-  std::ifstream in(p);
+  std::ifstream in(p, std::ios::binary);
   MYRIAD_REQUIRE(in.good(), kIo, "cannot open model config ", p.string());
   verify_checksum(p.string());
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw_error(ErrorKind::kFormat, p.string(), ": not valid JSON: ", e.what());
-  }
-  return parse_model_config(j, p.string(), warnings);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  MYRIAD_REQUIRE(!in.bad(), kIo, "cannot read model config ", p.string());
+  return parse_model_config(parse_json_document(text, p.string(), ErrorKind::kFormat), p.string(), warnings);
 }
 
 std::string model_config_summary(const ModelConfig& c) {

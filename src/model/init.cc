@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
 #include "model/accounting.h"
@@ -157,12 +158,7 @@ std::vector<std::string> write_random_model(const std::string& config_path, cons
   fs::path cfg(config_path);
   if (fs::is_directory(cfg, ec)) cfg /= "config.json";
   const std::string bytes = read_file(cfg.string());
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(bytes);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw_error(ErrorKind::kFormat, cfg.string(), ": not valid JSON: ", e.what());
-  }
+  const nlohmann::json j = parse_json_document(bytes, cfg.string(), ErrorKind::kFormat);
   const ModelConfig c = parse_model_config(j, cfg.string(), nullptr);
   check_init_size(c, opt.max_gb);
 

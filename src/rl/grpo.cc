@@ -150,7 +150,7 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
   nlohmann::json meta;
   if (resuming) {
     MYRIAD_REQUIRE(fs::exists(out + "/grpo.json"), kIo, out, " is not a GRPO run (no grpo.json)");
-    meta = nlohmann::json::parse(read_file(out + "/grpo.json"));
+    meta = parse_json_document(read_file(out + "/grpo.json"), out + "/grpo.json", ErrorKind::kFormat);
   } else {
     MYRIAD_REQUIRE(!req.model_dir.empty(), kValue, "grpo needs --model DIR (an SFT or training run, or a checkpoint)");
     meta["model_checkpoint"] = fs::absolute(latest_checkpoint(req.model_dir)).string();

@@ -200,16 +200,16 @@ void validate_sampling(const SamplingParams& sp, bool chat) {
 }
 
 // prompt: a string, a list of one string, a list of token ids, or a list of one list of token ids.
-std::vector<int32_t> parse_prompt(const json& v, const Tokenizer& tok) {
+std::vector<int32_t> parse_prompt(const json& v, const Tokenizer& tok, int64_t vocab) {
   if (v.is_string()) return tok.encode(v.get_ref<const std::string&>());
   if (!v.is_array()) type_error("prompt", "a string, an array of strings or an array of token ids", v);
   if (v.empty()) return {};
-  auto ids = [](const json& a) {
+  auto ids = [vocab](const json& a) {
     std::vector<int32_t> out;
     for (size_t i = 0; i < a.size(); ++i) {
       const int64_t id = get_integer(a[i], "prompt");
-      if (id < 0 || id > std::numeric_limits<int32_t>::max())
-        throw bad_request(str("prompt[", i, "] = ", id, ": not a token id"), "prompt");
+      if (id < 0 || id >= vocab)
+        throw bad_request(str("prompt[", i, "] = ", id, ": outside the vocabulary [0, ", vocab, ")"), "prompt");
       out.push_back(int32_t(id));
     }
     return out;
@@ -403,7 +403,7 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
   } else {
     const json* v = field(b, "prompt");
     if (!v) throw bad_request("'prompt' is missing", "prompt");
-    p.gen.prompt = parse_prompt(*v, tok);
+    p.gen.prompt = parse_prompt(*v, tok, m.vocab_size());
     if (p.gen.prompt.empty()) p.gen.prompt = {kEndOfTextId};  // an empty prompt starts a new document
   }
 

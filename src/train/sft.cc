@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/json_fields.h"
 #include "data/conversation.h"
 #include "infer/decode_weights.h"
 #include "io/atomic_file.h"
@@ -38,7 +39,7 @@ TrainSummary run_sft(const SftRequest& req) {
   nlohmann::json meta;
   if (resuming) {
     MYRIAD_REQUIRE(fs::exists(out + "/sft.json"), kIo, out, " is not an SFT run (no sft.json)");
-    meta = nlohmann::json::parse(read_file(out + "/sft.json"));
+    meta = parse_json_document(read_file(out + "/sft.json"), out + "/sft.json", ErrorKind::kFormat);
   }
   // The source model: the fine-tuned run's own copy when resuming (its checkpoints hold everything).
   const std::string model_dir = resuming ? meta.value("model", std::string()) : req.model_dir;

@@ -216,6 +216,15 @@ TEST(ModelConfig, LoadsFromDirectoryAndReportsIoAndFormatErrors) {
     EXPECT_EQ(e.kind(), ErrorKind::kFormat);
     EXPECT_NE(std::string(e.what()).find("broken.json"), std::string::npos) << e.what();
   }
+  // A number beyond a double: nlohmann reports it as out_of_range, not a parse error; it was std::terminate (fuzzing).
+  std::ofstream(dir / "overflow.json") << "{\"hidden_size\": 1e705}";
+  try {
+    load_model_config((dir / "overflow.json").string(), nullptr);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kFormat);
+    EXPECT_NE(std::string(e.what()).find("overflow.json: not valid JSON"), std::string::npos) << e.what();
+  }
   try {
     load_model_config((dir / "absent.json").string(), nullptr);
     ADD_FAILURE() << "no error";

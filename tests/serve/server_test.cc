@@ -524,6 +524,7 @@ TEST_F(ServerTest, BadInputsGiveOpenAIErrors) {
       {text, std::string(100, '[') + std::string(100, ']'), 400, "", "invalid_json", "deep nesting"},
       {"/tokenize", "{}", 400, "prompt", "", "tokenize without input"},
       {"/detokenize", R"({"tokens": [1, 100000]})", 400, "tokens", "", "detokenize bad id"},
+      {text, R"({"prompt": [5, 6750, 300]})", 400, "prompt", "", "prompt id outside the vocabulary (fuzzing)"},
       {"/detokenize", R"({"tokens": "abc"})", 400, "tokens", "invalid_type", "detokenize type"},
   };
   for (const Case& c : cases) expect_error_shape(post(c.path, c.body), c.status, c.param, c.code, c.what);
