@@ -24,6 +24,12 @@ using json = nlohmann::json;
 
 namespace {
 
+// NOTE: bounds on how much a config can make myriad describe (every layer's tensors, and each routed expert's three,
+// as ParamSpecs in memory before any weight exists): a 5 KB config with 200,000 experts made `myriad params` take
+// 15.7 GB and 32 s. K3 has 93 layers x 896 experts; these leave 700x and 12x of room.
+constexpr int64_t kMaxLayers = 1 << 16;
+constexpr int64_t kMaxLayersTimesExperts = 1 << 20;
+
 // Fields Hugging Face configs carry for generation, tooling or infrastructure. Known, never used, never warned.
 const std::set<std::string>& ignored_fields() {
   static const std::set<std::string> kIgnored = {
@@ -233,6 +239,8 @@ void parse_text(Obj& o, ModelConfig& c) {
   o.positive("vocab_size", c.vocab_size);
   o.positive("hidden_size", c.hidden_size);
   o.positive("num_hidden_layers", c.num_hidden_layers);
+  if (c.num_hidden_layers > kMaxLayers)
+    o.fail("num_hidden_layers", c.num_hidden_layers, str("must be <= ", kMaxLayers));
   o.positive("max_position_embeddings", c.max_position_embeddings);
   c.rms_norm_eps = o.req_double("rms_norm_eps");
   if (!(c.rms_norm_eps > 0)) o.fail("rms_norm_eps", c.rms_norm_eps, "must be > 0");
@@ -339,7 +347,13 @@ void parse_text(Obj& o, ModelConfig& c) {
   c.num_nextn_predict_layers = o.int_or("num_nextn_predict_layers", 0);
   c.router_init_std = o.double_or("router_init_std", c.router_init_std);
   if (any_moe) {
-    o.positive(o.present("num_experts") ? "num_experts" : "n_routed_experts", c.num_experts);
+    const std::string e_key = o.present("num_experts") ? "num_experts" : "n_routed_experts";
+    o.positive(e_key, c.num_experts);
+    if (c.num_experts > kMaxLayersTimesExperts / c.num_hidden_layers) {
+      o.fail(e_key, c.num_experts,
+             str("num_hidden_layers x num_experts must be <= ", kMaxLayersTimesExperts, " (here ", c.num_hidden_layers,
+                 " layers; K3 has 93 x 896)"));
+    }
     const std::string k_key = o.present("num_experts_per_token") ? "num_experts_per_token" : "num_experts_per_tok";
     o.positive(k_key, c.num_experts_per_token);
     if (c.num_experts_per_token > c.num_experts) {

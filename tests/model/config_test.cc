@@ -639,6 +639,17 @@ TEST(ModelConfigNested, OuterTokenIdsMustAgree) {
   expect_error(j, {"media_placeholder_token_id", "= 600", "vocab_size"});
 }
 
+// A small file must not describe a model too large to list: layers x experts is bounded (a 5 KB config with
+// 200,000 experts took 15.7 GB and 32 s in `myriad params`); K3's 93 x 896 is well inside.
+TEST(ModelConfigRules, LayersAndExpertsAreBounded) {
+  json j = tiny();
+  j["num_experts"] = (1 << 20) / j["num_hidden_layers"].get<int64_t>() + 1;
+  expect_error(j, {"num_experts", "num_hidden_layers x num_experts must be <= 1048576"});
+  j = tiny();
+  j["num_hidden_layers"] = 100000;
+  expect_error(j, {"num_hidden_layers", "must be <= 65536"});
+}
+
 // ---- unknown and known-ignored fields ----
 
 TEST(ModelConfigWarnings, UnknownFieldsWarnOnceWithTheirPath) {
