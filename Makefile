@@ -59,8 +59,9 @@ fuzz:
 test-fuzz:
 	@bash scripts/fuzz.sh 20
 
-# Every test: the optimised build, the whole suite again under ASan + UBSan, and a fuzzing smoke of every parser.
-test: test-release test-sanitize test-fuzz
+# Every test: the optimised build, the whole suite again under ASan + UBSan, the engine and server tests under
+# TSan, and a fuzzing smoke of every parser.
+test: test-release test-sanitize test-tsan test-fuzz
 
 cuda:
 	@cmake --preset cuda >/dev/null
