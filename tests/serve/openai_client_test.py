@@ -49,6 +49,8 @@ parser.add_argument("--clients", type=int, default=8)
 parser.add_argument("--seconds", type=float, default=10.0)
 parser.add_argument("--soak-minutes", type=float, default=0, help="then this many minutes of moderate load")
 parser.add_argument("--soak-clients", type=int, default=8)
+parser.add_argument("--rss-slack-mb", type=float, default=8,
+                    help="RSS allowed over idle after a burst; negative: not checked (sanitizer builds)")
 args = parser.parse_args()
 
 KEY = "test-key-123"
@@ -397,7 +399,9 @@ try:
     # NOTE: 8 MiB over the idle level, once the burst's connection threads have ended (10 s idle, each giving its
     # allocator cache back): allocator metadata and fragmentation; the burst itself took 40+ MiB at 64 clients, and
     # a leak of the requests' tensors or pages would stay.
-    check(rss_after <= rss_before + 8, f"load: server RSS back near idle ({rss_before:.0f} -> {rss_after:.0f} MiB)")
+    if args.rss_slack_mb >= 0:
+        check(rss_after <= rss_before + args.rss_slack_mb,
+              f"load: server RSS back near idle ({rss_before:.0f} -> {rss_after:.0f} MiB)")
     print(f"load: {r['statuses'].get('dropped', 0)} streams dropped by their clients; the engine cancelled "
           f"{after['myriad_requests_cancelled_total'] - idle['myriad_requests_cancelled_total']:.0f} requests "
           "(a short one may finish before the server notices)", flush=True)
@@ -416,7 +420,8 @@ try:
         settled = rss_mb(server.pid)
         # No growth: the second half's samples no higher than the first half's highest plus 8 MiB (as above).
         half = max(1, len(samples) // 2)
-        check(max(samples[half:], default=0) <= max(samples[:half]) + 8 and settled <= rss_before + 8,
+        slack = args.rss_slack_mb if args.rss_slack_mb >= 0 else float("inf")
+        check(max(samples[half:], default=0) <= max(samples[:half]) + slack and settled <= rss_before + slack,
               f"soak: RSS did not grow (per minute {[round(x) for x in samples]}, idle after {settled:.0f} MiB)")
 
     check(server.poll() is None, "the server is still running")
