@@ -14,6 +14,10 @@ namespace myriad {
 
 void release_free_memory() {
   HostBlockCache::global().release_all();
+  purge_allocator();
+}
+
+void purge_allocator() {
 #if defined(MYRIAD_JEMALLOC)
   // "arena.<MALLCTL_ARENAS_ALL>.purge": every arena's unused dirty pages back to the system.
   const std::string purge = "arena." + std::to_string(MALLCTL_ARENAS_ALL) + ".purge";

@@ -13,6 +13,10 @@ namespace myriad {
 // every arena; glibc: malloc_trim). Thread-safe; costs a few milliseconds after a large burst, nothing when idle.
 void release_free_memory();
 
+// Only the allocator part of release_free_memory(): purges the free pages of every arena, leaving the tensor-block
+// cache to its owner (a thread that is not the engine's must not empty the cache the engine is reusing).
+void purge_allocator();
+
 // Gives the calling thread's allocator cache back to the shared arenas (jemalloc: thread.tcache.flush), so that a
 // following release_free_memory() can return it. For threads about to end: what a thread caches is otherwise
 // returned to the arenas at its exit, after any purge it could do.

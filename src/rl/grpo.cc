@@ -166,13 +166,7 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
   if (config_path.empty() && resuming) config_path = out + "/grpo_config.json";
   GrpoConfig cfg;
   if (!config_path.empty()) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_file(config_path));
-    } catch (const nlohmann::json::exception& e) {
-      throw_error(ErrorKind::kConfig, config_path, ": not valid JSON: ", e.what());
-    }
-    cfg = parse_grpo_config(j, config_path);
+    cfg = parse_grpo_config(parse_json_document(read_file(config_path), config_path, ErrorKind::kConfig), config_path);
   }
   if (req.steps) cfg.steps = *req.steps;
   if (req.seed) cfg.seed = *req.seed;

@@ -53,7 +53,7 @@ void ConnectionThreads::work() {
     if (!woke && !shutdown_) {  // idle for idle_exit_: end, returning what this thread's requests left behind
       lock.unlock();
       release_thread_cache();
-      release_free_memory();
+      purge_allocator();  // not the engine's block cache: the engine releases that itself when it goes idle
       lock.lock();
       if (tasks_.empty()) break;
       continue;  // a connection came meanwhile
@@ -77,11 +77,6 @@ void ConnectionThreads::shutdown() {
   shutdown_ = true;
   work_cv_.notify_all();
   exit_cv_.wait(lock, [this] { return threads_ == 0; });
-}
-
-int ConnectionThreads::threads() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return threads_;
 }
 
 // ---- GuardedHttpServer ----------------------------------------------------------------------------------------------

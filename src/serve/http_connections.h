@@ -26,16 +26,14 @@
 namespace myriad::serve {
 
 // httplib's task queue with a thread per pending task, started on demand up to max_threads; beyond that, tasks wait
-// in order. A thread idle for idle_exit ends, giving its allocator cache back and the free heap memory to the
-// system (core/memory_release.h), so that after a burst of clients the server's memory returns to its idle level.
+// in order. A thread idle for idle_exit ends, giving its allocator cache back and the allocator's free pages to
+// the system (core/memory_release.h), so that after a burst of clients the server's memory returns to its idle level.
 class ConnectionThreads : public httplib::TaskQueue {
  public:
   explicit ConnectionThreads(int max_threads, std::chrono::milliseconds idle_exit = std::chrono::seconds(10));
   ~ConnectionThreads() override;
   void enqueue(std::function<void()> fn) override;
   void shutdown() override;  // runs what is queued, then ends every thread and waits for them
-
-  int threads() const;  // started and not ended
 
  private:
   void work();

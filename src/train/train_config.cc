@@ -112,15 +112,11 @@ TrainConfig parse_train_config(const nlohmann::json& j, const std::string& sourc
 }
 
 TrainConfig load_train_config(const std::string& path, const ModelConfig& model) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   MYRIAD_REQUIRE(in.good(), kIo, "cannot read training config ", path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw_error(ErrorKind::kConfig, path, ": not valid JSON: ", e.what());
-  }
-  return parse_train_config(j, path, model);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  MYRIAD_REQUIRE(!in.bad(), kIo, "cannot read training config ", path);
+  return parse_train_config(parse_json_document(text, path, ErrorKind::kConfig), path, model);
 }
 
 nlohmann::json train_config_to_json(const TrainConfig& c) {

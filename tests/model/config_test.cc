@@ -208,29 +208,22 @@ TEST(ModelConfig, LoadsFromDirectoryAndReportsIoAndFormatErrors) {
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "config.json") << tiny().dump();
   EXPECT_EQ(load_model_config(dir.string(), nullptr).hidden_size, 64);
+  // Loading `name` fails with `kind`, the message holding `needle`.
+  auto expect_load_error = [&](const std::string& name, ErrorKind kind, const std::string& needle) {
+    try {
+      load_model_config((dir / name).string(), nullptr);
+      ADD_FAILURE() << name << ": no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), kind) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
   std::ofstream(dir / "broken.json") << "{\"hidden_size\": 64,";
-  try {
-    load_model_config((dir / "broken.json").string(), nullptr);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kFormat);
-    EXPECT_NE(std::string(e.what()).find("broken.json"), std::string::npos) << e.what();
-  }
+  expect_load_error("broken.json", ErrorKind::kFormat, "broken.json");
   // A number beyond a double: nlohmann reports it as out_of_range, not a parse error; it was std::terminate (fuzzing).
   std::ofstream(dir / "overflow.json") << "{\"hidden_size\": 1e705}";
-  try {
-    load_model_config((dir / "overflow.json").string(), nullptr);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kFormat);
-    EXPECT_NE(std::string(e.what()).find("overflow.json: not valid JSON"), std::string::npos) << e.what();
-  }
-  try {
-    load_model_config((dir / "absent.json").string(), nullptr);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kIo);
-  }
+  expect_load_error("overflow.json", ErrorKind::kFormat, "overflow.json: not valid JSON");
+  expect_load_error("absent.json", ErrorKind::kIo, "absent.json");
   std::filesystem::remove_all(dir);
 }
 
