@@ -5,7 +5,15 @@ namespace myriad::ag {
 namespace {
 thread_local bool t_grad_enabled = true;
 thread_local Tape* t_tape = nullptr;  // null: the thread's base tape
+thread_local std::function<void()>* t_progress = nullptr;
 }  // namespace
+
+BackwardProgressScope::BackwardProgressScope(std::function<void()> fn) : fn_(std::move(fn)), prev_(t_progress) {
+  t_progress = &fn_;
+}
+BackwardProgressScope::~BackwardProgressScope() {
+  t_progress = prev_;
+}
 
 Var::Var(Tensor value, bool requires_grad, std::string name) : impl_(std::make_shared<VarImpl>()) {
   MYRIAD_REQUIRE(value.defined(), kValue, "Var: undefined tensor");
@@ -48,6 +56,11 @@ void Tape::record(const char* op, std::vector<std::shared_ptr<VarImpl>> outputs,
   nodes_.push_back({op, std::move(outputs), std::move(backward)});
 }
 
+void Tape::on_backward(std::function<void()> fn) {
+  if (!t_grad_enabled) return;
+  nodes_.push_back({"on_backward", {}, std::move(fn), true});
+}
+
 void Tape::backward(const Var& loss) {
   MYRIAD_REQUIRE(loss.defined() && loss.value().numel() == 1, kShape,
                  "backward: the loss must be a single element, got ", shape_str(loss.shape()));
@@ -71,7 +84,9 @@ void Tape::backward(const std::vector<std::pair<Var, Tensor>>& seeds) {
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
     bool any = false;
     for (const auto& o : it->outputs) any = any || o->grad.defined();
-    if (any) it->backward();
+    if (!any && !it->always) continue;
+    it->backward();
+    if (t_progress) (*t_progress)();
   }
 }
 

@@ -51,12 +51,17 @@ struct TapeNode {
   const char* op;
   std::vector<std::shared_ptr<VarImpl>> outputs;
   std::function<void()> backward;
+  bool always = false;  // runs even when no output has a gradient (on_backward's markers)
 };
 
 class Tape {
  public:
   static Tape& current();  // this thread's current tape (see TapeScope)
   void record(const char* op, std::vector<std::shared_ptr<VarImpl>> outputs, std::function<void()> backward);
+  // A marker: `fn` runs when the backward reaches this point of the tape (every node recorded after it has run),
+  // whatever has a gradient. The data-parallel sync learns this way that a layer's weights have their gradients
+  // (model/gradient_ready.h). Only while recording (grad_enabled()).
+  void on_backward(std::function<void()> fn);
   // Seeds d(loss) = 1 (loss must have one element) and runs every recorded node in reverse, then clears.
   void backward(const Var& loss);
   // Seeds the given gradients on several outputs (each [shape of its Var]) and runs the tape in reverse.
@@ -81,6 +86,21 @@ class TapeScope {
  private:
   Tape tape_;
   Tape* prev_;
+};
+
+// While one exists, `fn` runs on this thread after every tape node a backward runs (nested backwards of
+// recomputed layers included): collectives in flight progress inside MPI calls only, so the gradient sync polls
+// them from here. Not nested: the newest scope wins until it ends.
+class BackwardProgressScope {
+ public:
+  explicit BackwardProgressScope(std::function<void()> fn);
+  ~BackwardProgressScope();
+  BackwardProgressScope(const BackwardProgressScope&) = delete;
+  BackwardProgressScope& operator=(const BackwardProgressScope&) = delete;
+
+ private:
+  std::function<void()> fn_;
+  std::function<void()>* prev_;
 };
 
 // Turns recording on for its lifetime (a checkpointed layer recomputes with gradients inside backward).

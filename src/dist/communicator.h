@@ -10,8 +10,10 @@
 // counts; a mismatch is undefined behaviour in MPI and NCCL alike, so the callers derive counts from state that
 // is equal on all ranks (or exchange the counts first, as all_to_all_v's callers do).
 //
-// Leaves out: non-blocking collectives (gradient buckets are reduced after the backward, not overlapped with it;
-// see docs/distributed.md), point-to-point sends.
+// Non-blocking: start_all_reduce returns a PendingCollective (the gradient buckets reduced while the backward pass
+// goes on, dist/gradient_sync.h). MPI progresses it only inside MPI calls, so its owner calls test() now and then
+// (between tape nodes); NCCL runs it on its stream. The buffer must stay untouched until the collective completed.
+// Leaves out: point-to-point sends.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,22 @@ enum class ReduceOp { kSum, kMax, kMin };
 // Bytes of count elements of a scalar dtype (block types are refused: collectives reduce elements).
 int64_t collective_bytes(DType dtype, int64_t count);
 
+// A collective in flight. test(): whether it completed (and makes progress); wait(): until it completed. Every
+// PendingCollective must be waited for (or test() true) before its buffer is read or the object is destroyed.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual bool test() = 0;
+  virtual void wait() = 0;
+};
+
+// One that was complete when it was made (a blocking implementation's).
+class CompletedCollective final : public PendingCollective {
+ public:
+  bool test() override { return true; }
+  void wait() override {}
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -40,6 +58,12 @@ class Communicator {
 
   // buf [count] in place: the element-wise reduction over the ranks.
   virtual void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) = 0;
+  // The same, started: buf must stay untouched until the returned collective completed. Collectives in flight on
+  // one communicator must be started in the same order on every rank. Default: the blocking all_reduce.
+  virtual std::unique_ptr<PendingCollective> start_all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) {
+    all_reduce(buf, count, dtype, op);
+    return std::make_unique<CompletedCollective>();
+  }
   // Host doubles [count] in place, whatever device() is: the step's statistics (losses, squared norms), which
   // f32 would round. (DType has no F64: tensors never are.)
   virtual void all_reduce_f64(double* buf, int64_t count, ReduceOp op) = 0;

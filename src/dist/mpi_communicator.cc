@@ -76,6 +76,35 @@ void finalize_at_exit() {
 
 }  // namespace
 
+// An MPI_Request of a non-blocking collective. Waiting is watched like a blocking collective (a rank that never
+// takes part is reported by the watchdog).
+class MpiPending final : public PendingCollective {
+ public:
+  explicit MpiPending(const char* what) : what_(what) {}
+  ~MpiPending() override {
+    if (request != MPI_REQUEST_NULL) {  // not completed: an exception is unwinding; the job is ending
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Request_free(&request);
+    }
+  }
+  bool test() override {
+    if (request == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what_);
+    return done != 0;
+  }
+  void wait() override {
+    if (request == MPI_REQUEST_NULL) return;
+    const CollectiveWatch watch(what_);
+    check_mpi(MPI_Wait(&request, MPI_STATUS_IGNORE), what_);
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+
+ private:
+  const char* what_;
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
@@ -102,6 +131,14 @@ class MpiCommunicator final : public Communicator {
       check_mpi(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(buf) + at * esz, n, mpi_type(dtype), mpi_op(op), comm_),
                 "all_reduce");
     }
+  }
+  std::unique_ptr<PendingCollective> start_all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) override {
+    if (count > INT_MAX) return Communicator::start_all_reduce(buf, count, dtype, op);  // pieces, blocking
+    check_reducible("all_reduce", dtype);
+    auto pending = std::make_unique<MpiPending>("all_reduce");
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, int(count), mpi_type(dtype), mpi_op(op), comm_, &pending->request),
+              "all_reduce (started)");
+    return pending;
   }
   void all_reduce_f64(double* buf, int64_t count, ReduceOp op) override {
     const CollectiveWatch watch("all_reduce_f64");

@@ -53,6 +53,28 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
+// An all-reduce enqueued on the communicator's stream, marked by an event recorded after it.
+class NcclPending final : public PendingCollective {
+ public:
+  explicit NcclPending(cudaStream_t stream) {
+    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "event create");
+    check_cuda(cudaEventRecord(event_, stream), "event record");
+  }
+  ~NcclPending() override {
+    if (event_) cudaEventDestroy(event_);
+  }
+  bool test() override {
+    const cudaError_t e = cudaEventQuery(event_);
+    if (e == cudaErrorNotReady) return false;
+    check_cuda(e, "all_reduce (started)");
+    return true;
+  }
+  void wait() override { check_cuda(cudaEventSynchronize(event_), "all_reduce (started)"); }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int device) : comm_(comm), device_(device) {
@@ -73,6 +95,10 @@ class NcclCommunicator final : public Communicator {
   void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) override {
     check_nccl(ncclAllReduce(buf, buf, size_t(count), nccl_type(dtype), nccl_op(op), comm_, stream_), "all_reduce");
     wait("all_reduce");
+  }
+  std::unique_ptr<PendingCollective> start_all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) override {
+    check_nccl(ncclAllReduce(buf, buf, size_t(count), nccl_type(dtype), nccl_op(op), comm_, stream_), "all_reduce");
+    return std::make_unique<NcclPending>(stream_);
   }
   void all_reduce_f64(double* buf, int64_t count, ReduceOp op) override {
     // Host statistics: through a device scratch buffer (a few doubles per step).

@@ -10,6 +10,7 @@
 #include "model/balancing.h"
 #include "model/constants.h"
 #include "model/ffn_module.h"
+#include "model/gradient_ready.h"
 #include "model/kda_module.h"
 #include "model/layer_module.h"
 #include "model/mla_module.h"
@@ -378,6 +379,10 @@ struct Transformer::Stack {
     return m.attn_res_read(pre + "norm.weight", pre + "proj.weight", cands);
   }
   Var layer(int64_t l, const std::vector<Var>& sealed, const Var& running, Var* mixer_out) {
+    // Layer l's weights are used only by the nodes recorded from here to the next layer's marker: when the
+    // backward reaches this point, their gradients are complete.
+    if (opt.gradient_ready && ag::grad_enabled())
+      ag::Tape::current().on_backward([listener = opt.gradient_ready, l] { listener->layer_ready(l); });
     auto st = std::make_shared<RoutingStats>();
     Var next;
     if (!mixer_out && opt.checkpoint_layers && ag::grad_enabled()) {

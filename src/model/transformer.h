@@ -19,6 +19,7 @@ namespace myriad {
 
 class MoeDispatcher;
 class SequenceContext;
+class GradientReadyListener;
 
 struct ForwardOptions {
   int64_t kda_chunk = 64;
@@ -30,6 +31,8 @@ struct ForwardOptions {
   // The two seams through which parallelism is applied from outside (DESIGN §4); null: this process alone.
   const MoeDispatcher* moe_dispatcher = nullptr;  // model/moe_dispatch.h
   SequenceContext* sequence = nullptr;            // model/sequence_context.h
+  // Told during the backward when each layer's weights have their gradients (model/gradient_ready.h); null: none.
+  GradientReadyListener* gradient_ready = nullptr;
   // RL's per-token coefficients (f32 [T], constants): the loss is then sum_t w_t (-log p(target_t)) over the
   // counted targets instead of their mean, and ForwardResult::token_nll holds each -log p (rl/grpo.h). The
   // backward reads the weights again: they may be filled after the forward (ag::cross_entropy).

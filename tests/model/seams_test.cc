@@ -5,7 +5,9 @@
 //     its own changes nothing;
 //   - the sequence context: a sequence run as two shards in turn, the second continuing from the states the
 //     first left (conv tails and KDA state, handed over by the context), gives the whole sequence's hidden
-//     states and the same gradients.
+//     states and the same gradients;
+//   - gradient-ready markers: during the backward each layer is reported once, in decreasing order, and at that
+//     moment every one of its weights already holds its final gradient (what the overlapped all-reduce sends).
 #include <gtest/gtest.h>
 
 #include <array>
@@ -16,6 +18,7 @@
 #include "infer/decode_weights.h"
 #include "infer/inference_model.h"
 #include "model/config.h"
+#include "model/gradient_ready.h"
 #include "model/moe_dispatch.h"
 #include "model/sequence_context.h"
 #include "model/transformer.h"
@@ -175,6 +178,68 @@ TEST(SequenceContextSeam, TwoShardsInTurnEqualTheWholeSequenceForwardAndBackward
     // or conv tail that did not carry the gradient back into the first shard would miss a share of O(1e-2).
     EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), 1e-4) << name;
   }
+}
+
+// Copies each reported layer's gradients at the moment it is reported.
+class SnapshotListener final : public GradientReadyListener {
+ public:
+  explicit SnapshotListener(const ModelWeights& w) : w_(w) {}
+  void layer_ready(int64_t layer) override {
+    order.push_back(layer);
+    const std::string prefix = "model.layers." + std::to_string(layer) + ".";
+    for (const auto& [name, v] : w_.all())
+      if (name.rfind(prefix, 0) == 0 && v.has_grad()) seen[name] = v.grad().to_vector();
+  }
+  std::vector<int64_t> order;
+  std::map<std::string, std::vector<float>> seen;
+
+ private:
+  const ModelWeights& w_;
+};
+
+TEST(GradientReadySeam, EachLayerIsReportedOnceWithItsFinalGradients) {
+  for (const char* attn_res : {"block", "none"})
+    for (bool checkpoint : {false, true}) {
+      SCOPED_TRACE(std::string("attn_res_mode ") + attn_res + (checkpoint ? ", checkpointed layers" : ""));
+      ModelConfig c = load("tiny.json");
+      c.attn_res_mode = std::string(attn_res) == "block" ? AttnResMode::kBlock : AttnResMode::kNone;
+      Transformer model(c, ModelWeights::random(c, 5));
+      const int64_t T = 48;
+      const Tensor tokens = Tensor::from_vector(tokens_of(c, T), {T});
+      std::vector<int64_t> next = tokens_of(c, T + 1);
+      next.erase(next.begin());
+      const Tensor targets = Tensor::from_vector(next, {T});
+      SnapshotListener listener(model.weights());
+      ForwardOptions opt;
+      opt.checkpoint_layers = checkpoint;
+      opt.gradient_ready = &listener;
+      model.weights().zero_grad();
+      const ForwardResult r = model.forward(tokens, targets, opt);
+      EXPECT_TRUE(listener.order.empty()) << "a layer was reported during the forward";
+      ag::backward(r.loss);
+      std::vector<int64_t> want(static_cast<size_t>(c.num_hidden_layers));
+      for (int64_t l = 0; l < c.num_hidden_layers; ++l) want[size_t(c.num_hidden_layers - 1 - l)] = l;
+      EXPECT_EQ(listener.order, want);
+      // Every layer weight with a gradient now had exactly this gradient when its layer was reported (a weight
+      // that received a contribution after the report would differ; one reported before its first one is missing).
+      int64_t layer_weights = 0;
+      for (const auto& [name, v] : model.weights().all()) {
+        if (name.rfind("model.layers.", 0) != 0 || !v.has_grad()) continue;
+        ++layer_weights;
+        const auto it = listener.seen.find(name);
+        ASSERT_NE(it, listener.seen.end()) << name << " had no gradient yet when its layer was reported";
+        EXPECT_EQ(it->second, v.grad().to_vector()) << name << " changed after its layer was reported";
+      }
+      EXPECT_GT(layer_weights, 10);
+      // Without a listener the same backward gives the same gradients (the markers change nothing).
+      std::map<std::string, std::vector<float>> with;
+      for (const auto& [name, v] : model.weights().all())
+        if (v.has_grad()) with[name] = v.grad().to_vector();
+      model.weights().zero_grad();
+      opt.gradient_ready = nullptr;
+      ag::backward(model.forward(tokens, targets, opt).loss);
+      for (const auto& [name, g] : with) EXPECT_EQ(g, model.weights().at(name).grad().to_vector()) << name;
+    }
 }
 
 }  // namespace
