@@ -2,11 +2,24 @@
 #include <cstdio>
 
 #include "cli.h"
+#include "core/error.h"
+#include "dist/mpi_communicator.h"
+#include "dist/parallel_dims.h"
 #include "rl/grpo.h"
 
 namespace {
 
 int run_grpo_command(const myriad::cli::Args& args) {
+  // Each rank would run the whole job into the same run directory: refused (once for the job) rather than racing
+  // on its files.
+  if (myriad::launched_by_mpirun()) {
+    myriad::Communicator& world = myriad::mpi_world();
+    myriad::check_on_all_ranks(world, [&] {
+      MYRIAD_REQUIRE(world.size() == 1, kUnsupported,
+                     "grpo runs in one process: data-parallel GRPO (rollouts split over ranks) is not built; start it "
+                     "without mpirun (train and sft run under mpirun)");
+    });
+  }
   myriad::GrpoRequest r;
   r.model_dir = args.get_or("model", "");
   r.out_dir = args.get_or("out", "");

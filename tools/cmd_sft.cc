@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "cli.h"
+#include "parallel_flags.h"
 #include "train/sft.h"
 
 namespace {
@@ -27,32 +28,39 @@ int run_sft_command(const myriad::cli::Args& args) {
     r.pretrain_mix = std::strtod(m->c_str(), &end);
     MYRIAD_REQUIRE(!m->empty() && end && *end == '\0', kValue, "--pretrain-mix '", *m, "' is not a number");
   }
+  r.parallel = myriad::cli::parallel_dims(args);
+  r.zero1 = args.has("zero1");
+  r.overlap_grad_sync = myriad::cli::overlap_grad_sync(args);
   const myriad::TrainSummary s = myriad::run_sft(r);
+  if (!s.root) return 0;  // rank 0 reports
   std::printf(
       "fine-tuned %lld steps (%lld skipped): loss %.4f, val loss %.4f; %.0f tokens/s\nrun: %s; last "
       "checkpoint: %s\n",
       (long long)s.steps, (long long)s.skipped, s.last_loss, s.last_val_loss, s.tokens_per_s,
       (r.out_dir.empty() ? r.resume : r.out_dir).c_str(), s.last_checkpoint.c_str());
+  myriad::cli::print_parallel_summary(r.parallel, s);
   return 0;
 }
 
 }  // namespace
 
-MYRIAD_COMMAND("sft", "supervised fine-tuning on conversations (loss on the assistant's tokens, tool calls included)",
-               "myriad sft --model DIR --data FILE.jsonl --out DIR [--val FILE.jsonl] [--train-config F] [--steps N] "
-               "[--resume DIR]",
-               {{"model", "DIR", "the model to fine-tune: a training run or a checkpoint"},
-                {"data", "FILE", "conversations, one {\"messages\": [...], \"tools\": [...]} per line (OpenAI format)"},
-                {"val", "FILE", "validation conversations (default: every 20th of --data)"},
-                {"out", "DIR", "run directory (metrics.jsonl, checkpoints/, sft.json)"},
-                {"train-config", "FILE", "training config (default: one stage of 512 tokens, 300 steps, lr 1e-3)"},
-                {"steps", "N", "steps of the (one-stage) training config"},
-                {"resume", "DIR", "continue an SFT run exactly where it stopped"},
-                {"seed", "S", "data order (overrides the training config)"},
-                {"pretrain-data", "DIR", "a prepared shard directory of pretraining text: its val loss at each eval"},
-                {"pretrain-mix", "F", "fraction of rows taken from --pretrain-data (keeps general ability; 0..1)"},
-                {"agent-eval", "N", "held-out tool tasks per family at each evaluation (default 4; 0 = off)"},
-                {"stop-after", "N", "stop after N steps in total (checkpointed)"},
-                {"force", "", "replace an existing run directory"},
-                {"quiet", "", "no progress line"}},
-               run_sft_command);
+MYRIAD_COMMAND(
+    "sft", "supervised fine-tuning on conversations (loss on the assistant's tokens, tool calls included)",
+    "myriad sft --model DIR --data FILE.jsonl --out DIR [--val FILE.jsonl] [--train-config F] [--steps N] "
+    "[--resume DIR]",
+    myriad::cli::with_parallel_options(
+        {{"model", "DIR", "the model to fine-tune: a training run or a checkpoint"},
+         {"data", "FILE", "conversations, one {\"messages\": [...], \"tools\": [...]} per line (OpenAI format)"},
+         {"val", "FILE", "validation conversations (default: every 20th of --data)"},
+         {"out", "DIR", "run directory (metrics.jsonl, checkpoints/, sft.json)"},
+         {"train-config", "FILE", "training config (default: one stage of 512 tokens, 300 steps, lr 1e-3)"},
+         {"steps", "N", "steps of the (one-stage) training config"},
+         {"resume", "DIR", "continue an SFT run exactly where it stopped"},
+         {"seed", "S", "data order (overrides the training config)"},
+         {"pretrain-data", "DIR", "a prepared shard directory of pretraining text: its val loss at each eval"},
+         {"pretrain-mix", "F", "fraction of rows taken from --pretrain-data (keeps general ability; 0..1)"},
+         {"agent-eval", "N", "held-out tool tasks per family at each evaluation (default 4; 0 = off)"},
+         {"stop-after", "N", "stop after N steps in total (checkpointed)"},
+         {"force", "", "replace an existing run directory"},
+         {"quiet", "", "no progress line"}}),
+    run_sft_command);

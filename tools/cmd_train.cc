@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli.h"
+#include "parallel_flags.h"
 #include "train/run.h"
 
 namespace {
@@ -23,10 +24,9 @@ int run_train(const myriad::cli::Args& args) {
   r.stop_after_step = args.get_int("stop-after", -1, -1, 1L << 40);
   if (args.has("seed")) r.seed = uint64_t(args.get_int("seed", 0, 0, 1L << 62));
   if (args.has("gradient-checkpointing")) r.gradient_checkpointing = true;
-  r.parallel.dp = int(args.get_int("dp", 1, 1, 1 << 20));
-  r.parallel.ep = int(args.get_int("ep", 1, 1, 1 << 20));
-  r.parallel.sp = int(args.get_int("sp", 1, 1, 1 << 20));
+  r.parallel = myriad::cli::parallel_dims(args);
   r.zero1 = args.has("zero1");
+  r.overlap_grad_sync = myriad::cli::overlap_grad_sync(args);
   const myriad::TrainSummary s = myriad::run_training(r);
   if (!s.root) return 0;  // rank 0 reports
   std::printf(
@@ -34,32 +34,25 @@ int run_train(const myriad::cli::Args& args) {
       "of %.0f GFLOP/s sgemm\nrun: %s (metrics.jsonl, checkpoints/, tokenizer/); last checkpoint: %s\n",
       (long long)s.steps, (long long)s.skipped, s.last_loss, s.last_val_loss, s.last_val_bpb, s.tokens_per_s,
       100.0 * s.mfu, s.sgemm_gflops, r.out_dir.c_str(), s.last_checkpoint.c_str());
-  if (r.parallel.distributed())
-    std::printf(
-        "parallel: %s; of %.2f s in steps, gradient all-reduce %.2f s (%.1f%%), expert all-to-all %.2f s (%.1f%%)\n",
-        r.parallel.str().c_str(), s.train_time_s, s.grad_sync_s, 100.0 * s.grad_sync_s / std::max(s.train_time_s, 1e-9),
-        s.expert_exchange_s, 100.0 * s.expert_exchange_s / std::max(s.train_time_s, 1e-9));
+  myriad::cli::print_parallel_summary(r.parallel, s);
   return 0;
 }
 
 }  // namespace
 
-MYRIAD_COMMAND("train", "train a model (built-in corpus when no data is given)",
-               "myriad train --config F [--data PATH ...] --out runs/NAME [--train-config F] [--resume DIR]",
-               {{"config", "FILE", "model config.json (configs/tiny.json, configs/small.json, ...)"},
-                {"train-config", "FILE",
-                 "training config (default: <config>.train.json beside it, else 256/1K ladder)"},
-                {"data", "PATH", "text/JSONL files or directories, or a prepared shard directory (also positional)"},
-                {"tokenizer", "DIR", "use this tokenizer (default: train one on the data)"},
-                {"out", "DIR", "run directory (metrics.jsonl, checkpoints/, tokenizer/)"},
-                {"resume", "DIR", "continue a run (or a checkpoint) exactly where it stopped"},
-                {"seed", "S", "seed for init and data order (overrides the training config)"},
-                {"gradient-checkpointing", "", "recompute each layer in backward (less memory)"},
-                {"dp", "N", "data-parallel ranks (under mpirun; dp x ep x sp = the number of ranks)"},
-                {"ep", "N", "expert-parallel ranks: each holds num_experts / N routed experts"},
-                {"sp", "N", "sequence-parallel ranks: each sequence split into N shards run side by side"},
-                {"zero1", "", "ZeRO-1: each rank keeps the optimizer state of its share of the tensors (same weights)"},
-                {"stop-after", "N", "stop after N steps in total (checkpointed), e.g. to test resumption"},
-                {"force", "", "replace an existing run directory"},
-                {"quiet", "", "no progress line"}},
-               run_train);
+MYRIAD_COMMAND(
+    "train", "train a model (built-in corpus when no data is given)",
+    "myriad train --config F [--data PATH ...] --out runs/NAME [--train-config F] [--resume DIR]",
+    myriad::cli::with_parallel_options(
+        {{"config", "FILE", "model config.json (configs/tiny.json, configs/small.json, ...)"},
+         {"train-config", "FILE", "training config (default: <config>.train.json beside it, else 256/1K ladder)"},
+         {"data", "PATH", "text/JSONL files or directories, or a prepared shard directory (also positional)"},
+         {"tokenizer", "DIR", "use this tokenizer (default: train one on the data)"},
+         {"out", "DIR", "run directory (metrics.jsonl, checkpoints/, tokenizer/)"},
+         {"resume", "DIR", "continue a run (or a checkpoint) exactly where it stopped"},
+         {"seed", "S", "seed for init and data order (overrides the training config)"},
+         {"gradient-checkpointing", "", "recompute each layer in backward (less memory)"},
+         {"stop-after", "N", "stop after N steps in total (checkpointed), e.g. to test resumption"},
+         {"force", "", "replace an existing run directory"},
+         {"quiet", "", "no progress line"}}),
+    run_train);

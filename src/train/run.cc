@@ -11,14 +11,13 @@
 #include "data/loader.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
-#include "dist/expert_parallel.h"
-#include "dist/mpi_communicator.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
 #include "model/param_spec.h"
 #include "train/run_checkpoint.h"
 #include "train/task_eval.h"
+#include "train/training_ranks.h"
 
 namespace fs = std::filesystem;
 
@@ -170,38 +169,20 @@ TrainSummary run_training(const RunRequest& req) {
   const ModelConfig mc = load_model_config(req.model_config_path, &warnings);
   // The ranks: one process, or every rank of the mpirun job (its layout validated before anything is written).
   const ParallelDims& dims = req.parallel;
-  SingleCommunicator single;
-  Communicator& world = dims.distributed() || launched_by_mpirun() ? mpi_world() : single;
-  check_on_all_ranks(world, [&] {
-    validate_parallel_dims(dims, world.size(), mc);
-    MYRIAD_REQUIRE(!req.zero1 || dims.distributed(), kConfig,
-                   "--zero1 shards the optimizer state over the ranks of an mpirun job (--dp / --ep > 1)");
-  });
-  ProcessGroups groups = make_process_groups(world, dims);
-  start_ranks(world);
-  if (world.size() > 1)
-    check_on_all_ranks(world, [&] {
-      require_same_on_all_ranks(
-          world, "model config",
-          read_file(fs::is_directory(req.model_config_path) ? req.model_config_path + "/config.json"
-                                                            : req.model_config_path));
-    });
-  // Rank 0 prepares; the others learn whether it succeeded (its error is the one printed) and then read
-  // the training config, tokenizer and shards it wrote.
+  const std::unique_ptr<TrainingRanks> ranks = open_training_ranks(dims);
+  start_training_ranks(*ranks, dims, mc,
+                       read_file(fs::is_directory(req.model_config_path) ? req.model_config_path + "/config.json"
+                                                                         : req.model_config_path),
+                       [&] {
+                         MYRIAD_REQUIRE(
+                             !req.zero1 || dims.distributed(), kConfig,
+                             "--zero1 shards the optimizer state over the ranks of an mpirun job (--dp / --ep > 1)");
+                       });
+  ProcessGroups& groups = ranks->groups;
+  // Rank 0 prepares; the others then read the training config, tokenizer and shards it wrote.
   Tokenizer tok;
   PreparedRun run;
-  int32_t ok = 0;
-  if (groups.is_root()) {
-    try {
-      run = prepare_run(req, mc, tok);
-      ok = 1;
-    } catch (const Error&) {
-      world.broadcast(&ok, 1, DType::kI32, 0);
-      throw;
-    }
-  }
-  world.broadcast(&ok, 1, DType::kI32, 0);
-  if (ok != 1) mpi_abort(1);  // rank 0 failed (and says why): end the job without a second message per rank
+  prepare_on_root(*ranks, [&] { run = prepare_run(req, mc, tok); });
   if (!groups.is_root()) {
     const std::string out = req.out_dir;
     run.tc = load_train_config(out + "/train.json", mc);
@@ -213,14 +194,8 @@ TrainSummary run_training(const RunRequest& req) {
   const TrainConfig& tc = run.tc;
   const std::string& out = req.out_dir;
   // Model (this rank's shard of the experts, each tensor as the one-process run would initialise it) and trainer.
-  std::unique_ptr<ExpertParallelDispatcher> dispatcher;
-  ParamFilter keep;
-  if (dims.ep > 1) {
-    keep = expert_shard_filter(mc, groups.e, dims.ep);
-    dispatcher = std::make_unique<ExpertParallelDispatcher>(*groups.ep_group);
-  }
-  Transformer model(mc, ModelWeights::random(mc, tc.seed, keep));
-  if (dispatcher) model.set_moe_dispatcher(dispatcher.get());
+  Transformer model(mc, ModelWeights::random(mc, tc.seed, ranks->keep));
+  if (ranks->dispatcher) model.set_moe_dispatcher(ranks->dispatcher.get());
   LoaderSource source(run.data_dir, tc.seed, tok);
   TrainerOptions to;
   to.run_dir = out;
@@ -228,6 +203,7 @@ TrainSummary run_training(const RunRequest& req) {
   to.tokenizer_dir = run.tok_dir;
   to.groups = &groups;
   to.zero1 = req.zero1;
+  to.overlap_grad_sync = req.overlap_grad_sync;
   to.stop_after_step = req.stop_after_step;
   to.quiet = req.quiet;
   const int32_t eot = tok.id_of("<|endoftext|>");

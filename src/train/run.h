@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ struct RunRequest {
   // others wait for it, then load what it wrote (the run directory must be on a filesystem every rank sees).
   ParallelDims parallel;
   bool zero1 = false;  // ZeRO-1: the optimizer state sharded over the replicas (needs more than one rank)
+  std::optional<bool> overlap_grad_sync;  // TrainerOptions::overlap_grad_sync
 };
 
 TrainSummary run_training(const RunRequest& req);

@@ -17,6 +17,7 @@
 #include "train/sft_data.h"
 #include "train/task_eval.h"
 #include "train/train_config.h"
+#include "train/training_ranks.h"
 
 namespace fs = std::filesystem;
 
@@ -33,6 +34,8 @@ nlohmann::json default_sft_train_config(int64_t max_position_embeddings) {
 }
 
 TrainSummary run_sft(const SftRequest& req) {
+  // Every rank of an mpirun job reads the inputs; rank 0 alone writes the run directory (train/training_ranks.h).
+  const std::unique_ptr<TrainingRanks> ranks = open_training_ranks(req.parallel);
   const bool resuming = !req.resume.empty();
   const std::string out = req.out_dir.empty() ? req.resume : req.out_dir;
   MYRIAD_REQUIRE(!out.empty(), kValue, "sft needs --out DIR (or --resume DIR)");
@@ -90,27 +93,34 @@ TrainSummary run_sft(const SftRequest& req) {
     tc.stages[0].steps = *req.steps;
   }
 
-  if (!resuming) {
-    start_run_directory(out, req.force);
-    write_file_atomic(out + "/train.json", train_config_to_json(tc).dump(1));
-    write_file_atomic(out + "/config.json", config_json);
-    tok.save(out + "/tokenizer");
-    int64_t assistant = 0;
-    for (const ChatTokens& c : train_tokens)
-      assistant += std::count(c.assistant.begin(), c.assistant.end(), uint8_t(1));
-    meta = {{"model", fs::absolute(model_dir).string()},
-            {"model_checkpoint", fs::absolute(source_ck).string()},
-            {"data", fs::absolute(data).string()},
-            {"val", val.empty() ? std::string() : fs::absolute(val).string()},
-            {"train_conversations", train_tokens.size()},
-            {"val_conversations", val_tokens.size()},
-            {"assistant_tokens", assistant},
-            {"pretrain_data", pretrain_data.empty() ? std::string() : fs::absolute(pretrain_data).string()},
-            {"pretrain_mix", pretrain_mix}};
-    write_file_atomic(out + "/sft.json", meta.dump(1) + "\n");
-  }
+  start_training_ranks(*ranks, req.parallel, mc, config_json, [&] {
+    MYRIAD_REQUIRE(!req.zero1 || req.parallel.distributed(), kConfig,
+                   "--zero1 shards the optimizer state over the ranks of an mpirun job (--dp / --ep > 1)");
+    validate_data_parallel_split(tc, req.parallel);
+  });
+  if (!resuming)
+    prepare_on_root(*ranks, [&] {
+      start_run_directory(out, req.force);
+      write_file_atomic(out + "/train.json", train_config_to_json(tc).dump(1));
+      write_file_atomic(out + "/config.json", config_json);
+      tok.save(out + "/tokenizer");
+      int64_t assistant = 0;
+      for (const ChatTokens& c : train_tokens)
+        assistant += std::count(c.assistant.begin(), c.assistant.end(), uint8_t(1));
+      meta = {{"model", fs::absolute(model_dir).string()},
+              {"model_checkpoint", fs::absolute(source_ck).string()},
+              {"data", fs::absolute(data).string()},
+              {"val", val.empty() ? std::string() : fs::absolute(val).string()},
+              {"train_conversations", train_tokens.size()},
+              {"val_conversations", val_tokens.size()},
+              {"assistant_tokens", assistant},
+              {"pretrain_data", pretrain_data.empty() ? std::string() : fs::absolute(pretrain_data).string()},
+              {"pretrain_mix", pretrain_mix}};
+      write_file_atomic(out + "/sft.json", meta.dump(1) + "\n");
+    });
 
-  Transformer model(mc, ModelWeights::from_checkpoint(Checkpoint::open(source_ck), mc));
+  Transformer model(mc, ModelWeights::from_checkpoint(Checkpoint::open(source_ck), mc, ranks->keep));
+  if (ranks->dispatcher) model.set_moe_dispatcher(ranks->dispatcher.get());
   ConversationSource source(tok, std::move(train_tokens), std::move(val_tokens), tc.seed);
   if (pretrain_mix > 0) source.set_pretraining_mix(std::make_unique<Loader>(pretrain_data, tc.seed), pretrain_mix);
   TrainerOptions to;
@@ -119,6 +129,9 @@ TrainSummary run_sft(const SftRequest& req) {
   to.tokenizer_dir = out + "/tokenizer";
   to.stop_after_step = req.stop_after_step;
   to.quiet = req.quiet;
+  to.groups = &ranks->groups;
+  to.zero1 = req.zero1;
+  to.overlap_grad_sync = req.overlap_grad_sync;
   if (req.agent_eval_per_family > 0 || !text_val.empty()) {
     AgentEvalOptions ao;
     ao.per_family = req.agent_eval_per_family;
@@ -135,7 +148,7 @@ TrainSummary run_sft(const SftRequest& req) {
       return j;
     };
   }
-  if (!req.quiet)
+  if (!req.quiet && ranks->root())
     std::fprintf(stderr, "myriad sft: %lld training conversations (%lld assistant tokens), %lld for validation\n",
                  static_cast<long long>(source.train_conversations()),
                  static_cast<long long>(source.assistant_tokens()),
@@ -143,7 +156,7 @@ TrainSummary run_sft(const SftRequest& req) {
   Trainer trainer(model, tc, source, to);
   if (resuming) trainer.resume(out);
   TrainSummary s = trainer.run();
-  if (!req.quiet && source.truncated() > 0)
+  if (!req.quiet && ranks->root() && source.truncated() > 0)
     std::fprintf(stderr, "myriad sft: %lld conversations were longer than a sequence and were cut\n",
                  static_cast<long long>(source.truncated()));
   return s;

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "agent/episode.h"
+#include "dist/parallel_dims.h"
 #include "train/trainer.h"
 
 namespace myriad {
@@ -38,6 +39,10 @@ struct SftRequest {
   // fine-tuning keeps general ability; its validation split is also evaluated ("pretrain_val_loss").
   std::string pretrain_data;
   double pretrain_mix = 0.0;
+  // dp x ep x sp over the ranks of an mpirun job, as for `myriad train` (train/run.h); all 1: one process.
+  ParallelDims parallel;
+  bool zero1 = false;
+  std::optional<bool> overlap_grad_sync;  // TrainerOptions::overlap_grad_sync
 };
 
 TrainSummary run_sft(const SftRequest& req);

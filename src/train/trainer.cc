@@ -367,6 +367,7 @@ TrainSummary Trainer::run() {
     const int64_t n_seq = cfg_.sequences_per_step(s);
     const auto t0 = std::chrono::steady_clock::now();
     const double sync_before = sync_->seconds(), exchange_before = expert_exchange_seconds();
+    const double overlapped_before = sync_->overlapped_seconds();
     model_.weights().zero_grad();
     double loss_sum = 0, aux_sum = 0;
     bool finite = true;
@@ -401,6 +402,15 @@ TrainSummary Trainer::run() {
       TrainBatch b = data_.next(T);
       if (i < first || i >= first + per_rank) continue;
       if (sp > 1) b = shard_of(b, groups_->s, sp);
+      // The last backward of the step starts each layer's gradient reduction as soon as that layer is done
+      // (not in a step that injects a NaN gradient after the backward: the fault tests' single process anyway).
+      const bool overlap = opt_.overlap_grad_sync.value_or(groups_->world->device() == Device::kCUDA) &&
+                           groups_->world->size() > 1 && i == first + per_rank - 1 &&
+                           !fault_.at(NanFault::Kind::kGradient, step_);
+      if (overlap) {
+        sync_->begin_overlap();
+        fo.gradient_ready = sync_.get();
+      }
       ForwardResult r = model_.forward(b.tokens, b.targets, fo);
       const float loss = r.loss.value().data<float>()[0];
       finite = finite && std::isfinite(loss);
@@ -424,7 +434,13 @@ TrainSummary Trainer::run() {
         seeds.emplace_back(r.aux_loss,
                            Tensor::full({}, sp > 1 ? float(1.0 / (double(sp) * double(n_seq))) : 1.0f / float(n_seq)));
       }
-      ag::Tape::current().backward(seeds);
+      if (overlap) {
+        const ag::BackwardProgressScope progress([this] { sync_->progress(); });
+        ag::Tape::current().backward(seeds);
+        fo.gradient_ready = nullptr;
+      } else {
+        ag::Tape::current().backward(seeds);
+      }
       // Balancing statistics over the whole step: loads summed, router scores of every sequence stacked.
       if (routing.empty()) {
         routing = std::move(r.routing);
@@ -501,7 +517,10 @@ TrainSummary Trainer::run() {
                           {"skipped", skipped_total_},
                           {"time_s", seconds_since(t_start)}};
     if (mc.balancing == Balancing::kAuxLoss) rec["aux_loss"] = aux_sum / double(n_seq);
-    if (world.size() > 1) rec["grad_sync_s"] = sync_->seconds() - sync_before;
+    if (world.size() > 1) {
+      rec["grad_sync_s"] = sync_->seconds() - sync_before;
+      rec["grad_sync_overlapped_s"] = sync_->overlapped_seconds() - overlapped_before;
+    }
     if (groups_->dims.ep > 1) rec["expert_exchange_s"] = expert_exchange_seconds() - exchange_before;
     // A skipped step's routing (NaN scores) describes nothing; every rank agrees on `finite`, so all skip the
     // collective summary together.
@@ -590,6 +609,7 @@ TrainSummary Trainer::run() {
   sum.last_checkpoint = last_checkpoint_;
   sum.root = root();
   sum.grad_sync_s = sync_->seconds();
+  sum.grad_sync_overlapped_s = sync_->overlapped_seconds();
   sum.expert_exchange_s = expert_exchange_seconds() - exchange_at_start;
   sum.train_time_s = window_time;
   return sum;

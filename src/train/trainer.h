@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -55,6 +56,11 @@ struct TrainerOptions {
   // ZeRO-1 (dist/optimizer_sharding.h): each rank keeps the optimizer state of its share of the replicated
   // tensors and updates those, then the owners broadcast the new values. The same weights, less memory.
   bool zero1 = false;
+  // The gradient all-reduce of the step's last backward pass overlapped with it, layer by layer
+  // (dist/gradient_sync.h), or after it: the same sums. Unset: overlapped on GPU ranks (NCCL's copies run on the
+  // GPU's own engines while the cores compute), after it on CPU ranks, where MPI's copies and sums take the
+  // same cores as the backward and the overlap measured ~6% slower per step (docs/distributed.md).
+  std::optional<bool> overlap_grad_sync;
 };
 
 struct TrainSummary {
@@ -67,10 +73,11 @@ struct TrainSummary {
   double mfu = 0;
   double sgemm_gflops = 0;
   std::string last_checkpoint;
-  bool root = true;              // this process writes and reports (rank 0, or the only one)
-  double grad_sync_s = 0;        // time spent reducing gradients over the ranks (0 in one process)
-  double expert_exchange_s = 0;  // time in the expert-parallel all-to-alls (0 without --ep)
-  double train_time_s = 0;       // time in training steps (the denominator of the share above)
+  bool root = true;                   // this process writes and reports (rank 0, or the only one)
+  double grad_sync_s = 0;             // time the steps waited for the gradient reductions (0 in one process)
+  double grad_sync_overlapped_s = 0;  // time spent on them inside the backward (overlap: packing, starting)
+  double expert_exchange_s = 0;       // time in the expert-parallel all-to-alls (0 without --ep)
+  double train_time_s = 0;            // time in training steps (the denominator of the share above)
 };
 
 // Every stage's sequences per step must split evenly over the data ranks (dp x ep): one kConfig error naming

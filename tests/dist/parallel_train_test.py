@@ -37,6 +37,9 @@ one-process run of the same data:
      exactly what one process prints.
   7. Expert-parallel serving: `mpirun -np 2 myriad serve --ep 2` answers completions (greedy with logprobs, and
      sampled) exactly as a one-process server does; SIGTERM ends it.
+  8. Fine-tuning: `myriad sft` with dp 2, ep 2, sp 2 and dp 2 x ep 2 against one process, by the rule of 1.
+  Also (1c): the gradient all-reduce overlapped with the backward (--grad-sync overlap) against after it (the
+  CPU default): on 2 ranks every loss and the final weights bit for bit.
 """
 import json
 import os
@@ -280,6 +283,30 @@ def main():
         check(ratio <= 1.0 / np_ + 0.1, f"{name}: rank 0 keeps {ratio:.2f} of the optimizer state (1/{np_} of it "
               "ideally)")
 
+    # 1c. The gradient all-reduce overlapped with the backward (--grad-sync overlap) against after it (the CPU
+    # default, section 1's runs): the same sums, so every loss and the final weights bit for bit on 2 ranks (a + b
+    # rounds one way), and the same rule as above on 4.
+    for flags in (["--dp", "2"], ["--dp", "2", "--ep", "2"]):
+        np_ = 2 if len(flags) == 2 else 4
+        name = f"np {np_} {' '.join(flags)} --grad-sync overlap"
+        base = f"{WORK}/np{np_}{''.join(flags).replace('-', '')}"
+        d = base + "overlap"
+        rc, out, t = run(MPIRUN + ["-np", str(np_)] + train_args(d, t20, flags + ["--grad-sync", "overlap"]))
+        check(rc == 0, f"{name}: exit 0 ({t:.1f} s)" + ("" if rc == 0 else "\n" + out[-3000:]))
+        if rc != 0 or not os.path.exists(base):
+            continue
+        want, got = steps(base), steps(d)
+        if np_ == 2:
+            check(all(want[s]["loss"] == got[s]["loss"] for s in range(1, 21)), f"{name}: every loss equals the "
+                  "run reducing after the backward bit for bit")
+            step20 = lambda r: os.path.join(r, "checkpoints", "step-000020")
+            check(read_model(step20(base)) == read_model(step20(d)), f"{name}: the final weights equal bit for bit")
+        else:  # dp 2 x ep 2: the dense sums run over 4 ranks, in messages of other sizes
+            compare_steps(name + " vs after the backward", want, got, 1, 20)
+        hidden = sum(r.get("grad_sync_overlapped_s", 0) for r in got.values())
+        check(hidden > 0 and all(r.get("grad_sync_overlapped_s", 0) == 0 for r in want.values()),
+              f"{name}: only the overlapped run reduced inside the backward ({hidden:.3f} s there)")
+
     # 2. Resharding: a run started on some ranks, resumed on others (the same run directory, its own train.json).
     def resume(d, np_, flags, what):
         cmd = [MYRIAD, "train", "--config", CONFIG, "--data", f"{WORK}/prep/data", "--tokenizer",
@@ -361,6 +388,40 @@ def main():
     check(rc != 0 and "rank 1 has a different model config" in out,
           f"mismatched configs refused at start ({t:.1f} s)" + ("" if rc != 0 else "\n" + out[-2000:]))
 
+    # 8. Fine-tuning under mpirun: `myriad sft` on the 20-step model with dp 2, ep 2, sp 2 against one process, by
+    # the rule of section 1 (its data order is global too: every rank reads the whole step and trains its block).
+    rc, out, _ = run([MYRIAD, "agent", "demos", "--out", f"{WORK}/demos.jsonl", "--n", "120", "--seed", "1"])
+    check(rc == 0, "agent demos for SFT" + ("" if rc == 0 else "\n" + out[-2000:]))
+    sft_cfg = os.path.join(WORK, "sft.json")
+    with open(sft_cfg, "w") as f:
+        json.dump({"stages": [{"seq_len": 256, "steps": 8}], "batch_tokens": 1024, "lr": 0.002, "warmup_steps": 2,
+                   "eval_every": 4, "eval_batches": 1, "task_eval_per_task": 0, "checkpoint_every": 4,
+                   "log_every": 1000, "seed": 3, "kda_chunk": 32}, f)
+
+    def sft_args(out, extra=()):
+        return [MYRIAD, "sft", "--model", f"{WORK}/single", "--data", f"{WORK}/demos.jsonl", "--train-config",
+                sft_cfg, "--agent-eval", "0", "--out", out, "--quiet", *extra]
+    rc, out, _ = run(sft_args(f"{WORK}/sft1"))
+    check(rc == 0, "sft in one process" + ("" if rc == 0 else "\n" + out[-2000:]))
+    if rc == 0:
+        sft_single = steps(f"{WORK}/sft1")
+        for np_, flags in [(2, ["--dp", "2"]), (2, ["--ep", "2"]), (2, ["--sp", "2"]), (4, ["--dp", "2", "--ep", "2"])]:
+            name = f"sft np {np_} {' '.join(flags)}"
+            d = f"{WORK}/sft{''.join(flags).replace('-', '')}"
+            rc, out, t = run(MPIRUN + ["-np", str(np_)] + sft_args(d, flags))
+            check(rc == 0, f"{name}: exit 0 ({t:.1f} s)" + ("" if rc == 0 else "\n" + out[-3000:]))
+            if rc != 0:
+                continue
+            got = steps(d)
+            rel = abs(got[1]["loss"] - sft_single[1]["loss"]) / sft_single[1]["loss"]
+            check(rel <= (1e-7 if "--sp" in flags else 0.0), f"{name}: step 1 loss as one process's "
+                  f"(rel {rel:.1e}{', within 1e-7: sp composes the KDA state' if '--sp' in flags else ', bit for bit'})")
+            compare_steps(name, sft_single, got, 1, 8)
+            check(out.count("fine-tuned 8 steps") == 1 and "parallel: " in out, f"{name}: rank 0 reports once")
+            ck = os.path.join(d, "checkpoints", "step-000008")
+            check(os.path.exists(os.path.join(ck, "model.safetensors.index.json" if "--ep" in flags
+                                              else "model.safetensors")), f"{name}: the final checkpoint is written")
+
     # 5. Bad layouts.
     for np_, flags, want in [(3, ["--ep", "3"], "--ep 3 does not divide num_experts 8"),
                              (2, ["--dp", "3"], "= 3 ranks, but this job has 2")]:
@@ -368,6 +429,12 @@ def main():
         rc, out, _ = run(MPIRUN + ["-np", str(np_)] + train_args(d, t20, flags), timeout=120)
         check(rc != 0 and want in out and not os.path.exists(d),
               f"{' '.join(flags)} on {np_} ranks: one error, nothing written" + ("" if rc != 0 and want in out else "\n" + out[-2000:]))
+
+    # grpo runs in one process: under mpirun with 2 ranks it is refused once, before anything is written.
+    d = f"{WORK}/grpo_np2"
+    rc, out, _ = run(MPIRUN + ["-np", "2", MYRIAD, "grpo", "--model", f"{WORK}/single", "--out", d], timeout=120)
+    check(rc != 0 and out.count("grpo runs in one process") == 1 and not os.path.exists(d),
+          "grpo under mpirun -np 2: one error, nothing written" + ("" if rc != 0 else "\n" + out[-2000:]))
 
     # 6. Expert-parallel inference: a random model (varied tokens), sampled generation and perplexity (prefill and
     # token by token) on 1, 2 and 4 ranks; rank 0 prints, and prints what one process prints.
