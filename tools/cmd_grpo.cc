@@ -2,24 +2,11 @@
 #include <cstdio>
 
 #include "cli.h"
-#include "core/error.h"
-#include "dist/mpi_communicator.h"
-#include "dist/parallel_dims.h"
 #include "rl/grpo.h"
 
 namespace {
 
 int run_grpo_command(const myriad::cli::Args& args) {
-  // Each rank would run the whole job into the same run directory: refused (once for the job) rather than racing
-  // on its files.
-  if (myriad::launched_by_mpirun()) {
-    myriad::Communicator& world = myriad::mpi_world();
-    myriad::check_on_all_ranks(world, [&] {
-      MYRIAD_REQUIRE(world.size() == 1, kUnsupported,
-                     "grpo runs in one process: data-parallel GRPO (rollouts split over ranks) is not built; start it "
-                     "without mpirun (train and sft run under mpirun)");
-    });
-  }
   myriad::GrpoRequest r;
   r.model_dir = args.get_or("model", "");
   r.out_dir = args.get_or("out", "");
@@ -31,7 +18,9 @@ int run_grpo_command(const myriad::cli::Args& args) {
   r.stop_after_step = args.get_int("stop-after", -1, -1, 1L << 40);
   if (args.has("steps")) r.steps = args.get_int("steps", 0, 1, 1L << 40);
   if (args.has("seed")) r.seed = uint64_t(args.get_int("seed", 0, 0, 1L << 62));
+  r.parallel.dp = int(args.get_int("dp", 1, 1, 1 << 20));
   const myriad::GrpoSummary s = myriad::run_grpo(r);
+  if (!s.root) return 0;  // rank 0 reports
   std::printf(
       "GRPO: %lld steps; held-out agent success %.1f%% before, %.1f%% at the last evaluation\nrun: %s; last "
       "checkpoint: %s\n",
@@ -53,6 +42,8 @@ MYRIAD_COMMAND("grpo", "GRPO reinforcement learning on the built-in tool tasks (
                 {"pretrain-data", "DIR", "a prepared shard directory: pretraining validation loss at each eval"},
                 {"resume", "DIR", "continue a GRPO run exactly where it stopped"},
                 {"stop-after", "N", "stop after N steps in total (checkpointed)"},
+                {"dp", "N",
+                 "data-parallel ranks under mpirun: each rolls out and trains on prompts_per_step / N groups"},
                 {"force", "", "replace an existing run directory"},
                 {"quiet", "", "no progress lines"}},
                run_grpo_command);

@@ -13,6 +13,7 @@
 #include "core/json_fields.h"
 #include "data/corpus.h"
 #include "data/loader.h"
+#include "dist/gradient_sync.h"
 #include "infer/decode_weights.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
@@ -26,6 +27,7 @@
 #include "train/optimizer.h"
 #include "train/run_checkpoint.h"
 #include "train/task_eval.h"
+#include "train/training_ranks.h"
 
 namespace fs = std::filesystem;
 
@@ -144,6 +146,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 GrpoSummary run_grpo(const GrpoRequest& req) {
+  // Every rank of an mpirun job reads the inputs; rank 0 alone writes (train/training_ranks.h).
+  const std::unique_ptr<TrainingRanks> ranks = open_training_ranks(req.parallel);
   const bool resuming = !req.resume.empty();
   const std::string out = req.out_dir.empty() ? req.resume : req.out_dir;
   MYRIAD_REQUIRE(!out.empty(), kValue, "grpo needs --out DIR (or --resume DIR)");
@@ -175,13 +179,26 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
   std::vector<Batch> pretrain_val;
   if (!pretrain_data.empty())
     pretrain_val = text_validation_batches(pretrain_data, std::min<int64_t>(256, mc.max_position_embeddings), 8);
-  if (!resuming) {
-    start_run_directory(out, req.force);
-    write_file_atomic(out + "/grpo_config.json", grpo_config_to_json(cfg).dump(1) + "\n");
-    write_file_atomic(out + "/config.json", config_json);
-    tok.save(out + "/tokenizer");
-    write_file_atomic(out + "/grpo.json", meta.dump(1) + "\n");
-  }
+  const ParallelDims& dims = req.parallel;
+  start_training_ranks(*ranks, dims, mc, config_json, [&] {
+    MYRIAD_REQUIRE(dims.ep == 1 && dims.sp == 1, kUnsupported,
+                   "grpo splits its rollouts over data-parallel ranks (--dp) only; --ep and --sp are not supported");
+    MYRIAD_REQUIRE(cfg.prompts_per_step % dims.dp == 0, kConfig, "prompts_per_step ", cfg.prompts_per_step,
+                   " does not split evenly over --dp ", dims.dp);
+  });
+  if (!resuming)
+    prepare_on_root(*ranks, [&] {
+      start_run_directory(out, req.force);
+      write_file_atomic(out + "/grpo_config.json", grpo_config_to_json(cfg).dump(1) + "\n");
+      write_file_atomic(out + "/config.json", config_json);
+      tok.save(out + "/tokenizer");
+      write_file_atomic(out + "/grpo.json", meta.dump(1) + "\n");
+    });
+  Communicator& world = *ranks->world;
+  const bool root = ranks->root();
+  // This rank's groups of each step: a contiguous block of the step's prompts.
+  const int per_rank = cfg.prompts_per_step / dims.dp;
+  const int first_group = world.rank() * per_rank;
 
   Transformer model(mc, ModelWeights::from_checkpoint(Checkpoint::open(ck), mc));
   std::unique_ptr<Transformer> reference;
@@ -189,20 +206,24 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     reference = std::make_unique<Transformer>(mc, ModelWeights::from_checkpoint(Checkpoint::open(start_ck), mc));
   AdamW adamw(mc, model.weights(),
               AdamWConfig{float(cfg.beta1), float(cfg.beta2), float(cfg.eps), float(cfg.weight_decay)});
+  GradientSync sync(mc, model.weights(), ranks->groups);
   int64_t step = 0, skipped = 0;
   if (resuming) {
     adamw.load(ck);
     const nlohmann::json st = read_trainer_state(ck);
     step = trainer_state_counter(st, "step", ck + "/trainer_state.json");
     skipped = trainer_state_counter(st, "skipped", ck + "/trainer_state.json", 0);
-    if (!req.quiet) std::fprintf(stderr, "myriad grpo: resumed from %s at step %lld\n", ck.c_str(), (long long)step);
+    if (!req.quiet && root)
+      std::fprintf(stderr, "myriad grpo: resumed from %s at step %lld\n", ck.c_str(), (long long)step);
   }
   auto log = [&](const nlohmann::json& r) {
+    if (!root) return;
     std::ofstream o(out + "/metrics.jsonl", std::ios::app);
     o << r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   };
   std::string last_checkpoint = resuming ? ck : "";
   auto save = [&] {
+    if (!root) return;  // every rank holds the same weights and optimizer state
     NamedTensors weights;
     for (const auto& [n, v] : model.weights().all()) weights.emplace_back(n, v.value());
     CheckpointContents c{config_json,
@@ -219,6 +240,7 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
   ao.weights = cfg.rewards;
   auto evaluate = [&] {
     nlohmann::json e = {{"type", "eval"}, {"step", step}};
+    if (!root) return e;  // rank 0 evaluates; the others wait for it in the next step's first collective
     if (cfg.eval_per_family > 0) {
       const InferenceModel inference(mc, DecodeWeights::from_model(model.weights()));
       const AgentEvalReport r = evaluate_agent(inference, tok, ao);
@@ -248,20 +270,21 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
   while (step < end) {
     const auto t_step = std::chrono::steady_clock::now();
     // Rollouts on the weights as they are (views: the engine is gone before the update).
-    const std::vector<AgentTask> tasks =
+    const std::vector<AgentTask> all_tasks =
         agent_tasks(mix_seed(cfg.seed, uint64_t(step)), cfg.prompts_per_step, AgentSplit::kTrain);
+    const std::vector<AgentTask> tasks(all_tasks.begin() + first_group, all_tasks.begin() + first_group + per_rank);
     RolloutStats rs;
     std::vector<Trajectory> trajs;
     {
       auto inference = std::make_shared<const InferenceModel>(mc, DecodeWeights::from_model(model.weights()), tok);
       trajs = rollout_groups(inference, tok, tasks, cfg.group_size, sampling,
-                             mix_seed(cfg.seed ^ 0x6770u, uint64_t(step)), cfg.limits, cfg.rewards, &rs);
+                             mix_seed(cfg.seed ^ 0x6770u, uint64_t(step)), cfg.limits, cfg.rewards, &rs, first_group);
     }
     // Advantages within each group; groups of equal rewards are dropped.
     std::vector<double> advantage(trajs.size(), 0.0);
     std::vector<size_t> kept;
     int dropped = 0;
-    for (int g = 0; g < cfg.prompts_per_step; ++g) {
+    for (int g = 0; g < per_rank; ++g) {
       double mean = 0, var = 0;
       const size_t a = size_t(g) * size_t(cfg.group_size), b = a + size_t(cfg.group_size);
       for (size_t i = a; i < b; ++i) mean += trajs[i].outcome.total;
@@ -280,6 +303,11 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     int64_t policy_tokens = 0;
     for (size_t i : kept)
       for (size_t t = 1; t < trajs[i].policy.size(); ++t) policy_tokens += trajs[i].policy[t];
+    // Over the ranks: the aggregation's denominators are the step's, not this rank's.
+    double counts[2] = {double(policy_tokens), double(kept.size())};
+    world.all_reduce_f64(counts, 2, ReduceOp::kSum);
+    policy_tokens = int64_t(counts[0]);
+    const int64_t kept_all = int64_t(counts[1]);
     // The updates.
     const auto t_train = std::chrono::steady_clock::now();
     PolicyLossStats all, first;  // over every update; the first (the mismatch: the engine against the trainer)
@@ -289,22 +317,54 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     const double lr =
         cfg.warmup_steps > 0 && step < cfg.warmup_steps ? cfg.lr * double(step + 1) / double(cfg.warmup_steps) : cfg.lr;
     const PolicyLossOptions po{cfg.clip_low, cfg.clip_high, cfg.kl_coef, cfg.kl_estimator, cfg.kda_chunk};
-    for (int epoch = 0; epoch < cfg.ppo_epochs && !kept.empty(); ++epoch) {
+    for (int epoch = 0; epoch < cfg.ppo_epochs && kept_all > 0; ++epoch) {
       model.weights().zero_grad();
       PolicyLossStats& stats = epoch == 0 ? first : all;
+      double epoch_objective = 0;
       for (size_t i : kept) {
         const double agg =
             cfg.loss_aggregation == "token"
                 ? 1.0 / double(policy_tokens)
-                : 1.0 / (double(kept.size()) * double(std::max<int64_t>(1, predicted_policy_tokens(trajs[i]))));
-        objective += policy_loss_backward(model, trajs[i], advantage[i], agg, po, reference.get(), &stats);
+                : 1.0 / (double(kept_all) * double(std::max<int64_t>(1, predicted_policy_tokens(trajs[i]))));
+        epoch_objective += policy_loss_backward(model, trajs[i], advantage[i], agg, po, reference.get(), &stats);
         trained_tokens += int64_t(trajs[i].tokens.size()) - 1;
       }
-      gnorm = adamw.grad_norm(model.weights());
+      if (world.size() > 1) {
+        sync.all_reduce();
+        gnorm = sync.grad_norm();
+        epoch_objective = world.all_reduce_value(epoch_objective);
+      } else {
+        gnorm = adamw.grad_norm(model.weights());
+      }
+      objective += epoch_objective;
       finite = std::isfinite(objective) && std::isfinite(gnorm);
       if (!finite) break;
       const float clip_scale = cfg.clip > 0 && gnorm > cfg.clip ? float(cfg.clip / gnorm) : 1.0f;
       adamw.step(model.weights(), float(lr), clip_scale);
+    }
+    // The step's statistics over the ranks (sums; the largest mismatch and the slowest rollout).
+    {
+      double sums[] = {first.tokens,
+                       all.tokens,
+                       first.clipped,
+                       all.clipped,
+                       first.mismatch_sum,
+                       first.kl_sum,
+                       all.kl_sum,
+                       double(trained_tokens),
+                       double(dropped),
+                       double(rs.generated_tokens),
+                       double(rs.prompt_tokens),
+                       double(rs.prefix_tokens_reused)};
+      world.all_reduce_f64(sums, int64_t(std::size(sums)), ReduceOp::kSum);
+      first.tokens = sums[0], all.tokens = sums[1], first.clipped = sums[2], all.clipped = sums[3];
+      first.mismatch_sum = sums[4], first.kl_sum = sums[5], all.kl_sum = sums[6];
+      trained_tokens = int64_t(sums[7]), dropped = int(sums[8]);
+      rs.generated_tokens = int64_t(sums[9]), rs.prompt_tokens = int64_t(sums[10]);
+      rs.prefix_tokens_reused = int64_t(sums[11]);
+      double maxes[] = {first.mismatch_max, rs.seconds};
+      world.all_reduce_f64(maxes, 2, ReduceOp::kMax);
+      first.mismatch_max = maxes[0], rs.seconds = maxes[1];
     }
     const double counted = first.tokens + all.tokens, clipped = first.clipped + all.clipped;
     const double kl_sum = first.kl_sum + all.kl_sum;
@@ -330,7 +390,13 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
       forged += o.limit == "forged_turn";
       limited += !o.limit.empty();
     }
-    const double n = double(trajs.size());
+    double traj_sums[] = {rw[0], rw[1],      rw[2],  rw[3],  rw[4],   success,
+                          calls, violations, errors, forged, limited, double(trajs.size())};
+    world.all_reduce_f64(traj_sums, int64_t(std::size(traj_sums)), ReduceOp::kSum);
+    std::copy(traj_sums, traj_sums + 5, rw);
+    success = traj_sums[5], calls = traj_sums[6], violations = traj_sums[7], errors = traj_sums[8];
+    forged = traj_sums[9], limited = traj_sums[10];
+    const double n = traj_sums[11];
     nlohmann::json rec = {{"type", "step"},
                           {"step", step},
                           {"loss", -objective / std::max(1, cfg.ppo_epochs)},
@@ -364,7 +430,7 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
                           {"time_s", seconds_since(t_step)}};
     if (reference) rec["kl"] = counted > 0 ? kl_sum / counted : 0.0;
     log(rec);
-    if (!req.quiet)
+    if (!req.quiet && root)
       std::fprintf(
           stderr,
           "step %lld/%lld  reward %.3f  success %.0f%%  calls %.2f  violations %.2f  dropped %d/%d  clip %.3f  "
@@ -379,6 +445,7 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     if (step % cfg.checkpoint_every == 0 || step == end) save();
   }
   summary.steps = step;
+  summary.root = root;
   summary.last_checkpoint = last_checkpoint;
   return summary;
 }

@@ -36,6 +36,7 @@
 #include <string>
 
 #include "agent/episode.h"
+#include "dist/parallel_dims.h"
 
 namespace myriad {
 
@@ -76,6 +77,10 @@ struct GrpoRequest {
   int64_t stop_after_step = -1;
   std::optional<int64_t> steps;
   std::optional<uint64_t> seed;
+  // Data parallelism under mpirun (--dp N; ep and sp are refused): each rank rolls out prompts_per_step / N of the
+  // step's groups and trains on them; gradients and every statistic are summed over the ranks, rank 0 evaluates,
+  // logs and saves. The same sampling streams as one process.
+  ParallelDims parallel;
 };
 
 struct GrpoSummary {
@@ -83,6 +88,7 @@ struct GrpoSummary {
   double last_success = 0;   // held-out, at the last evaluation
   double first_success = 0;  // held-out, before the first step
   std::string last_checkpoint;
+  bool root = true;  // this process reports (rank 0, or the only one)
 };
 
 GrpoSummary run_grpo(const GrpoRequest& req);

@@ -27,7 +27,7 @@ struct Live {
 std::vector<Trajectory> rollout_groups(std::shared_ptr<const InferenceModel> model, const Tokenizer& tok,
                                        const std::vector<AgentTask>& tasks, int group_size,
                                        const SamplingParams& sampling, uint64_t seed, const EpisodeLimits& limits,
-                                       const RewardWeights& weights, RolloutStats* stats) {
+                                       const RewardWeights& weights, RolloutStats* stats, int64_t first_group) {
   MYRIAD_REQUIRE(group_size >= 1, kValue, "rollouts: group_size must be at least 1");
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t context = model->config().max_position_embeddings;
@@ -67,7 +67,7 @@ std::vector<Trajectory> rollout_groups(std::shared_ptr<const InferenceModel> mod
       r.prompt = l.episode.tokens();
       r.max_tokens = budget;
       r.sampling = sampling;
-      r.sampling.seed = mix_seed(mix_seed(seed, uint64_t(i)), uint64_t(turn));
+      r.sampling.seed = mix_seed(mix_seed(seed, uint64_t(first_group * group_size) + uint64_t(i)), uint64_t(turn));
       r.stop = turn_markers;
       r.stop_at_eos = true;
       engine.submit(std::move(r), [&l](const TokenEvent& e) {

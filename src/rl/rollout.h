@@ -35,11 +35,13 @@ struct RolloutStats {
   int64_t turns = 0;  // engine rounds
 };
 
-// group_size episodes of each task; episode e of task g samples with seed mix_seed(seed, g * group_size + e)
-// advanced per turn. Deterministic for a given model, tasks and seed.
+// group_size episodes of each task; episode e of task g samples with seed
+// mix_seed(seed, (first_group + g) * group_size + e) advanced per turn. Deterministic for a given model, tasks and
+// seed. first_group: where `tasks` start in the step's list (a data-parallel rank's share), so each episode samples
+// the stream it would in one process.
 std::vector<Trajectory> rollout_groups(std::shared_ptr<const InferenceModel> model, const Tokenizer& tok,
                                        const std::vector<AgentTask>& tasks, int group_size,
                                        const SamplingParams& sampling, uint64_t seed, const EpisodeLimits& limits,
-                                       const RewardWeights& weights, RolloutStats* stats);
+                                       const RewardWeights& weights, RolloutStats* stats, int64_t first_group = 0);
 
 }  // namespace myriad

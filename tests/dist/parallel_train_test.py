@@ -38,6 +38,8 @@ one-process run of the same data:
   7. Expert-parallel serving: `mpirun -np 2 myriad serve --ep 2` answers completions (greedy with logprobs, and
      sampled) exactly as a one-process server does; SIGTERM ends it.
   8. Fine-tuning: `myriad sft` with dp 2, ep 2, sp 2 and dp 2 x ep 2 against one process, by the rule of 1.
+  9. GRPO with --dp 2: the rollouts and loss up to the first update as one process's; a --dp that does not divide the prompts
+     refused once.
   Also (1c): the gradient all-reduce overlapped with the backward (--grad-sync overlap) against after it (the
   CPU default): on 2 ranks every loss and the final weights bit for bit.
 """
@@ -430,11 +432,48 @@ def main():
         check(rc != 0 and want in out and not os.path.exists(d),
               f"{' '.join(flags)} on {np_} ranks: one error, nothing written" + ("" if rc != 0 and want in out else "\n" + out[-2000:]))
 
-    # grpo runs in one process: under mpirun with 2 ranks it is refused once, before anything is written.
-    d = f"{WORK}/grpo_np2"
-    rc, out, _ = run(MPIRUN + ["-np", "2", MYRIAD, "grpo", "--model", f"{WORK}/single", "--out", d], timeout=120)
-    check(rc != 0 and out.count("grpo runs in one process") == 1 and not os.path.exists(d),
-          "grpo under mpirun -np 2: one error, nothing written" + ("" if rc != 0 else "\n" + out[-2000:]))
+    # 9. GRPO under mpirun (--dp 2): each rank rolls out half of the step's groups with the sampling streams one
+    # process gives them, so every step up to the first update has one process's rollouts: the same rewards,
+    # successes and policy tokens exactly, the loss within rel 1e-9 (the same per-token terms summed in another
+    # order).
+    # Later steps start from weights whose gradients were summed in another order (~1e-7), where a sampled token
+    # may flip: they are checked to run, not to agree.
+    grpo_cfg = os.path.join(WORK, "grpo.json")
+    with open(grpo_cfg, "w") as f:
+        json.dump({"steps": 3, "prompts_per_step": 4, "group_size": 3, "eval_every": 1000, "eval_per_family": 0,
+                   "checkpoint_every": 3, "max_tokens": 96, "max_reply_tokens": 48, "seed": 7, "kda_chunk": 32}, f)
+
+    def grpo_args(out, extra=()):
+        return [MYRIAD, "grpo", "--model", f"{WORK}/single", "--train-config", grpo_cfg, "--out", out, "--quiet",
+                *extra]
+    rc, out, _ = run(grpo_args(f"{WORK}/grpo1"))
+    check(rc == 0, "grpo in one process" + ("" if rc == 0 else "\n" + out[-2000:]))
+    rc2, out2, t = run(MPIRUN + ["-np", "2"] + grpo_args(f"{WORK}/grpo2", ["--dp", "2"]))
+    check(rc2 == 0, f"grpo np 2 --dp 2: exit 0 ({t:.1f} s)" + ("" if rc2 == 0 else "\n" + out2[-3000:]))
+    if rc == 0 and rc2 == 0:
+        a, b = steps(f"{WORK}/grpo1"), steps(f"{WORK}/grpo2")
+        check(sorted(a) == sorted(b) == [1, 2, 3], f"grpo np 2 --dp 2: steps {sorted(b)} logged once each")
+        # Steps whose groups were all dropped (equal rewards) make no update: the weights are still the start's
+        # up to the first step that trains, which must exist (or the comparison would be vacuous).
+        first = next((k for k in sorted(a) if a[k]["policy_tokens"] > 0), None)
+        check(first is not None, "grpo: some step trains (policy tokens > 0)")
+        for k in range(1, (first or 0) + 1):
+            same = all(a[k][f] == b[k][f] for f in ("rewards", "success", "policy_tokens", "groups_dropped",
+                                                     "mean_calls", "violations"))
+            check(same, f"grpo np 2 --dp 2: step {k}'s rollouts are one process's (rewards, success, policy "
+                  "tokens, dropped groups)" + ("" if same else f"\n{a[k]}\n{b[k]}"))
+            rel = abs(a[k]["loss"] - b[k]["loss"]) / max(abs(a[k]["loss"]), 1e-30)
+            check(rel <= 1e-9, f"grpo np 2 --dp 2: step {k} loss within rel 1e-9 ({rel:.1e}; "
+                  f"{a[k]['policy_tokens']} policy tokens)")
+        check(out2.count("GRPO: 3 steps") == 1, "grpo np 2 --dp 2: rank 0 reports once")
+        check(os.path.exists(os.path.join(f"{WORK}/grpo2", "checkpoints", "step-000003", "model.safetensors")),
+              "grpo np 2 --dp 2: the final checkpoint is written")
+    for np_, flags, want in [(3, ["--dp", "3"], "does not split evenly over --dp 3")]:
+        d = f"{WORK}/grpo_bad{''.join(flags)}"
+        rc, out, _ = run(MPIRUN + ["-np", str(np_)] + grpo_args(d, flags), timeout=120)
+        check(rc != 0 and out.count(want) == 1 and not os.path.exists(d),
+              f"grpo {' '.join(flags)} on {np_} ranks: one error, nothing written" + ("" if rc != 0 and want in out
+                                                                                   else "\n" + out[-2000:]))
 
     # 6. Expert-parallel inference: a random model (varied tokens), sampled generation and perplexity (prefill and
     # token by token) on 1, 2 and 4 ranks; rank 0 prints, and prints what one process prints.
