@@ -81,13 +81,9 @@ void finalize_at_exit() {
 class MpiPending final : public PendingCollective {
  public:
   explicit MpiPending(const char* what) : what_(what) {}
-  ~MpiPending() override {
-    if (request != MPI_REQUEST_NULL) {  // not completed: an exception is unwinding; the job is ending
-      int finalized = 0;
-      MPI_Finalized(&finalized);
-      if (!finalized) MPI_Request_free(&request);
-    }
-  }
+  // Not completed here only while an exception unwinds (the job is ending): the request is left to MPI_Abort, as
+  // MPI forbids freeing or cancelling the request of a non-blocking collective.
+  ~MpiPending() override = default;
   bool test() override {
     if (request == MPI_REQUEST_NULL) return true;
     int done = 0;
