@@ -319,11 +319,12 @@ struct InferenceModel::Stack {
     const Tensor n = m.rmsnorm(h, m.layers_[size_t(l)].input_norm);
     if (m.kda_[size_t(l)]) {
       std::vector<KdaSegment> segs;
-      for (const BatchEntry& b : batch) segs.push_back({&b.seq->kda[size_t(l)], int64_t(b.tokens.size())});
+      for (const BatchEntry& b : batch) segs.push_back({&b.seq->kda[size_t(l)], int64_t(b.tokens.size()), b.shards});
       return m.kda_[size_t(l)]->forward(n, segs, m.kda_chunk);
     }
     std::vector<MlaSegment> segs;
-    for (const BatchEntry& b : batch) segs.push_back({&b.seq->mla[size_t(l)], int64_t(b.tokens.size()), b.seq->tokens});
+    for (const BatchEntry& b : batch)
+      segs.push_back({&b.seq->mla[size_t(l)], int64_t(b.tokens.size()), b.seq->tokens, b.shards});
     return m.mla_[size_t(l)]->forward(n, segs);
   }
   Tensor ffn(int64_t l, const Tensor& h) const { return m.ffn(l, m.rmsnorm(h, m.layers_[size_t(l)].post_norm)); }
@@ -351,6 +352,14 @@ Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logit
   for (const BatchEntry& b : batch) {
     MYRIAD_REQUIRE(b.seq != nullptr && int64_t(b.seq->kda.size()) == c.num_hidden_layers, kValue,
                    "inference: a batch entry without a sequence state of this model");
+    if (b.shards) {  // a sequence-parallel prefill shard: positions from its offset in the whole prompt
+      const int64_t me = b.shards->index();
+      MYRIAD_REQUIRE(batch.size() == 1 && b.seq->tokens == 0 && int64_t(b.tokens.size()) == b.shards->rows(me) &&
+                         b.shards->rows(me) > 0,
+                     kValue, "inference: a prefill shard runs alone, on a fresh sequence, over its own ",
+                     b.shards->rows(me), " tokens (got ", b.tokens.size(), " after ", b.seq->tokens, ")");
+      b.seq->tokens = b.shards->offset(me);
+    }
     MYRIAD_REQUIRE(b.seq->tokens + int64_t(b.tokens.size()) <= c.max_position_embeddings, kValue,
                    "inference: ", b.seq->tokens, " + ", b.tokens.size(),
                    " tokens is longer than max_position_embeddings (", c.max_position_embeddings, ")");

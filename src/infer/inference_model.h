@@ -21,6 +21,7 @@
 #include "infer/kda_state.h"
 #include "infer/mla_cache.h"
 #include "model/config.h"
+#include "model/prefill_shards.h"
 
 namespace myriad {
 
@@ -33,10 +34,13 @@ struct SequenceState {
   size_t mla_bytes() const;
 };
 
-// One sequence's part of a batch: the tokens to run next.
+// One sequence's part of a batch: the tokens to run next. With `shards`: this process's shard of a
+// sequence-parallel prefill (model/prefill_shards.h; alone in its batch, on a fresh sequence, `tokens` being the
+// shard's): the state it leaves is the whole prompt's on the last shard.
 struct BatchEntry {
   SequenceState* seq = nullptr;
   std::span<const int32_t> tokens;
+  PrefillShards* shards = nullptr;
 };
 
 class MoeDispatcher;

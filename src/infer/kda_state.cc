@@ -1,5 +1,6 @@
 #include "infer/kda_state.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <vector>
@@ -101,6 +102,7 @@ struct HostKda {
     int64_t r0 = 0;
     for (const KdaSegment& s : segs) {
       Tensor& tail = s.state->*kTail[which];
+      if (s.shards) halo_from_earlier_shard(*s.shards, lin.data<float>() + (r0 + s.rows - (W - 1)) * HK, tail);
       Tensor next = Tensor::empty({1, W - 1, HK});
       ops::conv1d_forward(device, y.data<float>() + r0 * HK, next.data<float>(), lin.data<float>() + r0 * HK,
                           w.data<float>(), tail.data<float>(), 1, s.rows, HK, W);
@@ -109,6 +111,46 @@ struct HostKda {
     }
     ops::unary_forward(device, Unary::kSiLU, y.data<float>(), y.data<float>(), N * HK);
     return y;
+  }
+  // Sequence-parallel prefill: every shard's last W-1 conv inputs (`last`) gathered; the previous shard's become
+  // this one's tail (the first shard's stays the fresh zeros).
+  void halo_from_earlier_shard(PrefillShards& shards, const float* last, Tensor& tail) const {
+    const int64_t n = (W - 1) * H * K, S = shards.count(), me = shards.index();
+    if (n == 0 || S == 1) return;
+    std::vector<int64_t> counts(size_t(S), n);
+    std::vector<float> all(size_t(S * n));
+    shards.all_gather(last, counts, all.data());
+    if (me > 0) std::copy(all.data() + (me - 1) * n, all.data() + me * n, tail.data<float>());
+  }
+  // Sequence-parallel prefill: the delta rule is affine in the state entering the shard, S_out = M S_in + S~ (M
+  // [K, K] per head: the final state from the identity with zero values, KDA's K = V; S~: from zeros with the
+  // real values). Every shard's (M, S~) is gathered and the earlier ones composed in order,
+  // S_in(s) = M_{s-1} (... (M_1 S~_0 + S~_1) ...) + S~_{s-1}, which the shard then runs from (plain summation
+  // would be wrong: the delta rule is not additive in the state).
+  void state_from_earlier_shards(PrefillShards& shards, const float* q, const float* k, const float* g,
+                                 const float* beta, const float* v, int64_t T, Tensor& S) const {
+    const int64_t S_count = shards.count(), me = shards.index(), KK = H * K * K;
+    if (S_count == 1) return;
+    const KdaShape shape{1, T, H, K, K, chunk};
+    std::vector<float> o(size_t(T * H * K)), zeros_v(size_t(T * H * K), 0.0f), eye(size_t(KK), 0.0f),
+        zero_state(size_t(KK), 0.0f);
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < K; ++i) eye[size_t((h * K + i) * K + i)] = 1.0f;
+    std::vector<float> mine(size_t(2 * KK));  // [M | S~]
+    ops::kda_chunk_forward(device, o.data(), mine.data(), q, k, zeros_v.data(), g, beta, eye.data(), shape);
+    ops::kda_chunk_forward(device, o.data(), mine.data() + KK, q, k, v, g, beta, zero_state.data(), shape);
+    std::vector<int64_t> counts(size_t(S_count), 2 * KK);
+    std::vector<float> all(size_t(S_count * 2 * KK));
+    shards.all_gather(mine.data(), counts, all.data());
+    std::vector<float> state(size_t(KK), 0.0f);
+    for (int64_t p = 0; p < me; ++p) {
+      const float* M = all.data() + p * 2 * KK;
+      std::vector<float> next(M + KK, M + 2 * KK);  // S~_p + M_p S, per head
+      ops::gemm(device, false, false, K, K, K, 1.0f, M, K, state.data(), K, 1.0f, next.data(), K, H, K * K, K * K,
+                K * K);
+      state.swap(next);
+    }
+    std::copy(state.begin(), state.end(), S.data<float>());
   }
   Tensor l2norm_heads(const Tensor& x, float eps) const {
     thread_local std::vector<float> rnorm;  // the per-row statistics (unused here)
@@ -141,17 +183,21 @@ struct HostKda {
     auto run = [&](size_t i) {
       const KdaSegment& s = segs[i];
       const int64_t r0 = row0[i];
+      if (s.shards)
+        state_from_earlier_shards(*s.shards, q.data<float>() + r0 * HK, k.data<float>() + r0 * HK,
+                                  g.data<float>() + r0 * HK, beta.data<float>() + r0 * H, v.data<float>() + r0 * H * V,
+                                  s.rows, s.state->S);
       if (s.rows > 0) {
         Tensor S_next = Tensor::empty(s.state->S.shape());
         const KdaShape shape{1, s.rows, H, K, V, chunk};
         // One token: the recurrent form (decode). More: the chunkwise form (prefill). Same state either way.
-        (s.rows == 1 ? ops::kda_recurrent_forward : ops::kda_chunk_forward)(
+        (s.rows == 1 && !s.shards ? ops::kda_recurrent_forward : ops::kda_chunk_forward)(
             device, o.data<float>() + r0 * H * V, S_next.data<float>(), q.data<float>() + r0 * HK,
             k.data<float>() + r0 * HK, v.data<float>() + r0 * H * V, g.data<float>() + r0 * HK,
             beta.data<float>() + r0 * H, s.state->S.data<float>(), shape);
         s.state->S = S_next;
       }
-      s.state->tokens += s.rows;
+      s.state->tokens = (s.shards ? s.shards->offset(s.shards->index()) : s.state->tokens) + s.rows;
     };
     if (all_single) {  // a decode batch: one token per sequence, the sequences spread over the threads
 #pragma omp parallel for schedule(static) num_threads(num_threads())
@@ -185,6 +231,15 @@ Tensor KdaDecoder::forward(const Tensor& x_in, std::span<const KdaSegment> segs,
     total += s.rows;
   }
   MYRIAD_REQUIRE(total == N, kShape, "KdaDecoder: the segments cover ", total, " rows, the input has ", N);
+  for (const KdaSegment& s : segs)
+    if (s.shards) {
+      const int64_t need = std::max<int64_t>(dims_.conv_width - 1, 1);
+      MYRIAD_REQUIRE(segs.size() == 1 && s.state->tokens == 0 && s.rows == s.shards->rows(s.shards->index()), kValue,
+                     "KdaDecoder: a prefill shard runs alone, from a fresh state, over its own rows");
+      for (int64_t p = 0; p < s.shards->count(); ++p)
+        MYRIAD_REQUIRE(s.shards->rows(p) >= need, kValue, "KdaDecoder: prefill shard ", p, " has ", s.shards->rows(p),
+                       " tokens, fewer than the short convolution's window needs before the next (", need, ")");
+    }
   HostKda exec{w_->device(), segs, N, dims_.heads, dims_.head_dim, dims_.conv_width, chunk};
   return kda_forward(exec, weights_, x, dims_);
 }

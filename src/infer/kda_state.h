@@ -10,6 +10,7 @@
 
 #include "model/config.h"
 #include "model/kda_module.h"
+#include "model/prefill_shards.h"
 #include "model/weights.h"
 #include "quant/linear_weight.h"
 
@@ -26,9 +27,12 @@ struct KdaState {
 };
 
 // Part of a batch for KdaDecoder::forward: `rows` consecutive input rows of one sequence, advancing `state`.
+// With `shards` (a batch of one segment, a fresh state): one shard of a sequence-parallel prefill
+// (model/prefill_shards.h); the conv halo and the state entering the shard come from the earlier shards.
 struct KdaSegment {
   KdaState* state = nullptr;
   int64_t rows = 0;
+  PrefillShards* shards = nullptr;
 };
 
 // A KDA layer's weights for inference, resolved once (the members kda_module.h's execution reads).

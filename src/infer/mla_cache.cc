@@ -495,6 +495,17 @@ struct MlaDecoder::Exec {
     }
     return rows;
   }
+  // Sequence-parallel prefill: every shard's latent rows (normed, rotated at their own positions) gathered; those
+  // of the earlier shards are cached, in order, before this shard's own.
+  void cache_earlier_shards(PrefillShards& shards, const float* mine, MlaCache& cache) const {
+    const int64_t W = d.C_ + d.Dr_, S = shards.count(), me = shards.index();
+    if (S == 1) return;
+    std::vector<int64_t> counts(static_cast<size_t>(S));
+    for (int64_t p = 0; p < S; ++p) counts[size_t(p)] = shards.rows(p) * W;
+    std::vector<float> all(size_t(shards.offset(S) * W));
+    shards.all_gather(mine, counts, all.data());
+    for (int64_t t = 0; t < shards.offset(me); ++t) cache.append(all.data() + t * W, all.data() + t * W + d.C_);
+  }
   Tensor attend(const Tensor& q_in, const Tensor& rows_in) const {
     const int64_t N = q_in.size(0), W = d.C_ + d.Dr_, HV = d.H_ * d.Dv_, HQ = d.H_ * d.Dq_;
     float* q = q_in.data<float>();
@@ -515,6 +526,7 @@ struct MlaDecoder::Exec {
     std::vector<int64_t> row0(segs.size());
     for (size_t i = 0, r = 0; i < segs.size(); r += size_t(segs[i].rows), ++i) {
       row0[i] = int64_t(r);
+      if (segs[i].shards) cache_earlier_shards(*segs[i].shards, rows + int64_t(r) * W, *segs[i].cache);
       for (int64_t t = 0; t < segs[i].rows; ++t)
         segs[i].cache->append(rows + (int64_t(r) + t) * W, rows + (int64_t(r) + t) * W + d.C_);
       all_single = all_single && segs[i].rows == 1;
@@ -553,6 +565,11 @@ Tensor MlaDecoder::forward(const Tensor& x_in, std::span<const MlaSegment> segs,
     total += s.rows;
   }
   MYRIAD_REQUIRE(total == N, kShape, "mla decoder: the segments cover ", total, " rows, the input has ", N);
+  for (const MlaSegment& s : segs)
+    MYRIAD_REQUIRE(
+        !s.shards || (segs.size() == 1 && s.cache->size() == 0 && s.rows == s.shards->rows(s.shards->index()) &&
+                      s.start_position == s.shards->offset(s.shards->index())),
+        kValue, "mla decoder: a prefill shard runs alone, on an empty cache, over its own rows at its offset");
   if (N == 0) {
     if (attn_out) *attn_out = Tensor::empty({0, H_ * Dv_});
     return Tensor::empty({0, D_});

@@ -48,6 +48,7 @@
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/prefill_shards.h"
 #include "model/weights.h"
 #include "ops/latent_q8.h"
 #include "ops/rope_table.h"
@@ -127,10 +128,13 @@ class DecodeWeights;
 
 // Part of a batch for MlaDecoder::forward: `rows` consecutive input rows of one sequence, at positions
 // start_position .., appended to `cache`.
+// With `shards` (a batch of one segment, an empty cache): one shard of a sequence-parallel prefill
+// (model/prefill_shards.h); the earlier shards' latent rows are cached before this one's.
 struct MlaSegment {
   MlaCache* cache = nullptr;
   int64_t rows = 0;
   int64_t start_position = 0;
+  PrefillShards* shards = nullptr;
 };
 
 class MlaDecoder {

@@ -295,10 +295,14 @@ bool Engine::step() {
     if (s->done) emit(*s, cancelled_event());
 
   // The batch: prefill chunks (ending on prefix snapshot boundaries) within the step's prompt budget, and one
-  // token for every decoding sequence.
+  // token for every decoding sequence. A long prompt under sequence-parallel prefill runs whole, outside the batch.
   std::vector<BatchEntry> batch;
   std::vector<Sequence*> owners;
   std::vector<bool> prefilling;
+  std::vector<int64_t> batch_row;     // per owner: its row of the batch's logits, or -(tokens a long prefill took)
+  std::vector<Tensor> long_logits;    // per owner: the long prefill's logits [1, V]
+  std::vector<std::string> failures;  // per owner: why its long prefill failed
+  uint64_t long_prefills = 0;
   int64_t prompt_budget = opt_.prefill_chunk;
   for (auto& sp : running_) {
     Sequence& s = *sp;
@@ -309,30 +313,56 @@ bool Engine::step() {
       s.started = true;
     }
     const int64_t P = int64_t(s.req.prompt.size());
-    if (s.prefilled < P) {
-      if (prompt_budget == 0) continue;
+    long_logits.emplace_back();
+    failures.emplace_back();
+    // A long prefill ends on the last prefix snapshot boundary before the prompt's end (the snapshot is stored
+    // and the rest, under prefix_every tokens, prefills in chunks), or takes the whole prompt without snapshots.
+    int64_t whole = 0;
+    if (s.prefilled < P && opt_.long_prefill && s.state.tokens == 0) {
+      whole = opt_.prefix_every > 0 && P > opt_.prefix_every ? (P - 1) / opt_.prefix_every * opt_.prefix_every : P;
+      if (whole < opt_.long_prefill_min) whole = 0;
+    }
+    if (whole > 0) {
+      try {
+        long_logits.back() = opt_.long_prefill(s.state, std::span<const int32_t>(s.req.prompt.data(), size_t(whole)));
+        ++long_prefills;
+      } catch (const std::exception& e) {
+        failures.back() = e.what();
+      }
+      batch_row.push_back(-whole);
+      prefilling.push_back(true);
+    } else if (s.prefilled < P) {
+      if (prompt_budget == 0) {
+        long_logits.pop_back();
+        failures.pop_back();
+        continue;
+      }
       int64_t n = std::min(P - s.prefilled, prompt_budget);
       if (opt_.prefix_every > 0) {
         const int64_t boundary = (s.prefilled / opt_.prefix_every + 1) * opt_.prefix_every;
         if (boundary < P) n = std::min(n, boundary - s.prefilled);
       }
       prompt_budget -= n;
+      batch_row.push_back(int64_t(batch.size()));
       batch.push_back({&s.state, std::span<const int32_t>(s.req.prompt.data() + s.prefilled, size_t(n))});
       prefilling.push_back(true);
     } else {
+      batch_row.push_back(int64_t(batch.size()));
       batch.push_back({&s.state, std::span<const int32_t>(&s.next_input, 1)});
       prefilling.push_back(false);
     }
     owners.push_back(&s);
   }
-  const bool worked = !batch.empty() || !running_.empty();
-  if (!batch.empty()) {
+  const bool worked = !owners.empty() || !running_.empty();
+  if (!owners.empty()) {
     Tensor logits;
     std::string error;
-    try {
-      logits = model_->forward(batch);
-    } catch (const std::exception& e) {
-      error = e.what();
+    if (!batch.empty()) {
+      try {
+        logits = model_->forward(batch);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
     }
     const int64_t V = model_->vocab_size();
     uint64_t prompt_tokens = 0, generated = 0;
@@ -341,13 +371,15 @@ bool Engine::step() {
     std::vector<size_t> need;
     for (size_t i = 0; i < owners.size(); ++i) {
       Sequence& s = *owners[i];
-      if (!error.empty()) {
-        finish(s, FinishReason::kError, error);
+      const std::string& why = batch_row[i] < 0 ? failures[i] : error;
+      if (!why.empty()) {
+        finish(s, FinishReason::kError, why);
         continue;
       }
       if (prefilling[i]) {
-        s.prefilled += int64_t(batch[i].tokens.size());
-        prompt_tokens += batch[i].tokens.size();
+        const int64_t n = batch_row[i] < 0 ? -batch_row[i] : int64_t(batch[size_t(batch_row[i])].tokens.size());
+        s.prefilled += n;
+        prompt_tokens += uint64_t(n);
         store_prefix(s);
         if (s.prefilled < int64_t(s.req.prompt.size())) continue;
       }
@@ -362,7 +394,8 @@ bool Engine::step() {
     for (size_t j = 0; j < need.size(); ++j) {
       const size_t i = need[j];
       Sequence& s = *owners[i];
-      std::vector<float> row(logits.data<float>() + int64_t(i) * V, logits.data<float>() + int64_t(i + 1) * V);
+      const float* src = batch_row[i] < 0 ? long_logits[i].data<float>() : logits.data<float>() + batch_row[i] * V;
+      std::vector<float> row(src, src + V);
       // Ids past the tokenizer's vocabulary (a vocabulary padded for the matrix shapes) are never produced.
       for (int64_t v = text_vocab_; v < V; ++v) row[size_t(v)] = -std::numeric_limits<float>::infinity();
       try {
@@ -409,6 +442,7 @@ bool Engine::step() {
     std::lock_guard lock(mu_);
     metrics_.prompt_tokens += prompt_tokens;
     metrics_.generated_tokens += generated;
+    metrics_.long_prefills += long_prefills;
     for (double x : ttft) metrics_.time_to_first_token.observe(x);
     for (double x : tpot) metrics_.time_per_output_token.observe(x);
     ++metrics_.steps;

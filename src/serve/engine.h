@@ -33,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -52,6 +53,13 @@ struct EngineOptions {
   int64_t max_waiting = 64;         // queued requests beyond this are refused (kBusy)
   int64_t prefix_every = 256;       // prefix snapshot interval in tokens (multiple of page_tokens); 0 = off
   int64_t prefix_cache_mb = 256;    // budget of the prefix snapshots
+  // Sequence-parallel prefill (serve/sequence_server.h): when set, a prompt that starts from nothing (no
+  // prefix-cache hit) is prefilled in one step by long_prefill (which fills the fresh state from the tokens given
+  // and returns their last logits [1, vocab]) instead of in chunks, up to its last prefix snapshot boundary (the
+  // snapshot is stored; the rest, fewer than prefix_every tokens, then prefills in chunks) or whole with
+  // prefix_every 0, when that is at least long_prefill_min tokens. The step's other sequences wait for it.
+  std::function<Tensor(SequenceState& state, std::span<const int32_t> prompt)> long_prefill;
+  int64_t long_prefill_min = 1;
 };
 
 // The --cache-dtype names: "f32", "bf16", "q8" (kQ8_0); anything else is a kValue error naming the choices.
@@ -101,6 +109,7 @@ struct LatencyHistogram {
 struct EngineMetrics {
   uint64_t requests_total = 0, requests_finished = 0, requests_cancelled = 0, requests_rejected = 0;
   uint64_t prompt_tokens = 0, generated_tokens = 0, prefix_hits = 0, prefix_tokens_reused = 0, steps = 0;
+  uint64_t long_prefills = 0;  // prompts prefilled by EngineOptions::long_prefill
   int64_t running = 0, waiting = 0;
   size_t cache_bytes_used = 0, cache_bytes_reserved = 0, cache_bytes_budget = 0, prefix_cache_bytes = 0;
   LatencyHistogram time_to_first_token, time_per_output_token;

@@ -64,6 +64,8 @@ std::string metrics_text(HttpStats& http, const Engine* eng) {
   counter("myriad_prefix_cache_tokens_reused_total", "Prompt tokens taken from the prefix cache.",
           double(m.prefix_tokens_reused));
   counter("myriad_engine_steps_total", "Engine steps (one batched forward each).", double(m.steps));
+  counter("myriad_sequence_parallel_prefills_total", "Prompts prefilled by every rank side by side (--sp).",
+          double(m.long_prefills));
   gauge("myriad_requests_running", "Sequences in the running batch.", double(m.running));
   gauge("myriad_requests_waiting", "Requests queued for admission.", double(m.waiting));
   gauge("myriad_cache_bytes_used", "Bytes of sequence state in use (KDA states and MLA pages).",

@@ -338,6 +338,65 @@ TEST_P(EngineCache, PrefixReuseGivesTheSameTokensWithLessWork) {
   EXPECT_EQ(plain.metrics().prefix_hits, 0u);
 }
 
+// EngineOptions::long_prefill (what sequence-parallel serving plugs in): prompts of at least long_prefill_min
+// tokens that start from nothing go to it whole, in one step, and decoding continues from the state it fills;
+// shorter prompts and prompts resuming a cached prefix prefill in chunks; a failing hook ends only its request.
+// The hook here prefills with the model itself in one forward (the sharded one is tested in test_dist).
+TEST(Engine, LongPrefillHookTakesLongFreshPromptsWhole) {
+  const auto& m = tiny().model;
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 3; ++i) reqs.push_back(greedy(random_tokens(40 + 60 * i, 20 + i, m->vocab_size()), 9));
+  EngineOptions opt;
+  opt.page_tokens = 16;
+  opt.prefix_every = 0;
+  opt.prefill_chunk = 32;  // the long prompts would otherwise take several steps
+  Engine chunked(m, opt);
+  const auto want = run(chunked, reqs);
+
+  std::vector<int64_t> taken;
+  opt.long_prefill_min = 100;
+  opt.long_prefill = [&](SequenceState& state, std::span<const int32_t> prompt) {
+    EXPECT_EQ(state.tokens, 0);
+    taken.push_back(int64_t(prompt.size()));
+    const BatchEntry whole{&state, prompt};
+    return m->forward(std::span<const BatchEntry>(&whole, 1));
+  };
+  Engine hooked(m, opt);
+  EXPECT_EQ(run(hooked, reqs), want);
+  EXPECT_EQ(taken, (std::vector<int64_t>{100, 160}));  // the 40-token prompt prefilled in chunks
+  EXPECT_EQ(hooked.metrics().long_prefills, 2u);
+  EXPECT_EQ(hooked.metrics().prompt_tokens, 300u);
+
+  // With prefix snapshots the hook stops at the last boundary (128 of 160 tokens: the snapshot is stored, the
+  // other 32 prefill in chunks), and a prompt resuming that prefix starts from it: chunks, not the hook.
+  opt.prefix_every = 64;
+  Engine cached(m, opt);
+  taken.clear();
+  EXPECT_EQ(run(cached, {reqs[2]})[0], want[2]);
+  std::vector<int32_t> longer = reqs[2].prompt;
+  for (int32_t t : random_tokens(50, 99, m->vocab_size())) longer.push_back(t);
+  run(cached, {greedy(longer, 3)});
+  EXPECT_EQ(cached.metrics().prefix_hits, 1u);
+  EXPECT_EQ(cached.metrics().prefix_tokens_reused, 128u);
+  EXPECT_EQ(taken, (std::vector<int64_t>{128}));
+
+  // A hook that fails ends its request with the error; the others are served.
+  opt.prefix_every = 0;
+  opt.long_prefill = [](SequenceState&, std::span<const int32_t>) -> Tensor { throw std::runtime_error("rank lost"); };
+  Engine failing(m, opt);
+  std::vector<TokenEvent> last(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i)
+    failing.submit(reqs[i], [&last, i](const TokenEvent& ev) {
+      if (ev.finish != FinishReason::kNone) last[i] = ev;
+    });
+  failing.run_until_idle();
+  EXPECT_EQ(last[0].finish, FinishReason::kLength);
+  for (size_t i = 1; i < reqs.size(); ++i) {
+    EXPECT_EQ(last[i].finish, FinishReason::kError);
+    EXPECT_NE(last[i].error.find("rank lost"), std::string::npos);
+  }
+}
+
 TEST(Engine, CancelFreesTheSequence) {
   const auto& m = tiny().model;
   Engine e(m);
