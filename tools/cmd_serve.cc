@@ -4,21 +4,66 @@
 // requests get 503). A model that fails to load ends the command with status 1.
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <random>
 #include <string>
 
 #include "cli.h"
 #include "core/error.h"
 #include "dist/expert_parallel.h"
 #include "dist/mpi_communicator.h"
+#include "dist/parallel_dims.h"
 #include "serve/expert_server.h"
+#include "serve/sequence_server.h"
 #include "serve/server.h"
 
 namespace {
+
+// Announces the server, prints one line when it is ready, and runs until SIGINT / SIGTERM (then stops it: 0) or
+// a failed load (1; under mpirun the whole job ends with it: the other ranks wait on this one).
+int run_until_stopped(const sigset_t& stop_signals, myriad::Server& server, const std::string& who, bool in_job) {
+  const myriad::ServerOptions& opt = server.options();
+  std::printf("%s: listening on http://%s:%d (model '%s' loading from %s)\n", who.c_str(), opt.host.c_str(),
+              server.port(), server.model_name().c_str(), opt.model_dir.c_str());
+  std::fflush(stdout);
+  bool announced = false;
+  for (;;) {
+    const timespec wait{0, 200'000'000};
+    const int sig = sigtimedwait(&stop_signals, nullptr, &wait);
+    if (sig == SIGINT || sig == SIGTERM) {
+      std::printf("%s: %s: stopping\n", who.c_str(), sig == SIGINT ? "SIGINT" : "SIGTERM");
+      std::fflush(stdout);
+      break;
+    }
+    const myriad::Server::State state = server.state();
+    if (state == myriad::Server::State::kFailed) {
+      const std::string why = server.load_error();
+      server.stop();
+      std::fprintf(stderr, "%s: cannot load the model from %s: %s\n", who.c_str(), opt.model_dir.c_str(), why.c_str());
+      if (in_job) myriad::mpi_abort(1);
+      return 1;
+    }
+    if (state == myriad::Server::State::kReady && !announced) {
+      announced = true;
+      const auto engine = server.engine();
+      const myriad::ModelConfig& c = engine->model().config();
+      std::printf("%s: ready: model '%s' (%lld layers, vocab %lld, context %lld), cache %lld MiB, max batch %lld%s\n",
+                  who.c_str(), server.model_name().c_str(), static_cast<long long>(c.num_hidden_layers),
+                  static_cast<long long>(c.vocab_size), static_cast<long long>(c.max_position_embeddings),
+                  static_cast<long long>(opt.engine.cache_mb), static_cast<long long>(opt.engine.max_batch),
+                  opt.api_key.empty() ? "" : ", API key required on /v1/*");
+      std::fflush(stdout);
+    }
+  }
+  server.stop();
+  return 0;
+}
 
 int run_serve(const myriad::cli::Args& args) {
   const auto dir = args.get("model");
@@ -57,10 +102,90 @@ int run_serve(const myriad::cli::Args& args) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  const int ep = int(args.get_int("ep", 1, 1, 1 << 20)), sp = int(args.get_int("sp", 1, 1, 1 << 20)),
+            dp = int(args.get_int("dp", 1, 1, 1 << 20));
+  const int64_t sp_min = args.get_int("sp-min-tokens", 1024, 1, int64_t(1) << 40);
+  MYRIAD_REQUIRE(int(ep > 1) + int(sp > 1) + int(dp > 1) <= 1, kValue, "serve: --dp ", dp, ", --ep ", ep, " and --sp ",
+                 sp, ": one of them (data-, expert- and sequence-parallel serving each take every rank)");
+  // Under mpirun with --dp N (serve/replica_proxy.h): every rank serves the whole model with its own engine; rank
+  // 0 is the front, the others internal replicas it forwards requests to.
+  if (dp > 1) {
+    myriad::Communicator& world = myriad::mpi_world();
+    myriad::check_on_all_ranks(world, [&] {
+      MYRIAD_REQUIRE(dp == world.size(), kConfig, "--dp ", dp, " but this job has ", world.size(),
+                     " ranks: every rank serves a replica (mpirun -np ", world.size(), " ... --dp ", world.size(), ")");
+    });
+    myriad::start_ranks(world);
+    const std::string replica_host = args.get_or("replica-host", "127.0.0.1");
+    // The replicas answer only rank 0: a random key, never printed.
+    std::string key(32, '0');
+    if (world.rank() == 0) {
+      std::random_device rd;
+      for (char& c : key) c = "0123456789abcdef"[rd() % 16];
+    }
+    world.broadcast(key.data(), int64_t(key.size()), myriad::DType::kU8, 0);
+    std::unique_ptr<myriad::Server> replica;
+    if (world.rank() != 0) {
+      myriad::ServerOptions r = opt;
+      r.host = replica_host;
+      r.port = 0;
+      r.api_key = key;
+      replica = std::make_unique<myriad::Server>(r);
+      replica->start();
+    }
+    // Every replica's advertised address to rank 0: the bound host, or this machine's name for a wildcard.
+    std::array<char, 256> host{};
+    std::string advertised = replica_host;
+    if (advertised == "0.0.0.0" || advertised == "::") {
+      char name[256] = {};
+      ::gethostname(name, sizeof(name) - 1);
+      advertised = name;
+    }
+    advertised.copy(host.data(), host.size() - 1);
+    std::vector<char> hosts(host.size() * size_t(world.size()));
+    world.all_gather(host.data(), hosts.data(), int64_t(host.size()), myriad::DType::kU8);
+    std::vector<int64_t> ports(size_t(world.size()));
+    const int64_t port = replica ? replica->port() : 0;
+    world.all_gather(&port, ports.data(), 1, myriad::DType::kI64);
+    if (replica)
+      return run_until_stopped(stop_signals, *replica, myriad::str("myriad serve (replica ", world.rank(), ")"), true);
+    for (int r = 1; r < world.size(); ++r)
+      opt.replicas.push_back({std::string(hosts.data() + size_t(r) * host.size()), int(ports[size_t(r)]), key});
+  }
+  // Under mpirun with --sp N (serve/sequence_server.h): every rank holds the whole model; rank 0 serves, and long
+  // prompts are prefilled by all of them side by side.
+  std::unique_ptr<myriad::SequenceParallelServing> seq_parallel;
+  const myriad::InferenceModel* served = nullptr;  // the loaded model, for the engine's long prefills
+  if (sp > 1) {
+    myriad::Communicator& world = myriad::mpi_world();
+    myriad::check_on_all_ranks(world, [&] {
+      MYRIAD_REQUIRE(sp == world.size(), kConfig, "--sp ", sp, " but this job has ", world.size(),
+                     " ranks: serving splits long prompts over every rank (mpirun -np ", world.size(), " ... --sp ",
+                     world.size(), ", or --ep ", world.size(), ")");
+    });
+    myriad::start_ranks(world);
+    seq_parallel = std::make_unique<myriad::SequenceParallelServing>(world);
+    if (world.rank() != 0) {
+      seq_parallel->follow(*myriad::InferenceModel::load(opt.model_dir));
+      return 0;
+    }
+    opt.engine.long_prefill_min = sp_min;
+    opt.engine.long_prefill = [&](myriad::SequenceState& state, std::span<const int32_t> prompt) {
+      return seq_parallel->prefill(*served, state, prompt);
+    };
+    opt.loader = [&]() -> std::shared_ptr<const myriad::InferenceModel> {
+      auto model = myriad::InferenceModel::load(opt.model_dir);
+      const int64_t need = myriad::SequenceParallelServing::min_tokens(model->config(), sp);
+      MYRIAD_REQUIRE(sp_min >= need, kValue, "--sp-min-tokens ", sp_min, " is below what ", sp,
+                     " shards need (each at least the short convolution's window - 1 tokens): at least ", need);
+      served = model.get();
+      return model;
+    };
+  }
   // Under mpirun with --ep N (serve/expert_server.h): rank 0 serves, the others hold their experts and serve
   // rank 0's token copies until it stops.
   const std::unique_ptr<myriad::ExpertParallelJob> job =
-      myriad::start_expert_parallel_job(int(args.get_int("ep", 1, 1, 1 << 20)));
+      seq_parallel || dp > 1 ? nullptr : myriad::start_expert_parallel_job(ep);
   std::unique_ptr<myriad::ExpertLeaderDispatcher> leader;
   if (job) {
     auto filter = [&](const myriad::ModelConfig& c) { return job->filter(c); };
@@ -79,41 +204,10 @@ int run_serve(const myriad::cli::Args& args) {
 
   myriad::Server server(opt);
   server.start();
-  std::printf("myriad serve: listening on http://%s:%d (model '%s' loading from %s)\n", opt.host.c_str(), server.port(),
-              server.model_name().c_str(), opt.model_dir.c_str());
-  std::fflush(stdout);
-  bool announced = false;
-  for (;;) {
-    const timespec wait{0, 200'000'000};
-    const int sig = sigtimedwait(&stop_signals, nullptr, &wait);
-    if (sig == SIGINT || sig == SIGTERM) {
-      std::printf("myriad serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-      std::fflush(stdout);
-      break;
-    }
-    const myriad::Server::State state = server.state();
-    if (state == myriad::Server::State::kFailed) {
-      const std::string why = server.load_error();
-      server.stop();
-      std::fprintf(stderr, "myriad serve: cannot load the model from %s: %s\n", opt.model_dir.c_str(), why.c_str());
-      if (job) myriad::mpi_abort(1);  // the followers wait for rank 0: end them with it
-      return 1;
-    }
-    if (state == myriad::Server::State::kReady && !announced) {
-      announced = true;
-      const auto engine = server.engine();
-      const myriad::ModelConfig& c = engine->model().config();
-      std::printf(
-          "myriad serve: ready: model '%s' (%lld layers, vocab %lld, context %lld), cache %lld MiB, max batch %lld%s\n",
-          server.model_name().c_str(), static_cast<long long>(c.num_hidden_layers),
-          static_cast<long long>(c.vocab_size), static_cast<long long>(c.max_position_embeddings),
-          static_cast<long long>(e.cache_mb), static_cast<long long>(e.max_batch),
-          opt.api_key.empty() ? "" : ", API key required on /v1/*");
-      std::fflush(stdout);
-    }
-  }
-  server.stop();
+  const int rc = run_until_stopped(stop_signals, server, "myriad serve", job || seq_parallel || dp > 1);
+  if (rc != 0) return rc;
   if (leader) leader->stop();  // the engine is joined: the followers' loop ends
+  if (seq_parallel) seq_parallel->stop();
   std::printf("myriad serve: stopped\n");
   return 0;
 }
@@ -138,6 +232,18 @@ MYRIAD_COMMAND("serve", "serve a model over an OpenAI-compatible HTTP API (chat,
                 {"ep", "N",
                  "under mpirun -np N: rank 0 serves, every rank holds 1/N of the routed experts (the others serve "
                  "rank 0's token copies)"},
+                {"dp", "N",
+                 "under mpirun -np N: every rank serves the whole model with its own engine; rank 0 is the front "
+                 "and sends each request to the engine with the fewest in flight (N batches decoded at once)"},
+                {"replica-host", "HOST",
+                 "with --dp: the address the replicas (ranks 1..) listen on, for rank 0 only (default 127.0.0.1; "
+                 "0.0.0.0 across machines, advertised by host name; they require a random key)"},
+                {"sp", "N",
+                 "under mpirun -np N: rank 0 serves, every rank holds the whole model, and a long prompt is "
+                 "prefilled by all N side by side (its time to first token ~N times shorter)"},
+                {"sp-min-tokens", "N",
+                 "with --sp: prompts of at least N tokens (and no prefix-cache hit) are prefilled by every rank "
+                 "(default 1024); shorter ones in chunks on rank 0"},
                 {"max-waiting", "N", "queued requests before 429 (default 64)"},
                 {"page-tokens", "N", "MLA cache page size in tokens (default 64)"},
                 {"prefill-chunk", "N", "prompt tokens per engine step (default 256)"},

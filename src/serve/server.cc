@@ -68,7 +68,8 @@ struct Server::Impl {
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
 
   ServerOptions opt;
-  HttpStats stats;  // for /metrics
+  std::unique_ptr<ReplicaRouter> router;  // with replicas (data-parallel serving)
+  HttpStats stats;                        // for /metrics
   GuardedHttpServer http;
   std::thread http_thread, load_thread;
   int port = -1;
@@ -87,6 +88,79 @@ struct Server::Impl {
       : opt(std::move(o)),
         http(std::chrono::milliseconds(int64_t(opt.request_timeout_s * 1000)), stats.connections_timed_out) {
     if (opt.model_name.empty()) opt.model_name = default_model_name(opt.model_dir);
+    if (!opt.replicas.empty()) router = std::make_unique<ReplicaRouter>(opt.replicas);
+  }
+
+  // An engine's place in the router, released when the request ends (for a stream: with its provider).
+  struct RouteSlot {
+    ReplicaRouter& router;
+    const size_t engine;
+    explicit RouteSlot(ReplicaRouter& r) : router(r), engine(r.acquire()) {}
+    RouteSlot(const RouteSlot&) = delete;
+    RouteSlot& operator=(const RouteSlot&) = delete;
+    ~RouteSlot() { router.release(engine); }
+  };
+
+  // A validated generation request for replica slot->engine: forwarded as it came, the answer relayed (a stream
+  // chunk by chunk); the client going away closes the forwarded connection, which cancels it on the replica.
+  void forward(const httplib::Request& req, httplib::Response& res, std::shared_ptr<RouteSlot> slot, bool stream) {
+    auto call = std::make_shared<ReplicaCall>(router->replica(slot->engine), req.path, req.body);
+    auto client_gone = [this] {
+      if (stopping) throw ApiError(503, "the server is stopping", "server_error", "", "server_stopping");
+      if (GuardedHttpServer::peer_closed())
+        throw ApiError(499, "the client closed the connection", "invalid_request_error", "", "client_closed");
+    };
+    int status = 0;
+    while ((status = call->status(kPollInterval)) == 0) client_gone();
+    if (status < 0)
+      throw ApiError(503, str("replica ", slot->engine, " did not answer: ", call->error()), "server_error", "",
+                     "replica_unavailable");
+    std::string type = call->content_type();
+    if (type.empty()) type = "application/json";
+    if (!stream || status != 200) {
+      std::string body;
+      while (call->take(body, kPollInterval)) client_gone();
+      res.status = status;
+      if (status == 429) res.set_header("Retry-After", "1");
+      res.set_content(body, type);
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(type, [call, slot](size_t, httplib::DataSink& sink) {
+      std::string part;
+      while (call->take(part, kPollInterval)) {
+        if (!part.empty() && !sink.write(part.data(), part.size())) {
+          call->cancel();  // the client went away
+          return false;
+        }
+        part.clear();
+      }
+      sink.done();
+      return true;
+    });
+  }
+
+  // Data-parallel serving: waits until every replica answers /health with 200 (a failed load there fails this
+  // server's load with its message).
+  void wait_for_replicas() {
+    for (size_t i = 1; i <= opt.replicas.size(); ++i) {
+      const ReplicaAddress& r = opt.replicas[i - 1];
+      for (;;) {
+        MYRIAD_REQUIRE(!draining, kIo, "the server stopped while replica ", i, " was loading");
+        httplib::Client client(r.host, r.port);
+        client.set_connection_timeout(2, 0);
+        client.set_read_timeout(5, 0);
+        const httplib::Result got = client.Get("/health");
+        if (got && got->status == 200) break;
+        if (got && got->status == 503) {
+          const json health = json::parse(got->body, nullptr, false);
+          MYRIAD_REQUIRE(!(health.is_object() && health.value("status", "") == "error"), kIo, "replica ", i, " (",
+                         r.host, ":", r.port,
+                         ") failed to load: ", health.is_object() ? health.value("message", "") : "");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
   }
 
   // The engine, or 503 while loading / after a failed load / while stopping.
@@ -150,6 +224,11 @@ struct Server::Impl {
     std::shared_ptr<Engine> eng = require_engine();
     const InferenceModel& m = eng->model();
     ParsedRequest p = parse_generation(body, chat, m, opt);
+    std::shared_ptr<RouteSlot> slot;
+    if (router) {
+      slot = std::make_shared<RouteSlot>(*router);
+      if (slot->engine > 0) return forward(req, res, slot, p.stream);
+    }
     std::unique_ptr<Job> job = submit(eng, p, m);
     auto reply = std::make_shared<Reply>(p, m.tokenizer(), opt.model_name);
 
@@ -180,7 +259,7 @@ struct Server::Impl {
     const bool include_usage = p.include_usage;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
-        "text/event-stream", [this, shared_job, reply, chat, include_usage](size_t, httplib::DataSink& sink) {
+        "text/event-stream", [this, shared_job, reply, chat, include_usage, slot](size_t, httplib::DataSink& sink) {
           try {
             return stream(*shared_job, *reply, chat, include_usage, sink, stopping, stats.streams_aborted);
           } catch (...) {  // never into httplib: end the connection (the job cancels when dropped)
@@ -235,7 +314,16 @@ struct Server::Impl {
                  std::lock_guard<std::mutex> lock(mu);
                  eng = engine;
                }
-               res.set_content(metrics_text(stats, eng.get()), "text/plain; version=0.0.4; charset=utf-8");
+               std::string text = metrics_text(stats, eng.get());
+               if (router) {
+                 text +=
+                     "# HELP myriad_data_parallel_requests_total Generation requests served by each engine (0: "
+                     "this process, 1..: the replicas of --dp).\n# TYPE myriad_data_parallel_requests_total "
+                     "counter\n";
+                 for (size_t i = 0; i <= router->replicas(); ++i)
+                   text += str("myriad_data_parallel_requests_total{engine=\"", i, "\"} ", router->served(i), "\n");
+               }
+               res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
              }));
     http.Get("/v1/models", guarded(true, [this](const httplib::Request&, httplib::Response& res) {
                reply_json(res, 200, json{{"object", "list"}, {"data", json::array({model_card()})}});
@@ -299,6 +387,7 @@ struct Server::Impl {
       MYRIAD_REQUIRE(m != nullptr, kValue, "the model loader returned no model");
       auto e = std::make_shared<Engine>(m, opt.engine);
       e->start();
+      wait_for_replicas();
       std::lock_guard<std::mutex> lock(mu);
       model = std::move(m);
       engine = std::move(e);
@@ -407,6 +496,10 @@ std::string default_model_name(const std::string& model_dir) {
 
 const std::string& Server::model_name() const {
   return impl_->opt.model_name;
+}
+
+const ServerOptions& Server::options() const {
+  return impl_->opt;
 }
 
 std::shared_ptr<Engine> Server::engine() const {

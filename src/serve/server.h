@@ -19,7 +19,7 @@
 //   GET  /v1/models, /v1/models/{id}   the served model (its id: options.model_name)
 //   GET  /health       200 {"status": "ok"} when the model is loaded; 503 while loading (or if the load failed)
 //   GET  /metrics      Prometheus text format (HTTP requests by endpoint and status, engine counters, latency
-//                      histograms, running / waiting requests, cache bytes)
+//                      histograms, running / waiting requests, cache bytes; with replicas, requests per engine)
 //   POST /tokenize     {"prompt": "..."} or {"messages": [...]} -> {"tokens": [...], "count": n, "max_model_len"}
 //   POST /detokenize   {"tokens": [...]} -> {"prompt": "..."}
 // Statuses: 400 malformed JSON, wrong types (param names the field), bad values, a prompt too long for the context
@@ -43,8 +43,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "serve/engine.h"
+#include "serve/replica_proxy.h"
 
 namespace myriad {
 
@@ -68,6 +70,10 @@ struct ServerOptions {
   int64_t default_max_tokens = 1024;  // chat requests without max_tokens get min(this, context left)
   // Loads the model; default InferenceModel::load(model_dir). Tests use it to hold or fail the load.
   std::function<std::shared_ptr<const InferenceModel>()> loader;
+  // Data-parallel serving (serve/replica_proxy.h): servers of the same model this one forwards generation requests
+  // to (each goes to the engine, this one's or a replica's, with the fewest in flight). The server is ready once
+  // its own model and every replica are.
+  std::vector<ReplicaAddress> replicas;
 };
 
 // The served model's id when none is given: the base name of the model directory, or for a run's checkpoint
@@ -95,6 +101,7 @@ class Server {
   State state() const;
   std::string load_error() const;  // with kFailed: the load's error message
   const std::string& model_name() const;
+  const ServerOptions& options() const;
   // The engine once loaded (null before): for tests and the CLI's status line.
   std::shared_ptr<Engine> engine() const;
 

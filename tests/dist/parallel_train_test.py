@@ -36,22 +36,28 @@ one-process run of the same data:
   6. Expert-parallel inference: `generate` (sampled) and `eval` (prefill and --decode) with --ep 2 and --ep 4 print
      exactly what one process prints.
   7. Expert-parallel serving: `mpirun -np 2 myriad serve --ep 2` answers completions (greedy with logprobs, and
-     sampled) exactly as a one-process server does; SIGTERM ends it.
+     sampled) exactly as a one-process server does; SIGTERM ends it. Sequence-parallel serving (`--sp 2`): long
+     prompts prefilled by both ranks give one process's completions (logprobs within 1e-4). Data-parallel serving
+     (`--dp 2`): a request the front forwards to its replica is answered as one process answers it, streamed or not;
+     a client leaving a forwarded stream cancels it on the replica.
   8. Fine-tuning: `myriad sft` with dp 2, ep 2, sp 2 and dp 2 x ep 2 against one process, by the rule of 1.
   9. GRPO with --dp 2: the rollouts and loss up to the first update as one process's; a --dp that does not divide the prompts
      refused once.
   Also (1c): the gradient all-reduce overlapped with the backward (--grad-sync overlap) against after it (the
   CPU default): on 2 ranks every loss and the final weights bit for bit.
 """
+import http.client
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import re
 import struct
 import time
+import urllib.error
 import urllib.request
 from array import array
 
@@ -510,8 +516,10 @@ def main():
             m = re.search(r"listening on http://127.0.0.1:(\d+)", line)
             port = int(m.group(1)) if m else port
             if "ready:" in line:
+                p.seen = "".join(seen)
                 return p, port, ""
-        return p, None, "".join(seen)
+        p.seen = "".join(seen)
+        return p, None, p.seen
 
     def complete(port, body):
         req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(body).encode(),
@@ -528,9 +536,122 @@ def main():
             check(a["text"] == b["text"] and a.get("logprobs") == b.get("logprobs"),
                   f"serve --ep 2: the same completion as one process (temperature {body['temperature']})"
                   + ("" if a == b else f"\n{a!r}\nvs\n{b!r}"))
-    for p in (one, two):
+
+    # 7b. Sequence-parallel serving: rank 0 serves, a long prompt is prefilled by both ranks (rank 0 the last
+    # shard, then decoding from the state the shards left). The same greedy text as one process, logprobs within
+    # 1e-4 (the composed KDA state is M S + S~ instead of one recurrence: f32 rounding, measured ~5e-7; a lost
+    # state, halo or latent block moves them by O(0.1)), sampled text equal; /metrics counts the split prefills.
+    # A prompt under --sp-min-tokens is prefilled on rank 0 alone, as before.
+    three, port3, why3 = start_server(MPIRUN + ["-np", "2", MYRIAD, "serve", "--model", init, "--port", "0", "--sp",
+                                                "2", "--sp-min-tokens", "64"])
+    check(port3 is not None, "serve --sp 2 ready" + why3[-1000:])
+    if port1 is not None and port3 is not None:
+        story = " ".join(["Once upon a time a small boat sailed to the island where the old keeper lived."] * 12)
+        for body in [{"model": "init", "prompt": story, "max_tokens": 24, "temperature": 0, "logprobs": 3},
+                     {"model": "init", "prompt": "The" + story, "max_tokens": 32, "temperature": 1.0, "seed": 11},
+                     {"model": "init", "prompt": "Once upon", "max_tokens": 8, "temperature": 0, "logprobs": 1}]:
+            a, b = complete(port1, body), complete(port3, body)
+            la, lb = (a.get("logprobs") or {}).get("token_logprobs", []), (b.get("logprobs") or {}).get(
+                "token_logprobs", [])
+            gap = max([abs(x - y) for x, y in zip(la, lb)] + [0.0])
+            check(a["text"] == b["text"] and len(la) == len(lb) and gap < 1e-4,
+                  f"serve --sp 2: the same completion as one process (temperature {body['temperature']}, "
+                  f"{len(body['prompt'])} characters; logprobs within {gap:.2g})" + ("" if a["text"] == b["text"]
+                                                                                     else f"\n{a!r}\nvs\n{b!r}"))
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port3}/metrics", timeout=30).read().decode()
+        split = re.search(r"^myriad_sequence_parallel_prefills_total (\d+)", metrics, re.M)
+        check(split is not None and int(split.group(1)) == 2,
+              "serve --sp 2: the two long prompts were prefilled by both ranks, the short one by rank 0 ("
+              + (split.group(0) if split else "no counter") + ")")
+    # 7c. Data-parallel serving: rank 0 the front with its own engine, rank 1 an internal replica behind a random
+    # key. A long request holds engine 0, so the next goes to the replica: each reply is one process's exactly
+    # (every engine decodes one sequence, as the one-process server did), streamed or not; a bad request is
+    # refused at the front; a client leaving a forwarded stream cancels it on the replica.
+    four, port4, why4 = start_server(MPIRUN + ["-np", "2", MYRIAD, "serve", "--model", init, "--port", "0", "--dp",
+                                               "2"])
+    check(port4 is not None, "serve --dp 2 ready" + why4[-1000:])
+    if port1 is not None and port4 is not None:
+        hold = {"model": "init", "prompt": "Once upon a time", "max_tokens": 1900, "temperature": 0, "logprobs": 2,
+                "ignore_eos": True}
+        second = {"model": "init", "prompt": "The sea", "max_tokens": 120, "temperature": 1.0, "seed": 5,
+                  "logprobs": 1, "ignore_eos": True}
+
+        def engines():
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port4}/metrics", timeout=30).read().decode()
+            return [int(float(v)) for v in re.findall(r'^myriad_data_parallel_requests_total\{engine="\d"\} (\S+)',
+                                                      text, re.M)]
+
+        def side_by_side(first, then, stream):
+            out = {}
+            def run_one(key, body):
+                if stream:
+                    req = urllib.request.Request(f"http://127.0.0.1:{port4}/v1/completions",
+                                                 data=json.dumps(dict(body, stream=True)).encode(),
+                                                 headers={"Content-Type": "application/json"})
+                    sse = urllib.request.urlopen(req, timeout=120).read().decode()
+                    chunks = [json.loads(x[6:]) for x in sse.split("\n") if x.startswith("data: {")]
+                    out[key] = {"text": "".join(c["choices"][0]["text"] for c in chunks if c["choices"])}
+                else:
+                    out[key] = complete(port4, body)
+            a = threading.Thread(target=run_one, args=("first", first))
+            a.start()
+            time.sleep(0.1)
+            run_one("then", then)
+            a.join()
+            return out["first"], out["then"]
+
+        alone = [complete(port1, hold), complete(port1, second)]
+        got = side_by_side(hold, second, False)
+        check(all(g == w for g, w in zip(got, alone)) and engines() == [1, 1],
+              f"serve --dp 2: the replica's reply and the front's own are one process's exactly (requests per "
+              f"engine {engines()})")
+        got = side_by_side(hold, second, True)
+        check([g["text"] for g in got] == [w["text"] for w in alone] and engines() == [2, 2],
+              f"serve --dp 2: the same replies streamed (requests per engine {engines()})")
+        bad = urllib.request.Request(f"http://127.0.0.1:{port4}/v1/completions",
+                                     data=json.dumps(dict(second, max_tokens=-1)).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(bad, timeout=30)
+            status = 200
+        except urllib.error.HTTPError as e:
+            status = e.code
+        check(status == 400 and engines() == [2, 2], f"serve --dp 2: a bad request is refused at the front ({status})")
+        rport = None
+        for line in four.seen.splitlines():
+            m = re.search(r"replica 1\): listening on http://127.0.0.1:(\d+)", line)
+            rport = int(m.group(1)) if m else rport
+        if rport is not None:
+            direct = urllib.request.Request(f"http://127.0.0.1:{rport}/v1/completions", data=json.dumps(second).encode(),
+                                            headers={"Content-Type": "application/json"})
+            try:
+                urllib.request.urlopen(direct, timeout=30)
+                status = 200
+            except urllib.error.HTTPError as e:
+                status = e.code
+            check(status == 401, f"serve --dp 2: the replica refuses requests without rank 0's key ({status})")
+            h = threading.Thread(target=complete, args=(port4, hold))
+            h.start()
+            time.sleep(0.1)
+            conn = http.client.HTTPConnection("127.0.0.1", port4, timeout=30)
+            conn.request("POST", "/v1/completions", json.dumps(dict(second, max_tokens=1900, stream=True)),
+                         {"Content-Type": "application/json"})
+            conn.getresponse().read(100)
+            conn.close()
+            cancelled, t0 = 0, time.time()
+            while time.time() - t0 < 10 and cancelled == 0:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{rport}/metrics", timeout=30).read().decode()
+                m = re.search(r"^myriad_requests_cancelled_total (\S+)", text, re.M)
+                cancelled = int(float(m.group(1))) if m else 0
+                time.sleep(0.1)
+            h.join()
+            check(cancelled == 1, f"serve --dp 2: a client leaving a forwarded stream cancels it on the replica "
+                  f"({cancelled} cancelled there)")
+        else:
+            check(False, "serve --dp 2: the replica's address was not printed")
+    for p in (one, two, three, four):
         p.send_signal(signal.SIGTERM)
-    for name, p in (("one process", one), ("--ep 2", two)):
+    for name, p in (("one process", one), ("--ep 2", two), ("--sp 2", three), ("--dp 2", four)):
         try:
             p.communicate(timeout=30)
             check(True, f"serve {name}: ended on SIGTERM")
