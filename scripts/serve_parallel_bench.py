@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,7 +34,7 @@ def start(cmd, threads):
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     port = None
     for line in p.stdout:
-        m = re.search(r"listening on http://127.0.0.1:(\d+)", line)
+        m = re.match(r"myriad serve: listening on http://127.0.0.1:(\d+)", line)  # rank 0's, not a replica's
         if m and port is None:
             port = int(m.group(1))
         if line.startswith("myriad serve: ready"):
@@ -53,7 +54,7 @@ def main():
     ap.add_argument("myriad")
     ap.add_argument("--config", default=os.path.join(ROOT, "configs/small.json"))
     ap.add_argument("--cores", type=int, default=os.cpu_count())
-    ap.add_argument("--prompt-tokens", type=int, default=4096)
+    ap.add_argument("--prompt-tokens", type=int, default=4000)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="serve-parallel-")
@@ -61,11 +62,13 @@ def main():
         model = os.path.join(work, "m")
         subprocess.run([a.myriad, "init", "--config", a.config, "--out", model, "--seed", "1"], check=True,
                        stdout=subprocess.DEVNULL)
-        # A tokenizer (the server loads one): the trainer's, on its built-in corpus, without training a step.
-        subprocess.run([a.myriad, "train", "--config", a.config, "--out", os.path.join(work, "prep"), "--quiet",
-                        "--stop-after", "0"], check=True, stdout=subprocess.DEVNULL)
-        shutil.copytree(os.path.join(work, "prep", "tokenizer"), os.path.join(model, "tokenizer"))
-        vocab = json.load(open(os.path.join(model, "config.json")))["vocab_size"]
+        # A tokenizer (the server loads one), trained on this repository's docs; prompts are windows of their ids.
+        docs = [os.path.join(ROOT, "README.md")] + [os.path.join(ROOT, "docs", f) for f in
+                                                    sorted(os.listdir(os.path.join(ROOT, "docs")))]
+        subprocess.run([a.myriad, "tokenizer", "train", "--data", *docs, "--vocab", "2048", "--out",
+                        os.path.join(model, "tokenizer")], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        text = "".join(open(d).read() for d in docs)
         mpirun = ["bash", os.path.join(ROOT, "scripts/mpirun.sh"), "-np", "2"]
         layouts = {
             "one process": ([a.myriad, "serve", "--model", model, "--port", "0", "--served-model-name", "m"], a.cores),
@@ -75,19 +78,33 @@ def main():
                                  "--dp", "2"], max(1, a.cores // 2)),
         }
         rng = random.Random(7)
+        ids = []
+
+        def window(n):  # n consecutive ids of the docs from a random place (no two prompts share a prefix)
+            start = rng.randrange(0, len(ids) - n)
+            return ids[start:start + n]
         ttft = {k: [] for k in ("one process", "--sp 2")}
         tps = {k: [] for k in ("one process", "--dp 2")}
         for _ in range(a.rounds):
             for name, (cmd, threads) in layouts.items():
                 p, port = start(cmd, threads)
                 try:
+                    if not ids:
+                        req = urllib.request.Request(f"http://127.0.0.1:{port}/tokenize",
+                                                     data=json.dumps({"prompt": text}).encode(),
+                                                     headers={"Content-Type": "application/json"})
+                        try:
+                            ids = json.loads(urllib.request.urlopen(req, timeout=600).read())["tokens"]
+                        except urllib.error.HTTPError as e:
+                            raise SystemExit(f"/tokenize: {e.code} {e.read().decode()[:500]}")
+                        assert len(ids) > 2 * a.prompt_tokens, f"the docs give only {len(ids)} tokens"
                     if name in ttft:
-                        prompt = [rng.randrange(3, vocab) for _ in range(a.prompt_tokens)]
+                        prompt = window(a.prompt_tokens)
                         t0 = time.time()
                         complete(port, prompt, 1)
                         ttft[name].append(time.time() - t0)
                     if name in tps:
-                        prompts = [[rng.randrange(3, vocab) for _ in range(64)] for _ in range(4)]
+                        prompts = [window(64) for _ in range(4)]
                         t0 = time.time()
                         with cf.ThreadPoolExecutor(4) as ex:
                             outs = list(ex.map(lambda q: complete(port, q, 128), prompts))
