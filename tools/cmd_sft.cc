@@ -28,9 +28,7 @@ int run_sft_command(const myriad::cli::Args& args) {
     r.pretrain_mix = std::strtod(m->c_str(), &end);
     MYRIAD_REQUIRE(!m->empty() && end && *end == '\0', kValue, "--pretrain-mix '", *m, "' is not a number");
   }
-  r.parallel = myriad::cli::parallel_dims(args);
-  r.zero1 = args.has("zero1");
-  r.overlap_grad_sync = myriad::cli::overlap_grad_sync(args);
+  r.parallel = myriad::cli::parallel_training(args);
   const myriad::TrainSummary s = myriad::run_sft(r);
   if (!s.root) return 0;  // rank 0 reports
   std::printf(
@@ -38,7 +36,7 @@ int run_sft_command(const myriad::cli::Args& args) {
       "checkpoint: %s\n",
       (long long)s.steps, (long long)s.skipped, s.last_loss, s.last_val_loss, s.tokens_per_s,
       (r.out_dir.empty() ? r.resume : r.out_dir).c_str(), s.last_checkpoint.c_str());
-  myriad::cli::print_parallel_summary(r.parallel, s);
+  myriad::cli::print_parallel_summary(r.parallel.dims, s);
   return 0;
 }
 

@@ -24,9 +24,7 @@ int run_train(const myriad::cli::Args& args) {
   r.stop_after_step = args.get_int("stop-after", -1, -1, 1L << 40);
   if (args.has("seed")) r.seed = uint64_t(args.get_int("seed", 0, 0, 1L << 62));
   if (args.has("gradient-checkpointing")) r.gradient_checkpointing = true;
-  r.parallel = myriad::cli::parallel_dims(args);
-  r.zero1 = args.has("zero1");
-  r.overlap_grad_sync = myriad::cli::overlap_grad_sync(args);
+  r.parallel = myriad::cli::parallel_training(args);
   const myriad::TrainSummary s = myriad::run_training(r);
   if (!s.root) return 0;  // rank 0 reports
   std::printf(
@@ -34,7 +32,7 @@ int run_train(const myriad::cli::Args& args) {
       "of %.0f GFLOP/s sgemm\nrun: %s (metrics.jsonl, checkpoints/, tokenizer/); last checkpoint: %s\n",
       (long long)s.steps, (long long)s.skipped, s.last_loss, s.last_val_loss, s.last_val_bpb, s.tokens_per_s,
       100.0 * s.mfu, s.sgemm_gflops, r.out_dir.c_str(), s.last_checkpoint.c_str());
-  myriad::cli::print_parallel_summary(r.parallel, s);
+  myriad::cli::print_parallel_summary(r.parallel.dims, s);
   return 0;
 }
 

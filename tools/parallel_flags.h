@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "dist/parallel_dims.h"
 #include "train/trainer.h"
+#include "train/training_ranks.h"
 
 namespace myriad::cli {
 
@@ -33,11 +34,14 @@ inline ParallelDims parallel_dims(const Args& args) {
   return d;
 }
 
-// --grad-sync: unset for auto.
-inline std::optional<bool> overlap_grad_sync(const Args& args) {
+// The layout flags of with_parallel_options (--grad-sync auto: unset).
+inline ParallelTraining parallel_training(const Args& args) {
+  ParallelTraining p;
+  p.dims = parallel_dims(args);
+  p.zero1 = args.has("zero1");
   const std::string mode = args.get_choice("grad-sync", "auto", {"auto", "overlap", "after"});
-  if (mode == "auto") return std::nullopt;
-  return mode == "overlap";
+  if (mode != "auto") p.overlap_grad_sync = mode == "overlap";
+  return p;
 }
 
 inline void print_parallel_summary(const ParallelDims& dims, const TrainSummary& s) {

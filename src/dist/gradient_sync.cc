@@ -16,8 +16,8 @@ struct GradientSync::InFlight {
   std::vector<int32_t> has;
   std::unique_ptr<PendingCollective> flags;
   bool buckets_started = false;
-  std::vector<std::vector<const ag::Var*>> members;  // per bucket; one member and no buffer: reduced in place
-  std::vector<std::vector<float>> buffers;
+  std::vector<std::vector<const ag::Var*>> members;  // per bucket (plan_buckets)
+  std::vector<std::vector<float>> buffers;           // per bucket; empty for one reduced in place
   std::vector<std::unique_ptr<PendingCollective>> pending;
 };
 
@@ -82,41 +82,76 @@ void GradientSync::start_unit(size_t unit) {
   f.flags = flags_comm(u).start_all_reduce(f.has.data(), int64_t(f.has.size()), DType::kI32, ReduceOp::kMax);
 }
 
-void GradientSync::start_buckets(InFlight& f) {
-  const Unit& u = units_[f.unit];
+std::vector<std::vector<const ag::Var*>> GradientSync::plan_buckets(const std::vector<ag::Var>& vars,
+                                                                    const std::vector<int32_t>& has) const {
   std::vector<const ag::Var*> live;
-  for (size_t i = 0; i < u.vars.size(); ++i)
-    if (f.has[i]) {
-      (void)u.vars[i].grad_buffer();  // zeros where this rank has none
-      live.push_back(&u.vars[i]);
+  for (size_t i = 0; i < vars.size(); ++i)
+    if (has[i]) {
+      (void)vars[i].grad_buffer();  // zeros where this rank has none
+      live.push_back(&vars[i]);
     }
-  Communicator& comm = data_comm(u);
+  std::vector<std::vector<const ag::Var*>> buckets;
   size_t i = 0;
   while (i < live.size()) {
-    const Tensor& g0 = live[i]->grad();
-    if (g0.numel() >= bucket_floats_) {  // alone, in place
-      f.members.push_back({live[i]});
-      f.buffers.emplace_back();
-      f.pending.push_back(comm.start_all_reduce(g0.data<float>(), g0.numel(), DType::kF32, ReduceOp::kSum));
-      ++i;
+    if (live[i]->grad().numel() >= bucket_floats_) {  // alone, in place
+      buckets.push_back({live[i++]});
       continue;
     }
-    std::vector<const ag::Var*> members;
+    std::vector<const ag::Var*>& b = buckets.emplace_back();
     int64_t used = 0;
     while (i < live.size() && live[i]->grad().numel() < bucket_floats_ &&
            used + live[i]->grad().numel() <= bucket_floats_) {
       used += live[i]->grad().numel();
-      members.push_back(live[i++]);
+      b.push_back(live[i++]);
     }
-    std::vector<float>& buf = f.buffers.emplace_back(static_cast<size_t>(used));
-    int64_t off = 0;
-    for (const ag::Var* v : members) {
-      const Tensor& g = v->grad();
-      std::memcpy(buf.data() + off, g.data<float>(), size_t(g.numel()) * sizeof(float));
-      off += g.numel();
+  }
+  return buckets;
+}
+
+bool GradientSync::in_place(const std::vector<const ag::Var*>& bucket) const {
+  return bucket.size() == 1 && bucket[0]->grad().numel() >= bucket_floats_;
+}
+
+namespace {
+
+// A bucket's gradients copied into one flat buffer (pack) and the sums copied back (unpack).
+int64_t pack(const std::vector<const ag::Var*>& bucket, std::vector<float>& buf) {
+  int64_t n = 0;
+  for (const ag::Var* v : bucket) n += v->grad().numel();
+  buf.resize(static_cast<size_t>(n));
+  int64_t off = 0;
+  for (const ag::Var* v : bucket) {
+    const Tensor& g = v->grad();
+    std::memcpy(buf.data() + off, g.data<float>(), size_t(g.numel()) * sizeof(float));
+    off += g.numel();
+  }
+  return n;
+}
+
+void unpack(const std::vector<const ag::Var*>& bucket, const std::vector<float>& buf) {
+  int64_t off = 0;
+  for (const ag::Var* v : bucket) {
+    const Tensor& g = v->grad();
+    std::memcpy(g.data<float>(), buf.data() + off, size_t(g.numel()) * sizeof(float));
+    off += g.numel();
+  }
+}
+
+}  // namespace
+
+void GradientSync::start_buckets(InFlight& f) {
+  const Unit& u = units_[f.unit];
+  Communicator& comm = data_comm(u);
+  f.members = plan_buckets(u.vars, f.has);
+  for (const std::vector<const ag::Var*>& b : f.members) {
+    std::vector<float>& buf = f.buffers.emplace_back();
+    if (in_place(b)) {
+      const Tensor& g = b[0]->grad();
+      f.pending.push_back(comm.start_all_reduce(g.data<float>(), g.numel(), DType::kF32, ReduceOp::kSum));
+    } else {
+      const int64_t n = pack(b, buf);
+      f.pending.push_back(comm.start_all_reduce(buf.data(), n, DType::kF32, ReduceOp::kSum));
     }
-    f.members.push_back(std::move(members));
-    f.pending.push_back(comm.start_all_reduce(buf.data(), used, DType::kF32, ReduceOp::kSum));
   }
   f.buckets_started = true;
 }
@@ -124,13 +159,7 @@ void GradientSync::start_buckets(InFlight& f) {
 void GradientSync::finish_buckets(InFlight& f) {
   for (size_t b = 0; b < f.pending.size(); ++b) {
     f.pending[b]->wait();
-    if (f.buffers[b].empty()) continue;  // reduced in place
-    int64_t off = 0;
-    for (const ag::Var* v : f.members[b]) {
-      const Tensor& g = v->grad();
-      std::memcpy(g.data<float>(), f.buffers[b].data() + off, size_t(g.numel()) * sizeof(float));
-      off += g.numel();
-    }
+    if (!in_place(f.members[b])) unpack(f.members[b], f.buffers[b]);
   }
 }
 
@@ -172,41 +201,16 @@ void GradientSync::reduce_group(const std::vector<ag::Var>& vars, Communicator& 
   std::vector<int32_t> has(vars.size());
   for (size_t i = 0; i < vars.size(); ++i) has[i] = vars[i].has_grad() ? 1 : 0;
   comm.all_reduce_span(std::span<int32_t>(has), ReduceOp::kMax);
-  std::vector<const ag::Var*> live;
-  for (size_t i = 0; i < vars.size(); ++i)
-    if (has[i]) {
-      (void)vars[i].grad_buffer();
-      live.push_back(&vars[i]);
-    }
-  // Pack tensors in order into buckets; a tensor larger than a bucket is reduced in place on its own.
-  size_t i = 0;
-  while (i < live.size()) {
-    const Tensor& g0 = live[i]->grad();
-    if (g0.numel() >= bucket_floats_) {
-      comm.all_reduce(g0.data<float>(), g0.numel(), DType::kF32, ReduceOp::kSum);
-      ++i;
+  // The buckets one after the other through one buffer (the overlapped path keeps one per bucket in flight).
+  for (const std::vector<const ag::Var*>& b : plan_buckets(vars, has)) {
+    if (in_place(b)) {
+      const Tensor& g = b[0]->grad();
+      comm.all_reduce(g.data<float>(), g.numel(), DType::kF32, ReduceOp::kSum);
       continue;
     }
-    size_t j = i;
-    int64_t used = 0;
-    while (j < live.size() && live[j]->grad().numel() < bucket_floats_ &&
-           used + live[j]->grad().numel() <= bucket_floats_)
-      used += live[j++]->grad().numel();
-    bucket_.resize(static_cast<size_t>(used));
-    int64_t off = 0;
-    for (size_t t = i; t < j; ++t) {
-      const Tensor& g = live[t]->grad();
-      std::memcpy(bucket_.data() + off, g.data<float>(), size_t(g.numel()) * sizeof(float));
-      off += g.numel();
-    }
-    comm.all_reduce(bucket_.data(), used, DType::kF32, ReduceOp::kSum);
-    off = 0;
-    for (size_t t = i; t < j; ++t) {
-      const Tensor& g = live[t]->grad();
-      std::memcpy(g.data<float>(), bucket_.data() + off, size_t(g.numel()) * sizeof(float));
-      off += g.numel();
-    }
-    i = j;
+    const int64_t n = pack(b, bucket_);
+    comm.all_reduce(bucket_.data(), n, DType::kF32, ReduceOp::kSum);
+    unpack(b, bucket_);
   }
 }
 

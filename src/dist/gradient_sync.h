@@ -66,6 +66,12 @@ class GradientSync final : public GradientReadyListener {
   void reduce_group(const std::vector<ag::Var>& vars, Communicator& comm);
   void start_unit(size_t unit);
   void poll();
+  // The tensors of `vars` with a gradient on some rank (has, MAX-reduced; missing ones get zeros here) packed in
+  // order into buckets of at most bucket_floats_ floats; a larger tensor is a bucket of its own, reduced in place.
+  // Both the blocking and the overlapped reductions use it, so they sum the same buckets.
+  std::vector<std::vector<const ag::Var*>> plan_buckets(const std::vector<ag::Var>& vars,
+                                                        const std::vector<int32_t>& has) const;
+  bool in_place(const std::vector<const ag::Var*>& bucket) const;
   void start_buckets(InFlight& f);
   void finish_buckets(InFlight& f);
   Communicator& data_comm(const Unit& u) const;

@@ -105,7 +105,7 @@ PreparedRun prepare_run(const RunRequest& req, const ModelConfig& mc, Tokenizer&
   tc = tc_path.empty() ? default_train_config(mc) : load_train_config(tc_path, mc);
   if (req.seed) tc.seed = *req.seed;
   if (req.gradient_checkpointing) tc.gradient_checkpointing = *req.gradient_checkpointing;
-  validate_data_parallel_split(tc, req.parallel);
+  validate_data_parallel_split(tc, req.parallel.dims);
   if (!resuming && req.force && fs::exists(out)) fs::remove_all(out);
   // A run directory made here is removed again if the setup below fails (the data cannot be read, the
   // tokenizer cannot be trained...), so bad input leaves nothing behind; once training starts it stays.
@@ -168,16 +168,12 @@ TrainSummary run_training(const RunRequest& req) {
   std::vector<std::string> warnings;
   const ModelConfig mc = load_model_config(req.model_config_path, &warnings);
   // The ranks: one process, or every rank of the mpirun job (its layout validated before anything is written).
-  const ParallelDims& dims = req.parallel;
+  const ParallelDims& dims = req.parallel.dims;
   const std::unique_ptr<TrainingRanks> ranks = open_training_ranks(dims);
   start_training_ranks(*ranks, dims, mc,
                        read_file(fs::is_directory(req.model_config_path) ? req.model_config_path + "/config.json"
                                                                          : req.model_config_path),
-                       [&] {
-                         MYRIAD_REQUIRE(
-                             !req.zero1 || dims.distributed(), kConfig,
-                             "--zero1 shards the optimizer state over the ranks of an mpirun job (--dp / --ep > 1)");
-                       });
+                       [&] { req.parallel.check(); });
   ProcessGroups& groups = ranks->groups;
   // Rank 0 prepares; the others then read the training config, tokenizer and shards it wrote.
   Tokenizer tok;
@@ -202,8 +198,7 @@ TrainSummary run_training(const RunRequest& req) {
   to.model_config_json = run.config_json;
   to.tokenizer_dir = run.tok_dir;
   to.groups = &groups;
-  to.zero1 = req.zero1;
-  to.overlap_grad_sync = req.overlap_grad_sync;
+  req.parallel.apply(to);
   to.stop_after_step = req.stop_after_step;
   to.quiet = req.quiet;
   const int32_t eot = tok.id_of("<|endoftext|>");

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/parallel_dims.h"
 #include "train/trainer.h"
+#include "train/training_ranks.h"
 
 namespace myriad {
 
@@ -30,9 +30,7 @@ struct RunRequest {
   // dp x ep x sp over the ranks of an mpirun job (dist/parallel_dims.h); all 1: one process. Under mpirun the
   // product must be the number of ranks. Rank 0 prepares the run directory (corpus, tokenizer, shards); the
   // others wait for it, then load what it wrote (the run directory must be on a filesystem every rank sees).
-  ParallelDims parallel;
-  bool zero1 = false;  // ZeRO-1: the optimizer state sharded over the replicas (needs more than one rank)
-  std::optional<bool> overlap_grad_sync;  // TrainerOptions::overlap_grad_sync
+  ParallelTraining parallel;
 };
 
 TrainSummary run_training(const RunRequest& req);

@@ -35,7 +35,7 @@ nlohmann::json default_sft_train_config(int64_t max_position_embeddings) {
 
 TrainSummary run_sft(const SftRequest& req) {
   // Every rank of an mpirun job reads the inputs; rank 0 alone writes the run directory (train/training_ranks.h).
-  const std::unique_ptr<TrainingRanks> ranks = open_training_ranks(req.parallel);
+  const std::unique_ptr<TrainingRanks> ranks = open_training_ranks(req.parallel.dims);
   const bool resuming = !req.resume.empty();
   const std::string out = req.out_dir.empty() ? req.resume : req.out_dir;
   MYRIAD_REQUIRE(!out.empty(), kValue, "sft needs --out DIR (or --resume DIR)");
@@ -93,10 +93,9 @@ TrainSummary run_sft(const SftRequest& req) {
     tc.stages[0].steps = *req.steps;
   }
 
-  start_training_ranks(*ranks, req.parallel, mc, config_json, [&] {
-    MYRIAD_REQUIRE(!req.zero1 || req.parallel.distributed(), kConfig,
-                   "--zero1 shards the optimizer state over the ranks of an mpirun job (--dp / --ep > 1)");
-    validate_data_parallel_split(tc, req.parallel);
+  start_training_ranks(*ranks, req.parallel.dims, mc, config_json, [&] {
+    req.parallel.check();
+    validate_data_parallel_split(tc, req.parallel.dims);
   });
   if (!resuming)
     prepare_on_root(*ranks, [&] {
@@ -130,8 +129,7 @@ TrainSummary run_sft(const SftRequest& req) {
   to.stop_after_step = req.stop_after_step;
   to.quiet = req.quiet;
   to.groups = &ranks->groups;
-  to.zero1 = req.zero1;
-  to.overlap_grad_sync = req.overlap_grad_sync;
+  req.parallel.apply(to);
   if (req.agent_eval_per_family > 0 || !text_val.empty()) {
     AgentEvalOptions ao;
     ao.per_family = req.agent_eval_per_family;

@@ -17,8 +17,8 @@
 #include <string>
 
 #include "agent/episode.h"
-#include "dist/parallel_dims.h"
 #include "train/trainer.h"
+#include "train/training_ranks.h"
 
 namespace myriad {
 
@@ -40,9 +40,7 @@ struct SftRequest {
   std::string pretrain_data;
   double pretrain_mix = 0.0;
   // dp x ep x sp over the ranks of an mpirun job, as for `myriad train` (train/run.h); all 1: one process.
-  ParallelDims parallel;
-  bool zero1 = false;
-  std::optional<bool> overlap_grad_sync;  // TrainerOptions::overlap_grad_sync
+  ParallelTraining parallel;
 };
 
 TrainSummary run_sft(const SftRequest& req);

@@ -4,6 +4,16 @@
 
 namespace myriad {
 
+void ParallelTraining::check() const {
+  MYRIAD_REQUIRE(!zero1 || dims.distributed(), kConfig,
+                 "--zero1 shards the optimizer state over the ranks of an mpirun job (--dp / --ep > 1)");
+}
+
+void ParallelTraining::apply(TrainerOptions& options) const {
+  options.zero1 = zero1;
+  options.overlap_grad_sync = overlap_grad_sync;
+}
+
 std::unique_ptr<TrainingRanks> open_training_ranks(const ParallelDims& dims) {
   auto r = std::make_unique<TrainingRanks>();
   r->world = dims.distributed() || launched_by_mpirun() ? &mpi_world() : &r->single;

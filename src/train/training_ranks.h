@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dist/communicator.h"
@@ -14,8 +15,20 @@
 #include "dist/parallel_dims.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "train/trainer.h"
 
 namespace myriad {
+
+// How a training command runs across the ranks of an mpirun job: its --dp/--ep/--sp, --zero1 and --grad-sync.
+struct ParallelTraining {
+  ParallelDims dims;   // all 1: one process; under mpirun the product must be the number of ranks
+  bool zero1 = false;  // ZeRO-1: the optimizer state sharded over the replicas (needs more than one rank)
+  std::optional<bool> overlap_grad_sync;  // TrainerOptions::overlap_grad_sync (unset: auto)
+  // kConfig for a flag the layout cannot honour (--zero1 in one process).
+  void check() const;
+  // The trainer's options these set (zero1, overlap_grad_sync; the groups come from the ranks).
+  void apply(TrainerOptions& options) const;
+};
 
 struct TrainingRanks {
   SingleCommunicator single;  // the world of a plain (non-mpirun) process

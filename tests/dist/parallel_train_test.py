@@ -513,7 +513,7 @@ def main():
             if not line:
                 break
             seen.append(line)
-            m = re.search(r"listening on http://127.0.0.1:(\d+)", line)
+            m = re.match(r"myriad serve: listening on http://127.0.0.1:(\d+)", line)  # rank 0's, not a replica's
             port = int(m.group(1)) if m else port
             if "ready:" in line:
                 p.seen = "".join(seen)
@@ -608,27 +608,23 @@ def main():
         got = side_by_side(hold, second, True)
         check([g["text"] for g in got] == [w["text"] for w in alone] and engines() == [2, 2],
               f"serve --dp 2: the same replies streamed (requests per engine {engines()})")
-        bad = urllib.request.Request(f"http://127.0.0.1:{port4}/v1/completions",
-                                     data=json.dumps(dict(second, max_tokens=-1)).encode(),
-                                     headers={"Content-Type": "application/json"})
-        try:
-            urllib.request.urlopen(bad, timeout=30)
-            status = 200
-        except urllib.error.HTTPError as e:
-            status = e.code
+        def status_of(port, body):
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            try:
+                urllib.request.urlopen(req, timeout=30)
+                return 200
+            except urllib.error.HTTPError as e:
+                return e.code
+
+        status = status_of(port4, dict(second, max_tokens=-1))
         check(status == 400 and engines() == [2, 2], f"serve --dp 2: a bad request is refused at the front ({status})")
         rport = None
         for line in four.seen.splitlines():
             m = re.search(r"replica 1\): listening on http://127.0.0.1:(\d+)", line)
             rport = int(m.group(1)) if m else rport
         if rport is not None:
-            direct = urllib.request.Request(f"http://127.0.0.1:{rport}/v1/completions", data=json.dumps(second).encode(),
-                                            headers={"Content-Type": "application/json"})
-            try:
-                urllib.request.urlopen(direct, timeout=30)
-                status = 200
-            except urllib.error.HTTPError as e:
-                status = e.code
+            status = status_of(rport, second)
             check(status == 401, f"serve --dp 2: the replica refuses requests without rank 0's key ({status})")
             h = threading.Thread(target=complete, args=(port4, hold))
             h.start()
