@@ -2,6 +2,7 @@
 // itself with MYRIAD_COMMAND; the work happens in the library.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -25,7 +26,11 @@ class Args {
   std::optional<std::string> get(const std::string& name) const;
   std::string get_or(const std::string& name, const std::string& fallback) const;
   long get_int(const std::string& name, long fallback, long min, long max) const;
-  double get_double(const std::string& name, double fallback, double min, double max) const;
+  // A finite number in [min, max]; an end is excluded with open_min / open_max (the message shows "(" or ")").
+  double get_double(const std::string& name, double fallback, double min, double max, bool open_min = false,
+                    bool open_max = false) const;
+  // A whole number in [0, 2^64) (seeds).
+  uint64_t get_u64(const std::string& name, uint64_t fallback) const;
   // One of `choices` (kValue naming them otherwise); fallback when the flag is absent.
   std::string get_choice(const std::string& name, const std::string& fallback,
                          const std::vector<std::string>& choices) const;

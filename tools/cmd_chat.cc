@@ -36,39 +36,19 @@ void on_sigint(int) {
   ::raise(SIGINT);
 }
 
-float parse_float(const myriad::cli::Args& args, const std::string& name, float fallback) {
-  const auto v = args.get(name);
-  if (!v) return fallback;
-  char* end = nullptr;
-  const double x = std::strtod(v->c_str(), &end);
-  MYRIAD_REQUIRE(!v->empty() && end && *end == '\0' && std::isfinite(x), kValue, "--", name, " ", *v,
-                 ": must be a number");
-  return float(x);
-}
-
-uint64_t parse_seed(const myriad::cli::Args& args) {
-  const auto v = args.get("seed");
-  if (!v) return std::random_device{}();
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long x = std::strtoull(v->c_str(), &end, 10);
-  MYRIAD_REQUIRE(!v->empty() && (*v)[0] != '-' && end && *end == '\0' && errno == 0, kValue, "--seed ", *v,
-                 ": must be a whole number in [0, 2^64)");
-  return uint64_t(x);
-}
-
 int run_chat(const myriad::cli::Args& args) {
   const auto dir = args.get("model");
   MYRIAD_REQUIRE(dir.has_value(), kValue, "chat needs --model DIR (see myriad chat --help)");
   MYRIAD_REQUIRE(args.positional().empty(), kValue, "chat takes no positional arguments, got '", args.positional()[0],
                  "'");
   myriad::SamplingParams sp;
-  sp.temperature = parse_float(args, "temperature", 0.7f);
-  sp.top_p = parse_float(args, "top-p", 0.95f);
+  constexpr double kMax = 3.0e38;  // within a float
+  sp.temperature = float(args.get_double("temperature", 0.7, 0, kMax));
+  sp.top_p = float(args.get_double("top-p", 0.95, 0, 1, /*open_min=*/true));
   sp.top_k = args.get_int("top-k", 0, 0, 1 << 30);
-  sp.min_p = parse_float(args, "min-p", 0.0f);
-  sp.repetition_penalty = parse_float(args, "repetition-penalty", 1.0f);
-  sp.seed = parse_seed(args);
+  sp.min_p = float(args.get_double("min-p", 0.0, 0, 1));
+  sp.repetition_penalty = float(args.get_double("repetition-penalty", 1.0, 0, kMax, /*open_min=*/true));
+  sp.seed = args.has("seed") ? args.get_u64("seed", 0) : std::random_device{}();
   myriad::validate(sp);
   const int64_t max_tokens = args.get_int("max-tokens", 512, 1, 1 << 30);
   myriad::EngineOptions eo;

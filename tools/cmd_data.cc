@@ -13,16 +13,6 @@
 
 namespace {
 
-double parse_fraction(const myriad::cli::Args& args, const std::string& name, double fallback) {
-  const auto v = args.get(name);
-  if (!v) return fallback;
-  char* end = nullptr;
-  const double x = std::strtod(v->c_str(), &end);
-  MYRIAD_REQUIRE(!v->empty() && end && *end == '\0' && x >= 0.0 && x < 1.0, kValue, "--", name, " ", *v,
-                 ": must be a number in [0, 1)");
-  return x;
-}
-
 int run_prepare(const myriad::cli::Args& args) {
   const auto tok = args.get("tokenizer");
   MYRIAD_REQUIRE(tok.has_value(), kValue, "data prepare needs --tokenizer DIR (make one with myriad tokenizer train)");
@@ -33,7 +23,7 @@ int run_prepare(const myriad::cli::Args& args) {
   const auto out = args.get("out");
   MYRIAD_REQUIRE(out.has_value(), kValue, "data prepare needs --out DIR");
   myriad::PrepareOptions opt;
-  opt.val_fraction = parse_fraction(args, "val-fraction", 0.1);
+  opt.val_fraction = args.get_double("val-fraction", 0.1, 0, 1, false, /*open_max=*/true);
   opt.split_by = myriad::parse_split_by(args.get_or("split-by", "position"));
   opt.shard_tokens = args.get_int("shard-tokens", long(myriad::kDefaultShardTokens), 1, 1L << 40);
   opt.force = args.has("force");

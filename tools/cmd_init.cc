@@ -13,23 +13,6 @@
 
 namespace {
 
-uint64_t parse_seed(const std::string& v) {
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
-  MYRIAD_REQUIRE(!v.empty() && v[0] != '-' && end && *end == '\0' && errno == 0, kValue, "--seed ", v,
-                 ": must be a whole number in [0, 2^64)");
-  return uint64_t(x);
-}
-
-double parse_gb(const std::string& v) {
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  MYRIAD_REQUIRE(!v.empty() && end && *end == '\0' && std::isfinite(x) && x > 0, kValue, "--max-gb ", v,
-                 ": must be a positive number of GB");
-  return x;
-}
-
 int run_init(const myriad::cli::Args& args) {
   const auto config = args.get("config");
   const auto out = args.get("out");
@@ -37,8 +20,8 @@ int run_init(const myriad::cli::Args& args) {
   MYRIAD_REQUIRE(args.positional().empty(), kValue, "init takes no positional arguments, got '", args.positional()[0],
                  "'");
   myriad::InitOptions opt;
-  if (auto s = args.get("seed")) opt.seed = parse_seed(*s);
-  if (auto g = args.get("max-gb")) opt.max_gb = parse_gb(*g);
+  opt.seed = args.get_u64("seed", opt.seed);
+  opt.max_gb = args.get_double("max-gb", opt.max_gb, 0, 1e12, /*open_min=*/true);
   opt.overwrite = args.has("force");
   const std::vector<std::string> files = myriad::write_random_model(*config, *out, opt);
   std::printf("initialised a random model in %s (seed %llu):\n", out->c_str(),

@@ -16,16 +16,6 @@ namespace {
 using myriad::Plan;
 using myriad::PlanLayout;
 
-double get_positive(const myriad::cli::Args& args, const std::string& name, double fallback) {
-  const auto v = args.get(name);
-  if (!v) return fallback;
-  char* end = nullptr;
-  const double x = std::strtod(v->c_str(), &end);
-  MYRIAD_REQUIRE(end != v->c_str() && *end == '\0' && std::isfinite(x) && x > 0, kValue, "--", name, " ", *v,
-                 ": expected a positive number");
-  return x;
-}
-
 std::string gb(double bytes) {
   char buf[32];
   if (bytes >= 1e9 || bytes == 0)
@@ -81,14 +71,14 @@ int run_plan(const myriad::cli::Args& args) {
   q.gpus = int(args.get_int("gpus", 0, 1, 1 << 24));
   MYRIAD_REQUIRE(args.has("gpus"), kValue, "plan needs --gpus N");
   q.gpu = gpu_spec(args.get_or("gpu", "h200"));
-  q.gpu.memory_bytes = get_positive(args, "mem-gb", q.gpu.memory_bytes / 1e9) * 1e9;
-  q.gpu.peak_flops = get_positive(args, "peak-tflops", q.gpu.peak_flops / 1e12) * 1e12;
-  q.gpu.intra_node_bw = get_positive(args, "intra-gbs", q.gpu.intra_node_bw / 1e9) * 1e9;
-  q.gpu.inter_node_bw = get_positive(args, "inter-gbs", q.gpu.inter_node_bw / 1e9) * 1e9;
+  q.gpu.memory_bytes = args.get_double("mem-gb", q.gpu.memory_bytes / 1e9, 0, 1e30, /*open_min=*/true) * 1e9;
+  q.gpu.peak_flops = args.get_double("peak-tflops", q.gpu.peak_flops / 1e12, 0, 1e30, /*open_min=*/true) * 1e12;
+  q.gpu.intra_node_bw = args.get_double("intra-gbs", q.gpu.intra_node_bw / 1e9, 0, 1e30, /*open_min=*/true) * 1e9;
+  q.gpu.inter_node_bw = args.get_double("inter-gbs", q.gpu.inter_node_bw / 1e9, 0, 1e30, /*open_min=*/true) * 1e9;
   q.gpu.per_node = int(args.get_int("per-node", q.gpu.per_node, 1, 1 << 20));
   q.seq_len = args.get_int("seq", std::min<int64_t>(8192, c.max_position_embeddings), 1, 1L << 40);
   q.tokens_per_step = args.get_int("batch-tokens", 0, 1, 1L << 50);
-  q.mfu = get_positive(args, "mfu", 0.4);
+  q.mfu = args.get_double("mfu", 0.4, 0, 1, /*open_min=*/true);
   const std::string recipe = args.get_or("recipe", "bf16");
   MYRIAD_REQUIRE(recipe == "bf16" || recipe == "myriad-cpu", kValue, "--recipe ", recipe,
                  ": expected bf16 (the flagship recipe) or myriad-cpu (what myriad train does today)");

@@ -23,11 +23,7 @@ int run_sft_command(const myriad::cli::Args& args) {
   if (args.has("steps")) r.steps = args.get_int("steps", 0, 1, 1L << 40);
   r.agent_eval_per_family = int(args.get_int("agent-eval", 4, 0, 10000));
   r.pretrain_data = args.get_or("pretrain-data", "");
-  if (const auto m = args.get("pretrain-mix")) {
-    char* end = nullptr;
-    r.pretrain_mix = std::strtod(m->c_str(), &end);
-    MYRIAD_REQUIRE(!m->empty() && end && *end == '\0', kValue, "--pretrain-mix '", *m, "' is not a number");
-  }
+  r.pretrain_mix = args.get_double("pretrain-mix", r.pretrain_mix, 0, 1, false, /*open_max=*/true);
   r.parallel = myriad::cli::parallel_training(args);
   const myriad::TrainSummary s = myriad::run_sft(r);
   if (!s.root) return 0;  // rank 0 reports

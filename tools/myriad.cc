@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -115,14 +118,27 @@ long Args::get_int(const std::string& name, long fallback, long min, long max) c
   return x;
 }
 
-double Args::get_double(const std::string& name, double fallback, double min, double max) const {
+double Args::get_double(const std::string& name, double fallback, double min, double max, bool open_min,
+                        bool open_max) const {
   auto v = get(name);
   if (!v) return fallback;
   char* end = nullptr;
   const double x = std::strtod(v->c_str(), &end);
-  MYRIAD_REQUIRE(!v->empty() && end && *end == '\0' && x >= min && x <= max, kValue, "--", name, " ", *v,
-                 ": must be a number in [", min, ", ", max, "]");
+  const bool in = std::isfinite(x) && (open_min ? x > min : x >= min) && (open_max ? x < max : x <= max);
+  MYRIAD_REQUIRE(!v->empty() && end && *end == '\0' && in, kValue, "--", name, " ", *v, ": must be a number in ",
+                 open_min ? "(" : "[", min, ", ", max, open_max ? ")" : "]");
   return x;
+}
+
+uint64_t Args::get_u64(const std::string& name, uint64_t fallback) const {
+  auto v = get(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long x = std::strtoull(v->c_str(), &end, 10);
+  MYRIAD_REQUIRE(!v->empty() && (*v)[0] != '-' && end && *end == '\0' && errno == 0, kValue, "--", name, " ", *v,
+                 ": must be a whole number in [0, 2^64)");
+  return uint64_t(x);
 }
 
 std::string Args::get_choice(const std::string& name, const std::string& fallback,
