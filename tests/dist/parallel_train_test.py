@@ -65,6 +65,7 @@ MYRIAD, SRC, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 MPIRUN = ["bash", os.path.join(SRC, "scripts", "mpirun.sh")]
 CONFIG = os.path.join(SRC, "configs", "tiny.json")
 FAILURES = []
+SERVERS = []  # the servers started (section 7), ended at exit whatever happens
 
 
 def check(ok, what):
@@ -507,6 +508,7 @@ def main():
     # logprobs, greedy and sampled) as a one-process server; SIGTERM ends both.
     def start_server(cmd):
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env())
+        SERVERS.append(p)
         port, t0, seen = None, time.time(), []
         while time.time() - t0 < 120:
             line = p.stdout.readline()
@@ -662,4 +664,13 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        for server in SERVERS:  # one an exception left running (the normal path ends each with SIGTERM)
+            if server.poll() is None:
+                server.send_signal(signal.SIGTERM)
+                try:
+                    server.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    server.kill()
