@@ -65,6 +65,41 @@ int run_until_stopped(const sigset_t& stop_signals, myriad::Server& server, cons
   return 0;
 }
 
+// The mpirun job's world for `--<flag> n`, with n checked against its ranks on every rank (one message for the
+// job) and the ranks' executables and start compared (dist/parallel_dims.h).
+myriad::Communicator& job_world(const char* flag, int n, const char* why) {
+  myriad::Communicator& world = myriad::mpi_world();
+  myriad::check_on_all_ranks(world, [&] {
+    MYRIAD_REQUIRE(n == world.size(), kConfig, "--", flag, " ", n, " but this job has ", world.size(), " ranks: ", why,
+                   " (mpirun -np ", world.size(), " ... --", flag, " ", world.size(), ")");
+  });
+  myriad::start_ranks(world);
+  return world;
+}
+
+// Data-parallel serving's rendezvous: every replica's (ranks 1..) advertised address reaches rank 0 (the bound
+// host, or this machine's name for a wildcard, and the port it got). Collective; returns the replicas on rank 0.
+std::vector<myriad::ReplicaAddress> gather_replicas(myriad::Communicator& world, const myriad::Server* replica,
+                                                    const std::string& replica_host, const std::string& key) {
+  std::array<char, 256> host{};
+  std::string advertised = replica_host;
+  if (advertised == "0.0.0.0" || advertised == "::") {
+    char name[256] = {};
+    ::gethostname(name, sizeof(name) - 1);
+    advertised = name;
+  }
+  advertised.copy(host.data(), host.size() - 1);
+  std::vector<char> hosts(host.size() * size_t(world.size()));
+  world.all_gather(host.data(), hosts.data(), int64_t(host.size()), myriad::DType::kU8);
+  std::vector<int64_t> ports(size_t(world.size()));
+  const int64_t port = replica ? replica->port() : 0;
+  world.all_gather(&port, ports.data(), 1, myriad::DType::kI64);
+  std::vector<myriad::ReplicaAddress> replicas;
+  for (int r = 1; r < world.size(); ++r)
+    replicas.push_back({std::string(hosts.data() + size_t(r) * host.size()), int(ports[size_t(r)]), key});
+  return replicas;
+}
+
 int run_serve(const myriad::cli::Args& args) {
   const auto dir = args.get("model");
   MYRIAD_REQUIRE(dir.has_value(), kValue, "serve needs --model DIR (see myriad serve --help)");
@@ -110,12 +145,7 @@ int run_serve(const myriad::cli::Args& args) {
   // Under mpirun with --dp N (serve/replica_proxy.h): every rank serves the whole model with its own engine; rank
   // 0 is the front, the others internal replicas it forwards requests to.
   if (dp > 1) {
-    myriad::Communicator& world = myriad::mpi_world();
-    myriad::check_on_all_ranks(world, [&] {
-      MYRIAD_REQUIRE(dp == world.size(), kConfig, "--dp ", dp, " but this job has ", world.size(),
-                     " ranks: every rank serves a replica (mpirun -np ", world.size(), " ... --dp ", world.size(), ")");
-    });
-    myriad::start_ranks(world);
+    myriad::Communicator& world = job_world("dp", dp, "every rank serves a replica");
     const std::string replica_host = args.get_or("replica-host", "127.0.0.1");
     // The replicas answer only rank 0: a random key, never printed.
     std::string key(32, '0');
@@ -133,37 +163,17 @@ int run_serve(const myriad::cli::Args& args) {
       replica = std::make_unique<myriad::Server>(r);
       replica->start();
     }
-    // Every replica's advertised address to rank 0: the bound host, or this machine's name for a wildcard.
-    std::array<char, 256> host{};
-    std::string advertised = replica_host;
-    if (advertised == "0.0.0.0" || advertised == "::") {
-      char name[256] = {};
-      ::gethostname(name, sizeof(name) - 1);
-      advertised = name;
-    }
-    advertised.copy(host.data(), host.size() - 1);
-    std::vector<char> hosts(host.size() * size_t(world.size()));
-    world.all_gather(host.data(), hosts.data(), int64_t(host.size()), myriad::DType::kU8);
-    std::vector<int64_t> ports(size_t(world.size()));
-    const int64_t port = replica ? replica->port() : 0;
-    world.all_gather(&port, ports.data(), 1, myriad::DType::kI64);
+    const std::vector<myriad::ReplicaAddress> replicas = gather_replicas(world, replica.get(), replica_host, key);
     if (replica)
       return run_until_stopped(stop_signals, *replica, myriad::str("myriad serve (replica ", world.rank(), ")"), true);
-    for (int r = 1; r < world.size(); ++r)
-      opt.replicas.push_back({std::string(hosts.data() + size_t(r) * host.size()), int(ports[size_t(r)]), key});
+    opt.replicas = replicas;
   }
   // Under mpirun with --sp N (serve/sequence_server.h): every rank holds the whole model; rank 0 serves, and long
   // prompts are prefilled by all of them side by side.
   std::unique_ptr<myriad::SequenceParallelServing> seq_parallel;
   const myriad::InferenceModel* served = nullptr;  // the loaded model, for the engine's long prefills
   if (sp > 1) {
-    myriad::Communicator& world = myriad::mpi_world();
-    myriad::check_on_all_ranks(world, [&] {
-      MYRIAD_REQUIRE(sp == world.size(), kConfig, "--sp ", sp, " but this job has ", world.size(),
-                     " ranks: serving splits long prompts over every rank (mpirun -np ", world.size(), " ... --sp ",
-                     world.size(), ", or --ep ", world.size(), ")");
-    });
-    myriad::start_ranks(world);
+    myriad::Communicator& world = job_world("sp", sp, "serving splits long prompts over every rank");
     seq_parallel = std::make_unique<myriad::SequenceParallelServing>(world);
     if (world.rank() != 0) {
       seq_parallel->follow(*myriad::InferenceModel::load(opt.model_dir));

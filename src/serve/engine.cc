@@ -297,11 +297,16 @@ bool Engine::step() {
   // The batch: prefill chunks (ending on prefix snapshot boundaries) within the step's prompt budget, and one
   // token for every decoding sequence. A long prompt under sequence-parallel prefill runs whole, outside the batch.
   std::vector<BatchEntry> batch;
-  std::vector<Sequence*> owners;
-  std::vector<bool> prefilling;
-  std::vector<int64_t> batch_row;     // per owner: its row of the batch's logits, or -(tokens a long prefill took)
-  std::vector<Tensor> long_logits;    // per owner: the long prefill's logits [1, V]
-  std::vector<std::string> failures;  // per owner: why its long prefill failed
+  // Each running sequence's part of the step: a row of the batch (and of its logits), or a long prefill of its own.
+  struct Part {
+    Sequence* seq = nullptr;
+    bool prefilling = false;
+    int64_t row = -1;         // in the batch; -1 for a long prefill
+    int64_t long_tokens = 0;  // what the long prefill took
+    Tensor long_logits;       // its logits [1, V]
+    std::string failure;      // why it failed
+  };
+  std::vector<Part> parts;
   uint64_t long_prefills = 0;
   int64_t prompt_budget = opt_.prefill_chunk;
   for (auto& sp : running_) {
@@ -313,8 +318,6 @@ bool Engine::step() {
       s.started = true;
     }
     const int64_t P = int64_t(s.req.prompt.size());
-    long_logits.emplace_back();
-    failures.emplace_back();
     // A long prefill ends on the last prefix snapshot boundary before the prompt's end (the snapshot is stored
     // and the rest, under prefix_every tokens, prefills in chunks), or takes the whole prompt without snapshots.
     int64_t whole = 0;
@@ -322,39 +325,35 @@ bool Engine::step() {
       whole = opt_.prefix_every > 0 && P > opt_.prefix_every ? (P - 1) / opt_.prefix_every * opt_.prefix_every : P;
       if (whole < opt_.long_prefill_min) whole = 0;
     }
+    Part part;
+    part.seq = &s;
+    part.prefilling = s.prefilled < P;
     if (whole > 0) {
+      part.long_tokens = whole;
       try {
-        long_logits.back() = opt_.long_prefill(s.state, std::span<const int32_t>(s.req.prompt.data(), size_t(whole)));
+        part.long_logits = opt_.long_prefill(s.state, std::span<const int32_t>(s.req.prompt.data(), size_t(whole)));
         ++long_prefills;
       } catch (const std::exception& e) {
-        failures.back() = e.what();
+        part.failure = e.what();
       }
-      batch_row.push_back(-whole);
-      prefilling.push_back(true);
     } else if (s.prefilled < P) {
-      if (prompt_budget == 0) {
-        long_logits.pop_back();
-        failures.pop_back();
-        continue;
-      }
+      if (prompt_budget == 0) continue;
       int64_t n = std::min(P - s.prefilled, prompt_budget);
       if (opt_.prefix_every > 0) {
         const int64_t boundary = (s.prefilled / opt_.prefix_every + 1) * opt_.prefix_every;
         if (boundary < P) n = std::min(n, boundary - s.prefilled);
       }
       prompt_budget -= n;
-      batch_row.push_back(int64_t(batch.size()));
+      part.row = int64_t(batch.size());
       batch.push_back({&s.state, std::span<const int32_t>(s.req.prompt.data() + s.prefilled, size_t(n))});
-      prefilling.push_back(true);
     } else {
-      batch_row.push_back(int64_t(batch.size()));
+      part.row = int64_t(batch.size());
       batch.push_back({&s.state, std::span<const int32_t>(&s.next_input, 1)});
-      prefilling.push_back(false);
     }
-    owners.push_back(&s);
+    parts.push_back(std::move(part));
   }
-  const bool worked = !owners.empty() || !running_.empty();
-  if (!owners.empty()) {
+  const bool worked = !parts.empty() || !running_.empty();
+  if (!parts.empty()) {
     Tensor logits;
     std::string error;
     if (!batch.empty()) {
@@ -369,15 +368,16 @@ bool Engine::step() {
     std::vector<double> ttft, tpot;
     // Which entries produce a token this step (decoding, or at the end of their prompt).
     std::vector<size_t> need;
-    for (size_t i = 0; i < owners.size(); ++i) {
-      Sequence& s = *owners[i];
-      const std::string& why = batch_row[i] < 0 ? failures[i] : error;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const Part& part = parts[i];
+      Sequence& s = *part.seq;
+      const std::string& why = part.row < 0 ? part.failure : error;
       if (!why.empty()) {
         finish(s, FinishReason::kError, why);
         continue;
       }
-      if (prefilling[i]) {
-        const int64_t n = batch_row[i] < 0 ? -batch_row[i] : int64_t(batch[size_t(batch_row[i])].tokens.size());
+      if (part.prefilling) {
+        const int64_t n = part.row < 0 ? part.long_tokens : int64_t(batch[size_t(part.row)].tokens.size());
         s.prefilled += n;
         prompt_tokens += uint64_t(n);
         store_prefix(s);
@@ -387,14 +387,15 @@ bool Engine::step() {
     }
     // Sampling, spread over the threads (each sequence has its own sampler and generator; at a 160K vocabulary
     // one draw with penalties and top-p takes about a millisecond). Events are sent afterwards, in order.
-    std::vector<SampledToken> drawn(owners.size());
-    std::vector<std::string> draw_error(owners.size());
+    std::vector<SampledToken> drawn(parts.size());
+    std::vector<std::string> draw_error(parts.size());
     const int sample_threads = need.size() > 1 ? num_threads() : 1;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(sample_threads)
     for (size_t j = 0; j < need.size(); ++j) {
       const size_t i = need[j];
-      Sequence& s = *owners[i];
-      const float* src = batch_row[i] < 0 ? long_logits[i].data<float>() : logits.data<float>() + batch_row[i] * V;
+      const Part& part = parts[i];
+      Sequence& s = *part.seq;
+      const float* src = part.row < 0 ? part.long_logits.data<float>() : logits.data<float>() + part.row * V;
       std::vector<float> row(src, src + V);
       // Ids past the tokenizer's vocabulary (a vocabulary padded for the matrix shapes) are never produced.
       for (int64_t v = text_vocab_; v < V; ++v) row[size_t(v)] = -std::numeric_limits<float>::infinity();
@@ -406,7 +407,7 @@ bool Engine::step() {
       }
     }
     for (size_t i : need) {
-      Sequence& s = *owners[i];
+      Sequence& s = *parts[i].seq;
       if (!draw_error[i].empty()) {
         finish(s, FinishReason::kError, draw_error[i]);
         continue;
