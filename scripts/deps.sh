@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages myriad needs, skipping those already present (idempotent, quiet).
 #   scripts/deps.sh build   : compiler, CMake, OpenBLAS, nlohmann-json, SentencePiece, cpp-httplib, jemalloc, GoogleTest,
-#                             OpenMPI, xxHash
+#                             OpenMPI, xxHash, PCRE2
 #   scripts/deps.sh fuzz    : the build set plus clang 14 with its sanitizer and libFuzzer runtime and OpenMP
 #   scripts/deps.sh test    : the build and fuzz sets plus the Python side of the interop/reference tests
-#                             (Debian's python3-torch, and PyPI's safetensors and openai client in a venv under
-#                             build/pyenv)
+#                             (Debian's python3-torch, and PyPI's safetensors, openai client, tiktoken and tokenizers
+#                             in a venv under build/pyenv)
 set -euo pipefail
 what="${1:-build}"
 pkgs=(build-essential cmake pkg-config python3 libopenblas-dev nlohmann-json3-dev libgtest-dev libgmock-dev
-      libsentencepiece-dev libcpp-httplib-dev libjemalloc-dev libopenmpi-dev openmpi-bin libxxhash-dev)
+      libsentencepiece-dev libcpp-httplib-dev libjemalloc-dev libopenmpi-dev openmpi-bin libxxhash-dev libpcre2-dev)
 if [[ "$what" == fuzz || "$what" == test ]]; then
   pkgs+=(clang-14 libclang-rt-14-dev libomp-14-dev)
 fi
@@ -29,9 +29,9 @@ if ((${#missing[@]})); then
 fi
 if [[ "$what" == test ]]; then
   venv=build/pyenv
-  if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import safetensors, torch, openai" 2>/dev/null; then
-    echo "deps: creating $venv (system torch + PyPI safetensors, openai)"
+  if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import safetensors, torch, openai, tiktoken, tokenizers" 2>/dev/null; then
+    echo "deps: creating $venv (system torch + PyPI safetensors, openai, tiktoken, tokenizers)"
     /usr/bin/python3 -m venv --system-site-packages "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check safetensors openai
+    "$venv/bin/pip" install -q --disable-pip-version-check safetensors openai tiktoken tokenizers
   fi
 fi

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "data/bpe_tokenizer.h"
 #include "data/shards.h"
 #include "io/atomic_file.h"
 #include "io/checksums.h"
@@ -207,12 +208,69 @@ Tokenizer train_on_sentences(const std::vector<std::string>& sentences, int64_t 
 }  // namespace
 
 struct Tokenizer::Impl {
-  sentencepiece::SentencePieceProcessor sp;
+  TokenizerKind kind = TokenizerKind::kSentencePiece;
+  sentencepiece::SentencePieceProcessor sp;  // kSentencePiece
+  std::shared_ptr<const BpeTokenizer> bpe;   // the other kinds
   std::string model_bytes;
   std::string hash;
   std::vector<std::string> surface;  // bytes each id decodes to
   std::vector<std::string> pieces;
+  int32_t end_of_text = -1;
+  std::vector<int32_t> stop_ids;
 };
+
+const char* tokenizer_kind_name(TokenizerKind kind) {
+  switch (kind) {
+    case TokenizerKind::kSentencePiece:
+      return "sentencepiece";
+    case TokenizerKind::kTiktoken:
+      return "tiktoken";
+    case TokenizerKind::kHuggingFaceBpe:
+      return "huggingface-bpe";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string fnv_hash_string(std::string_view bytes) {
+  char hash[32];
+  std::snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(fnv1a64(bytes)));
+  return std::string("fnv1a64:") + hash;
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_bpe(BpeTokenizer bpe_in) {
+  auto impl = std::make_shared<Impl>();
+  auto bpe = std::make_shared<const BpeTokenizer>(std::move(bpe_in));
+  impl->kind =
+      bpe->format() == BpeTokenizer::Format::kTiktoken ? TokenizerKind::kTiktoken : TokenizerKind::kHuggingFaceBpe;
+  impl->surface.resize(size_t(bpe->vocab_size()));
+  impl->pieces.resize(size_t(bpe->vocab_size()));
+  for (int32_t id = 0; id < int32_t(bpe->vocab_size()); ++id) {
+    impl->surface[size_t(id)] = bpe->surface(id);
+    impl->pieces[size_t(id)] = bpe->piece(id);
+  }
+  std::string all;
+  for (const auto& [name, bytes] : bpe->files()) all += name + '\0' + bytes + '\0';
+  impl->hash = fnv_hash_string(all);
+  impl->model_bytes = bpe->files().front().second;
+  impl->bpe = std::move(bpe);
+  Tokenizer t;
+  t.impl_ = impl;
+  if (const std::string& eos = impl->bpe->eos_token(); !eos.empty()) {
+    // An added token, or an ordinary one of the vocabulary (GPT-2's <|endoftext|>).
+    int32_t id = t.has_special(eos) ? t.id_of(eos) : -1;
+    for (size_t i = 0; id < 0 && i < impl->pieces.size(); ++i)
+      if (impl->pieces[i] == eos) id = int32_t(i);
+    MYRIAD_REQUIRE(id >= 0, kFormat, "tokenizer: eos_token '", eos, "' of ", kTokenizerConfigFile,
+                   " is not a token of the tokenizer");
+    impl->end_of_text = id;
+    impl->stop_ids = {id};
+  }
+  return t;
+}
 
 const Tokenizer::Impl& Tokenizer::impl() const {
   MYRIAD_REQUIRE(impl_ != nullptr, kValue, "tokenizer: used before it was trained or loaded");
@@ -283,6 +341,8 @@ Tokenizer Tokenizer::from_model_bytes(std::string model_bytes, const std::string
   std::snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(fnv1a64(model_bytes)));
   impl->hash = std::string("fnv1a64:") + hash;
   impl->model_bytes = std::move(model_bytes);
+  impl->end_of_text = kEndOfTextId;
+  impl->stop_ids = {kEndOfTextId, kEosId};
   Tokenizer t;
   t.impl_ = std::move(impl);
   return t;
@@ -321,9 +381,35 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& paths, int64_t vocab_
 Tokenizer Tokenizer::load(const std::string& path) {
   std::error_code ec;
   const bool is_dir = fs::is_directory(path, ec);
+  if (is_dir) {
+    // The first kind whose file is there (tokenizer.h).
+    const fs::path d(path);
+    if (!fs::exists(d / kTokenizerModelFile, ec)) {
+      if (fs::exists(d / kTiktokenModelFile, ec)) return load((d / kTiktokenModelFile).string());
+      if (fs::exists(d / kTokenizerJsonFile, ec)) return load((d / kTokenizerJsonFile).string());
+      throw_error(ErrorKind::kIo, "tokenizer: no tokenizer in '", path, "' (looked for ", kTokenizerModelFile, ", ",
+                  kTiktokenModelFile, " and ", kTokenizerJsonFile,
+                  "); give one with --tokenizer DIR|FILE, or train one with myriad tokenizer train");
+    }
+  } else {
+    MYRIAD_REQUIRE(fs::exists(path, ec), kIo, "tokenizer: '", path,
+                   "' does not exist (give a directory holding tokenizer.model, tiktoken.model or tokenizer.json, "
+                   "or one of those files)");
+    const std::string name = fs::path(path).filename().string();
+    if (name == kTiktokenModelFile) {
+      verify_checksum(path);
+      return from_bpe(BpeTokenizer::load_tiktoken(path));
+    }
+    if (name.size() > 5 && name.ends_with(".json")) {
+      verify_checksum(path);
+      // myriad's own tokenizer.json describes a tokenizer.model beside it.
+      const nlohmann::json head = nlohmann::json::parse(read_file(path), nullptr, /*allow_exceptions=*/false);
+      if (!(head.is_object() && head.value("type", "") == "sentencepiece-bpe"))
+        return from_bpe(BpeTokenizer::load_hugging_face(path));
+      return load(fs::path(path).parent_path().string());
+    }
+  }
   const std::string model_path = is_dir ? (fs::path(path) / kTokenizerModelFile).string() : path;
-  MYRIAD_REQUIRE(fs::exists(model_path, ec), kIo, "tokenizer: '", model_path, "' does not exist",
-                 is_dir ? " (train one with myriad tokenizer train)" : "");
   verify_checksum(model_path);
   Tokenizer t = from_model_bytes(read_file(model_path), model_path);
   const std::string json_path = (fs::path(model_path).parent_path() / kTokenizerJsonFile).string();
@@ -358,6 +444,10 @@ void Tokenizer::save(const std::string& dir) const {
   fs::create_directories(dir, ec);
   MYRIAD_REQUIRE(!ec && fs::is_directory(dir), kIo, "cannot create tokenizer directory '", dir,
                  "': ", ec ? ec.message() : "not a directory");
+  if (im.bpe) {
+    for (const auto& [name, bytes] : im.bpe->files()) write_file_atomic((fs::path(dir) / name).string(), bytes);
+    return;
+  }
   nlohmann::ordered_json j;
   j["type"] = "sentencepiece-bpe";
   j["vocab_size"] = vocab_size();
@@ -377,6 +467,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, Specials specials)
   const Impl& im = impl();
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
+  if (im.bpe) {
+    im.bpe->encode(text, specials == Specials::kParse, out);
+    return out;
+  }
   std::vector<int> ids;
   auto sentencepiece = [&](std::string_view run) {
     if (run.empty()) return;
@@ -437,6 +531,22 @@ std::string Tokenizer::piece(int32_t id) const {
 }
 
 int32_t Tokenizer::id_of(std::string_view special) const {
+  const Impl& im = impl();
+  if (im.bpe) {
+    if (const AddedToken* a = im.bpe->added().find(special)) return a->id;
+    std::string names;
+    int shown = 0;
+    for (const AddedToken& a : im.bpe->added().tokens()) {
+      if (a.content.starts_with("<|reserved_token_")) continue;
+      if (shown++ == 12) {
+        names += ", ...";
+        break;
+      }
+      names += (names.empty() ? "" : ", ") + a.content;
+    }
+    throw_error(ErrorKind::kValue, "tokenizer: '", special, "' is not a special token of this ",
+                tokenizer_kind_name(im.kind), " tokenizer (", names.empty() ? "it has none" : names, ")");
+  }
   if (special == "<unk>") return kUnkId;
   if (special == "<s>") return kBosId;
   if (special == "</s>") return kEosId;
@@ -445,6 +555,31 @@ int32_t Tokenizer::id_of(std::string_view special) const {
   std::string names = "<unk>, <s>, </s>";
   for (const char* s : kSpecialTokens) names += std::string(", ") + s;
   throw_error(ErrorKind::kValue, "tokenizer: '", special, "' is not a special token (", names, ")");
+}
+
+bool Tokenizer::has_special(std::string_view special) const {
+  const Impl& im = impl();
+  if (im.bpe) return im.bpe->added().find(special) != nullptr;
+  if (special == "<unk>" || special == "<s>" || special == "</s>") return true;
+  return std::any_of(kSpecialTokens.begin(), kSpecialTokens.end(), [&](const char* s) { return special == s; });
+}
+
+int32_t Tokenizer::byte_id(uint8_t byte) const {
+  const Impl& im = impl();
+  if (im.bpe) return im.bpe->byte_token(byte);
+  return kFirstByteId + int32_t(byte);
+}
+
+TokenizerKind Tokenizer::kind() const {
+  return impl().kind;
+}
+
+int32_t Tokenizer::end_of_text_id() const {
+  return impl().end_of_text;
+}
+
+const std::vector<int32_t>& Tokenizer::stop_ids() const {
+  return impl().stop_ids;
 }
 
 int64_t Tokenizer::vocab_size() const {

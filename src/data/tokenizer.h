@@ -1,6 +1,11 @@
-// The tokenizer (docs/training.md): SentencePiece BPE with byte fallback, trained and used through libsentencepiece,
-// with a thin layer of our own around it so that any byte string round-trips: decode(encode(s)) == s for every s,
-// invalid UTF-8 included.
+// The tokenizer (docs/training.md). Three kinds behind one interface:
+//   - SentencePiece BPE with byte fallback, myriad's own: trained and used through libsentencepiece, with a thin
+//     layer of our own around it so that any byte string round-trips (described below);
+//   - Kimi's tiktoken format (tiktoken.model + tokenizer_config.json) and Hugging Face's byte-level BPE
+//     (tokenizer.json): the tokenizers published checkpoints ship, read from their own files (bpe_tokenizer.h).
+// load() picks the kind from the files it finds (see there); the fixed layout below is the SentencePiece kind's.
+//
+// SentencePiece: decode(encode(s)) == s for every s, invalid UTF-8 included.
 //
 // Vocabulary layout (fixed; checked when a model is loaded):
 //   0 <unk>, 1 <s>, 2 </s>                                    SentencePiece control tokens (never produced by encode)
@@ -76,6 +81,11 @@ struct TokenizerTrainOptions {
 // How encode() treats the text of the special tokens (see the top of this file).
 enum class Specials { kParse, kAsText };
 
+enum class TokenizerKind { kSentencePiece, kTiktoken, kHuggingFaceBpe };
+const char* tokenizer_kind_name(TokenizerKind kind);  // "sentencepiece", "tiktoken", "huggingface-bpe"
+
+class BpeTokenizer;
+
 class Tokenizer {
  public:
   Tokenizer() = default;
@@ -91,14 +101,19 @@ class Tokenizer {
   // Trains on in-memory text (each string is cut into sentences at newlines); saves nothing.
   static Tokenizer train_from_texts(const std::vector<std::string>& texts, int64_t vocab_size,
                                     const TokenizerTrainOptions& options = {});
-  // `path`: a directory holding tokenizer.model (and tokenizer.json, checked against the model when present), or a
-  // tokenizer.model file. Throws kIo / kFormat naming the file.
+  // `path`: a directory or a file. A directory is read as the first of
+  //   tokenizer.model   myriad's SentencePiece (with tokenizer.json, myriad's, checked against it when present);
+  //   tiktoken.model    Kimi's tiktoken format (with tokenizer_config.json when present);
+  //   tokenizer.json    Hugging Face's byte-level BPE (with tokenizer_config.json when present).
+  // A file is read by its name: tiktoken.model, *.json (Hugging Face), anything else SentencePiece.
+  // Throws kIo naming where it looked when there is none, kFormat / kUnsupported naming the file otherwise.
   static Tokenizer load(const std::string& path);
   // A serialized SentencePiece ModelProto; `source` names it in errors.
   static Tokenizer from_model_bytes(std::string model_bytes, const std::string& source = "tokenizer.model");
 
-  // Writes dir/tokenizer.model and dir/tokenizer.json (each atomically; the directory is created if missing).
-  // tokenizer.json: {"type":"sentencepiece-bpe","vocab_size":N,"special_tokens":{name:id},"hash":"..."}.
+  // Writes the tokenizer's files into dir (each atomically; the directory is created if missing). SentencePiece:
+  // tokenizer.model and tokenizer.json = {"type":"sentencepiece-bpe","vocab_size":N,"special_tokens":{name:id},
+  // "hash":"..."}. The other kinds: the files they were read from, unchanged.
   void save(const std::string& dir) const;
 
   std::vector<int32_t> encode(std::string_view text, Specials specials = Specials::kParse) const;
@@ -106,13 +121,24 @@ class Tokenizer {
   std::string decode(std::span<const int32_t> ids) const;
   // The bytes one token decodes to (for streaming output; may be part of a UTF-8 character).
   const std::string& token_bytes(int32_t id) const;
-  // The SentencePiece piece ("▁the", "<0x0A>", "<|user|>").
+  // The token as its vocabulary writes it: SentencePiece's piece ("▁the", "<0x0A>", "<|user|>"), Hugging Face's
+  // ByteLevel string ("Ġthe"), tiktoken's bytes; a special token's text.
   std::string piece(int32_t id) const;
 
-  // Id of a special token: "<unk>", "<s>", "</s>" or one of kSpecialTokens. Throws kValue otherwise.
+  // Id of a special token: SentencePiece: "<unk>", "<s>", "</s>" or one of kSpecialTokens; the other kinds: any
+  // added / special token by its text. Throws kValue otherwise.
   int32_t id_of(std::string_view special) const;
-  int32_t byte_id(uint8_t byte) const { return kFirstByteId + int32_t(byte); }
+  bool has_special(std::string_view special) const;
+  // The token of one byte (SentencePiece's byte-fallback token; the BPE kinds' single-byte token).
+  int32_t byte_id(uint8_t byte) const;
   int64_t vocab_size() const;
+  TokenizerKind kind() const;
+  // The token that ends a document (separates documents in token shards, starts an empty prompt):
+  // SentencePiece's <|endoftext|>; the other kinds' eos_token from tokenizer_config.json. -1 when there is none.
+  int32_t end_of_text_id() const;
+  // The tokens that end a generation at "end of sequence": SentencePiece's <|endoftext|> and </s>; the other
+  // kinds' eos_token (empty when tokenizer_config.json names none).
+  const std::vector<int32_t>& stop_ids() const;
 
   bool loaded() const { return impl_ != nullptr; }
   // The serialized model (tokenizer.model's bytes) and its hash "fnv1a64:<16 hex digits>".
@@ -120,6 +146,7 @@ class Tokenizer {
   const std::string& hash() const;
 
  private:
+  static Tokenizer from_bpe(BpeTokenizer bpe);
   struct Impl;
   std::shared_ptr<const Impl> impl_;  // immutable once built: copies share it, encode/decode are thread-safe
   const Impl& impl() const;
