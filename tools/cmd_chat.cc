@@ -58,7 +58,8 @@ int run_chat(const myriad::cli::Args& args) {
 
   const bool tty = ::isatty(0) && ::isatty(1);
   if (tty) std::fprintf(stderr, "myriad chat: loading %s ...\n", dir->c_str());
-  std::shared_ptr<const myriad::InferenceModel> model = myriad::InferenceModel::load(*dir);
+  std::shared_ptr<const myriad::InferenceModel> model =
+      myriad::InferenceModel::load(*dir, {}, args.get_or("tokenizer", ""));
   myriad::Engine engine(model, eo);  // driven from this thread with step(): the sink prints as tokens come
   const myriad::Tokenizer& tok = model->tokenizer();
   const int64_t context = model->config().max_position_embeddings;
@@ -157,6 +158,8 @@ int run_chat(const myriad::cli::Args& args) {
 MYRIAD_COMMAND("chat", "talk with a model in the terminal (chat template, history, streamed replies)",
                "myriad chat --model DIR [--system TEXT] [--max-tokens N] [--temperature T] [--seed S]",
                {{"model", "DIR", "model directory (config.json, safetensors, tokenizer/) or a training run"},
+                {"tokenizer", "DIR|FILE",
+                 "use this tokenizer instead of the model's own (tokenizer.model, tiktoken.model or tokenizer.json)"},
                 {"system", "TEXT", "a system message at the start of the conversation"},
                 {"max-tokens", "N", "longest reply in tokens (default 512)"},
                 {"temperature", "T", "sampling temperature; 0 = greedy (default 0.7)"},

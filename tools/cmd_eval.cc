@@ -19,7 +19,7 @@ int run_eval_tasks(const myriad::cli::Args& args) {
   using namespace myriad;
   const auto model_dir = args.get("model");
   MYRIAD_REQUIRE(model_dir, kValue, "eval tasks needs --model DIR");
-  const auto model = InferenceModel::load(*model_dir);
+  const auto model = InferenceModel::load(*model_dir, {}, args.get_or("tokenizer", ""));
   AgentEvalOptions o;
   const std::string suite = args.get_or("suite", "builtin");
   if (suite != "builtin") o.tasks = read_agent_suite(suite);
@@ -71,8 +71,10 @@ int run_eval(const myriad::cli::Args& args) {
   MYRIAD_REQUIRE(model_dir && data, kValue, "eval needs --model DIR and --data PATH");
   // Under mpirun with --ep N: this rank's experts only; every rank evaluates in lockstep, rank 0 prints.
   const std::unique_ptr<ExpertParallelJob> job = start_expert_parallel_job(int(args.get_int("ep", 1, 1, 1 << 20)));
-  const auto model = job ? InferenceModel::load(*model_dir, [&](const ModelConfig& c) { return job->filter(c); })
-                         : InferenceModel::load(*model_dir);
+  const std::string tokenizer = args.get_or("tokenizer", "");
+  const auto model = job ? InferenceModel::load(
+                               *model_dir, [&](const ModelConfig& c) { return job->filter(c); }, tokenizer)
+                         : InferenceModel::load(*model_dir, {}, tokenizer);
   if (job) model->set_moe_dispatcher(job->dispatcher.get());
   std::shared_ptr<InferenceModel> reference;
   if (const auto r = args.get("reference")) {
@@ -115,6 +117,8 @@ MYRIAD_COMMAND("eval",
                "[--cache-dtype f32|bf16|q8] [--decode]\n       myriad eval tasks --model DIR [--suite builtin|FILE] "
                "[--samples K] [--per-family N] [--json F] [--html F] [--data PATH]",
                {{"model", "DIR", "a model directory (plain or quantized) or a run"},
+                {"tokenizer", "DIR|FILE",
+                 "use this tokenizer instead of the model's own (tokenizer.model, tiktoken.model or tokenizer.json)"},
                 {"data", "PATH", "text / JSONL files or a directory, or a token-shard directory (its --split)"},
                 {"reference", "DIR", "also report the change against this model and the KL divergence from it"},
                 {"max-tokens", "N", "tokens evaluated at most (default 32768)"},

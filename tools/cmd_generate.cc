@@ -32,8 +32,10 @@ int run_generate(const myriad::cli::Args& args) {
   const auto t0 = std::chrono::steady_clock::now();
   // Under mpirun with --ep N: this rank's experts only; every rank generates in lockstep, rank 0 prints.
   const std::unique_ptr<ExpertParallelJob> job = start_expert_parallel_job(int(args.get_int("ep", 1, 1, 1 << 20)));
-  auto model = job ? InferenceModel::load(*model_dir, [&](const ModelConfig& c) { return job->filter(c); })
-                   : InferenceModel::load(*model_dir);
+  const std::string tokenizer = args.get_or("tokenizer", "");
+  auto model = job ? InferenceModel::load(
+                         *model_dir, [&](const ModelConfig& c) { return job->filter(c); }, tokenizer)
+                   : InferenceModel::load(*model_dir, {}, tokenizer);
   if (job) model->set_moe_dispatcher(job->dispatcher.get());
   const bool speak = !job || job->root();
   GenerationRequest req;
@@ -79,6 +81,8 @@ MYRIAD_COMMAND("generate", "generate text from a model, streamed as it comes (th
                "myriad generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K] "
                "[--top-p P] [--min-p P] [--repetition-penalty R] [--seed S] [--stop TEXT]",
                {{"model", "DIR", "a model directory (plain or quantized), a run (its latest checkpoint)"},
+                {"tokenizer", "DIR|FILE",
+                 "use this tokenizer instead of the model's own (tokenizer.model, tiktoken.model or tokenizer.json)"},
                 {"prompt", "TEXT", "the prompt"},
                 {"max-tokens", "N", "tokens to generate (default 64)"},
                 {"temperature", "T", "0 = greedy (default)"},

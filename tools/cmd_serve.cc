@@ -107,6 +107,7 @@ int run_serve(const myriad::cli::Args& args) {
                  "'");
   myriad::ServerOptions opt;
   opt.model_dir = *dir;
+  opt.tokenizer = args.get_or("tokenizer", "");
   opt.model_name = args.get_or("served-model-name", args.get_or("model-name", ""));
   opt.host = args.get_or("host", "127.0.0.1");
   opt.port = int(args.get_int("port", 8080, 0, 65535));
@@ -176,7 +177,7 @@ int run_serve(const myriad::cli::Args& args) {
     myriad::Communicator& world = job_world("sp", sp, "serving splits long prompts over every rank");
     seq_parallel = std::make_unique<myriad::SequenceParallelServing>(world);
     if (world.rank() != 0) {
-      seq_parallel->follow(*myriad::InferenceModel::load(opt.model_dir));
+      seq_parallel->follow(*myriad::InferenceModel::load(opt.model_dir, {}, opt.tokenizer));
       return 0;
     }
     opt.engine.long_prefill_min = sp_min;
@@ -184,7 +185,7 @@ int run_serve(const myriad::cli::Args& args) {
       return seq_parallel->prefill(*served, state, prompt);
     };
     opt.loader = [&]() -> std::shared_ptr<const myriad::InferenceModel> {
-      auto model = myriad::InferenceModel::load(opt.model_dir);
+      auto model = myriad::InferenceModel::load(opt.model_dir, {}, opt.tokenizer);
       const int64_t need = myriad::SequenceParallelServing::min_tokens(model->config(), sp);
       MYRIAD_REQUIRE(sp_min >= need, kValue, "--sp-min-tokens ", sp_min, " is below what ", sp,
                      " shards need (each at least the short convolution's window - 1 tokens): at least ", need);
@@ -200,12 +201,12 @@ int run_serve(const myriad::cli::Args& args) {
   if (job) {
     auto filter = [&](const myriad::ModelConfig& c) { return job->filter(c); };
     if (!job->root()) {
-      const auto model = myriad::InferenceModel::load(opt.model_dir, filter);
+      const auto model = myriad::InferenceModel::load(opt.model_dir, filter, opt.tokenizer);
       myriad::run_expert_follower(*model, *job->dispatcher, *job->world);
       return 0;
     }
     opt.loader = [&, filter]() -> std::shared_ptr<const myriad::InferenceModel> {
-      auto model = myriad::InferenceModel::load(opt.model_dir, filter);
+      auto model = myriad::InferenceModel::load(opt.model_dir, filter, opt.tokenizer);
       leader = std::make_unique<myriad::ExpertLeaderDispatcher>(*job->world, *job->groups.ep_group, model->config());
       model->set_moe_dispatcher(leader.get());
       return model;
@@ -228,6 +229,8 @@ MYRIAD_COMMAND("serve", "serve a model over an OpenAI-compatible HTTP API (chat,
                "myriad serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--cache-mb N] "
                "[--max-batch N]",
                {{"model", "DIR", "model directory (config.json, safetensors, tokenizer/) or a training run"},
+                {"tokenizer", "DIR|FILE",
+                 "use this tokenizer instead of the model's own (tokenizer.model, tiktoken.model or tokenizer.json)"},
                 {"model-name", "NAME",
                  "the model id clients use (default: DIR's base name; for a run's checkpoint, the run's name)"},
                 {"served-model-name", "NAME", "the same as --model-name (vLLM's spelling)"},

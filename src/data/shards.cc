@@ -492,7 +492,9 @@ PrepareResult prepare_data(const Tokenizer& tokenizer, const std::vector<std::st
   ShardSetWriter writers[2] = {ShardSetWriter(tmp, "train", dtype, options.shard_tokens),
                                ShardSetWriter(tmp, "val", dtype, options.shard_tokens)};
   SplitStats* stats[2] = {&r.train, &r.val};
-  const int32_t eot = kEndOfTextId;
+  const int32_t eot = tokenizer.end_of_text_id();
+  MYRIAD_REQUIRE(eot >= 0, kValue, "data prepare: the tokenizer names no end-of-text token to separate documents (",
+                 tokenizer_kind_name(tokenizer.kind()), ": eos_token in tokenizer_config.json)");
   ProgressBar progress("data prepare", r.bytes, options.progress);
 
   // Segments are tokenized in parallel in batches of about 16 MiB, then appended in order.
@@ -595,7 +597,7 @@ PrepareResult prepare_data(const Tokenizer& tokenizer, const std::vector<std::st
   m["tokenizer_hash"] = tokenizer.hash();
   if (!options.tokenizer_path.empty()) m["tokenizer_path"] = options.tokenizer_path;
   m["dtype"] = shard_dtype_name(dtype);
-  m["endoftext_id"] = kEndOfTextId;
+  m["endoftext_id"] = eot;
   m["val_fraction"] = f;
   m["split_by"] = options.split_by == SplitBy::kPosition ? "position" : "document";
   m["shard_tokens"] = options.shard_tokens;

@@ -378,6 +378,20 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& paths, int64_t vocab_
   return t;
 }
 
+std::string find_model_tokenizer(const std::string& checkpoint_dir, const std::string& run_dir) {
+  std::error_code ec;
+  const fs::path ck(checkpoint_dir);
+  if (fs::is_directory(ck / "tokenizer", ec)) return (ck / "tokenizer").string();
+  if (!run_dir.empty() && fs::is_directory(fs::path(run_dir) / "tokenizer", ec))
+    return (fs::path(run_dir) / "tokenizer").string();
+  for (const char* f : {kTokenizerModelFile, kTiktokenModelFile, kTokenizerJsonFile})
+    if (fs::exists(ck / f, ec)) return checkpoint_dir;
+  throw_error(ErrorKind::kIo, "model ", checkpoint_dir, ": no tokenizer (looked in ", (ck / "tokenizer").string(),
+              run_dir.empty() || run_dir == checkpoint_dir ? "" : ", " + (fs::path(run_dir) / "tokenizer").string(),
+              " and for ", kTokenizerModelFile, ", ", kTiktokenModelFile, " or ", kTokenizerJsonFile, " in ",
+              checkpoint_dir, "); give one with --tokenizer DIR|FILE");
+}
+
 Tokenizer Tokenizer::load(const std::string& path) {
   std::error_code ec;
   const bool is_dir = fs::is_directory(path, ec);

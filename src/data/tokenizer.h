@@ -86,6 +86,12 @@ const char* tokenizer_kind_name(TokenizerKind kind);  // "sentencepiece", "tikto
 
 class BpeTokenizer;
 
+// Where a model's tokenizer is, when none is given: checkpoint_dir/tokenizer (myriad's checkpoints), then
+// run_dir/tokenizer (a training run; skipped when empty), then checkpoint_dir itself when it holds tokenizer.model,
+// tiktoken.model or tokenizer.json (published checkpoints keep them beside config.json). Throws kIo naming every
+// place it looked and the --tokenizer flag otherwise.
+std::string find_model_tokenizer(const std::string& checkpoint_dir, const std::string& run_dir = "");
+
 class Tokenizer {
  public:
   Tokenizer() = default;

@@ -98,7 +98,8 @@ InferenceModel::InferenceModel(ModelConfig config, std::shared_ptr<const DecodeW
 }
 
 std::shared_ptr<InferenceModel> InferenceModel::load(const std::string& dir_in,
-                                                     const std::function<ParamFilter(const ModelConfig&)>& keep_for) {
+                                                     const std::function<ParamFilter(const ModelConfig&)>& keep_for,
+                                                     const std::string& tokenizer) {
   std::string dir = dir_in;
   MYRIAD_REQUIRE(fs::is_directory(dir), kIo, "model: ", dir, " is not a directory");
   if (!fs::exists(fs::path(dir) / "model.safetensors") && !fs::exists(fs::path(dir) / "model.safetensors.index.json"))
@@ -107,11 +108,10 @@ std::shared_ptr<InferenceModel> InferenceModel::load(const std::string& dir_in,
   const Checkpoint ck = Checkpoint::open(dir);
   auto m = std::make_shared<InferenceModel>(
       mc, DecodeWeights::from_checkpoint(ck, mc, keep_for ? keep_for(mc) : ParamFilter{}));
-  const fs::path tok =
-      fs::exists(fs::path(dir) / "tokenizer") ? fs::path(dir) / "tokenizer" : fs::path(dir_in) / "tokenizer";
-  m->tokenizer_ = Tokenizer::load(tok.string());
-  MYRIAD_REQUIRE(m->tokenizer_.vocab_size() <= mc.vocab_size, kFormat, "model: the tokenizer in ", tok.string(),
-                 " has ", m->tokenizer_.vocab_size(), " tokens, more than the model's vocab_size ", mc.vocab_size);
+  const std::string tok = tokenizer.empty() ? find_model_tokenizer(dir, dir_in) : tokenizer;
+  m->tokenizer_ = Tokenizer::load(tok);
+  MYRIAD_REQUIRE(m->tokenizer_.vocab_size() <= mc.vocab_size, kFormat, "model: the tokenizer in ", tok, " has ",
+                 m->tokenizer_.vocab_size(), " tokens, more than the model's vocab_size ", mc.vocab_size);
   m->source_ = dir;
   return m;
 }

@@ -54,11 +54,13 @@ class InferenceModel {
  public:
   // The tokenizer may be empty (not loaded) for uses that never detokenize.
   InferenceModel(ModelConfig config, std::shared_ptr<const DecodeWeights> weights, Tokenizer tokenizer = {});
-  // A model directory (config.json, model.safetensors or shards, tokenizer/), or a training run (its latest
-  // checkpoint). Plain or quantized checkpoints.
+  // A model directory (config.json, model.safetensors or shards, tokenizer/ or the tokenizer files beside
+  // config.json), or a training run (its latest checkpoint). Plain or quantized checkpoints.
   // keep_for(config): the tensors this process holds (under expert parallelism a rank's experts; absent: all).
+  // tokenizer: a tokenizer directory or file to use instead of the model's own (find_model_tokenizer).
   static std::shared_ptr<InferenceModel> load(const std::string& dir,
-                                              const std::function<ParamFilter(const ModelConfig&)>& keep_for = {});
+                                              const std::function<ParamFilter(const ModelConfig&)>& keep_for = {},
+                                              const std::string& tokenizer = "");
 
   const ModelConfig& config() const { return config_; }
   const DecodeWeights& weights() const { return *w_; }

@@ -107,6 +107,9 @@ Engine::Engine(std::shared_ptr<const InferenceModel> model, EngineOptions option
   metrics_.cache_bytes_budget = size_t(opt_.cache_mb) << 20;
   text_vocab_ = model_->tokenizer().loaded() ? std::min(model_->vocab_size(), model_->tokenizer().vocab_size())
                                              : model_->vocab_size();
+  // The tokenizer's end-of-sequence tokens; a model served as ids only stops at myriad's.
+  stop_ids_ =
+      model_->tokenizer().loaded() ? model_->tokenizer().stop_ids() : std::vector<int32_t>{kEndOfTextId, kEosId};
 }
 
 Engine::~Engine() {
@@ -420,7 +423,7 @@ bool Engine::step() {
         tpot.push_back(seconds_between(s.last_token, now));
       s.last_token = now;
       ++generated;
-      if (s.req.stop_at_eos && (t.token == kEndOfTextId || t.token == kEosId)) {
+      if (s.req.stop_at_eos && std::find(stop_ids_.begin(), stop_ids_.end(), t.token) != stop_ids_.end()) {
         finish(s, FinishReason::kStop, {}, t.token, t.logprob);
         continue;
       }

@@ -156,7 +156,8 @@ class Engine {
   std::shared_ptr<const InferenceModel> model_;
   EngineOptions opt_;
   size_t kda_state_bytes_ = 0, page_bytes_ = 0;
-  int64_t text_vocab_ = 0;  // ids the tokenizer knows (the model's vocabulary may be padded beyond)
+  int64_t text_vocab_ = 0;         // ids the tokenizer knows (the model's vocabulary may be padded beyond)
+  std::vector<int32_t> stop_ids_;  // tokens that end a request with stop_at_eos
 
   mutable std::mutex mu_;  // guards waiting_, cancelled_, metrics_, next_id_
   std::condition_variable cv_;

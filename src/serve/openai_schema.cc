@@ -404,7 +404,11 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
     const json* v = field(b, "prompt");
     if (!v) throw bad_request("'prompt' is missing", "prompt");
     p.gen.prompt = parse_prompt(*v, tok, m.vocab_size());
-    if (p.gen.prompt.empty()) p.gen.prompt = {kEndOfTextId};  // an empty prompt starts a new document
+    if (p.gen.prompt.empty()) {  // an empty prompt starts a new document
+      const int32_t eot = tok.loaded() ? tok.end_of_text_id() : kEndOfTextId;
+      if (eot < 0) throw bad_request("'prompt' is empty and the tokenizer has no end-of-text token", "prompt");
+      p.gen.prompt = {eot};
+    }
   }
 
   const int64_t context = m.config().max_position_embeddings;

@@ -383,7 +383,7 @@ struct Server::Impl {
 
   void load() {
     try {
-      std::shared_ptr<const InferenceModel> m = opt.loader ? opt.loader() : InferenceModel::load(opt.model_dir);
+      std::shared_ptr<const InferenceModel> m = opt.loader ? opt.loader() : InferenceModel::load(opt.model_dir, {}, opt.tokenizer);
       MYRIAD_REQUIRE(m != nullptr, kValue, "the model loader returned no model");
       auto e = std::make_shared<Engine>(m, opt.engine);
       e->start();

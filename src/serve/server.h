@@ -52,6 +52,7 @@ namespace myriad {
 
 struct ServerOptions {
   std::string model_dir;
+  std::string tokenizer;   // a tokenizer directory or file instead of the model's own; empty: the model's
   std::string model_name;  // the id clients send as "model"; default: default_model_name(model_dir)
   std::string host = "127.0.0.1";
   int port = 8080;      // 0: any free port (Server::port() tells which)

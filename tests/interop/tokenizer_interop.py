@@ -170,6 +170,31 @@ def check_refusals(d):
     print("ok refused a bad tiktoken.model line and an empty directory")
 
 
+def check_models_use_their_tokenizer(llama3_ref, kimi_enc):
+    """A model whose tokenizer files lie beside config.json (the published layout) generates with them; --tokenizer
+    gives another one. The prompt token count generate reports is the reference's."""
+    import re
+    import shutil
+    cfg = json.load(open(os.path.join(SOURCE, "configs", "tiny.json")))
+    cfg["vocab_size"] = 3328  # covers both tokenizers (llama3: ~3000, kimi: ~3000 + 256 specials)
+    cfg_path = os.path.join(WORK, "foreign_model.json")
+    json.dump(cfg, open(cfg_path, "w"))
+    model = os.path.join(WORK, "foreign_model")
+    shutil.rmtree(model, ignore_errors=True)
+    run(["init", "--config", cfg_path, "--out", model])
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(WORK, "llama3", f), model)
+    prompt = "Mixed 中文 and English text, DON'T stop 🎉"
+    for extra, want in (([], len(llama3_ref.encode(prompt, add_special_tokens=False).ids)),
+                        (["--tokenizer", os.path.join(WORK, "kimi")], len(kimi_enc.encode(prompt, allowed_special="all")))):
+        r = subprocess.run([MYRIAD, "generate", "--model", model, "--prompt", prompt, "--max-tokens", "3"] + extra,
+                           capture_output=True)
+        m = re.search(rb"\[(\d+) prompt tokens", r.stdout + r.stderr)
+        if r.returncode != 0 or not m or int(m.group(1)) != want:
+            sys.exit(f"FAIL generate {extra}: exit {r.returncode}, {(r.stdout + r.stderr)[-300:]!r}, want {want} prompt tokens")
+        print(f"ok generate with {'--tokenizer kimi' if extra else 'the tokenizer beside config.json'}: {want} prompt tokens")
+
+
 def main():
     os.makedirs(WORK, exist_ok=True)
     lines = fx.training_lines(os.path.join(SOURCE, "..", "shared"))
@@ -193,6 +218,7 @@ def main():
     compare("kimi", kimi_texts, myriad_decode(kimi_dir, want), [enc.decode_bytes(ids) for ids in want], "decode")
     check_round_trip("kimi", kimi_dir)
     check_refusals(os.path.join(WORK, "llama3"))
+    check_models_use_their_tokenizer(built["llama3"], enc)
     print("tokenizer interop: all identical")
 
 
