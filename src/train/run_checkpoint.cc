@@ -128,7 +128,7 @@ CheckpointModel open_checkpoint_model(const std::string& ck) {
   m.dir = ck;
   m.config_json = read_file(ck + "/config.json");
   m.config = load_model_config(ck + "/config.json", nullptr);
-  m.tokenizer = Tokenizer::load(ck + "/tokenizer");
+  m.tokenizer = Tokenizer::load(find_model_tokenizer(ck));
   MYRIAD_REQUIRE(m.tokenizer.vocab_size() <= m.config.vocab_size, kConfig, "the tokenizer of ", ck, " has ",
                  m.tokenizer.vocab_size(), " tokens but the model's vocab_size is ", m.config.vocab_size);
   return m;
