@@ -105,7 +105,7 @@ int run_chat(const myriad::cli::Args& args) {
     }
     req.prompt = std::move(prompt);
     req.sampling = sp;
-    req.stop = myriad::chat_stop_strings();
+    req.stop = myriad::chat_stop_strings(myriad::chat_format_of(tok));
     ++sp.seed;  // each turn its own draws, the whole conversation reproducible with --seed
 
     std::string reply, error;

@@ -23,8 +23,98 @@ void check_arguments(const ToolCall& call, size_t i, size_t k) {
   MYRIAD_REQUIRE(!call.name.empty(), kValue, "messages[", i, "].tool_calls[", k, "].name: must not be empty");
 }
 
-std::vector<Piece> template_pieces(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
-                                   bool generation_prompt) {
+void refuse_tools(ChatFormat format, std::span<const ChatMessage> messages, std::span<const ToolSpec> tools) {
+  MYRIAD_REQUIRE(tools.empty(), kUnsupported, "tools: tool calling in the ", chat_format_name(format),
+                 " chat format is not implemented (myriad's own format has it)");
+  for (size_t i = 0; i < messages.size(); ++i)
+    MYRIAD_REQUIRE(messages[i].tool_calls.empty() && messages[i].role != "tool", kUnsupported, "messages[", i,
+                   "]: tool calls and tool results in the ", chat_format_name(format),
+                   " chat format are not implemented (myriad's own format has them)");
+}
+
+void check_role(const ChatMessage& m, size_t i) {
+  MYRIAD_REQUIRE(
+      m.role == "system" || m.role == "developer" || m.role == "user" || m.role == "assistant" || m.role == "tool",
+      kValue, "messages[", i, "].role = '", m.role, "': must be one of system, developer, user, assistant, tool");
+}
+
+// Kimi K2 / Kimi-Linear: <|im_{class}|>{role}<|im_middle|>{content}<|im_end|>.
+std::vector<Piece> kimi_pieces(std::span<const ChatMessage> messages, bool generation_prompt) {
+  std::vector<Piece> out;
+  auto turn = [&](const char* marker, const std::string& role, const std::string& content, bool assistant) {
+    out.push_back({marker, true, false});
+    out.push_back({role, false, false});
+    out.push_back({"<|im_middle|>", true, false});
+    if (!content.empty()) out.push_back({content, false, assistant});
+    out.push_back({"<|im_end|>", true, assistant});
+  };
+  if (messages.empty() || (messages[0].role != "system" && messages[0].role != "developer"))
+    turn("<|im_system|>", "system", "You are Kimi, an AI assistant created by Moonshot AI.", false);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    check_role(m, i);
+    if (m.role == "user")
+      turn("<|im_user|>", "user", m.content, false);
+    else if (m.role == "assistant")
+      turn("<|im_assistant|>", "assistant", m.content, true);
+    else
+      turn("<|im_system|>", "system", m.content, false);
+  }
+  if (generation_prompt) {
+    out.push_back({"<|im_assistant|>", true, false});
+    out.push_back({"assistant", false, false});
+    out.push_back({"<|im_middle|>", true, false});
+  }
+  return out;
+}
+
+// DeepSeek-V3: <｜begin▁of▁sentence｜>{system}<｜User｜>{user}<｜Assistant｜>{assistant}<｜end▁of▁sentence｜>.
+std::vector<Piece> deepseek_pieces(std::span<const ChatMessage> messages, bool generation_prompt) {
+  std::vector<Piece> out;
+  out.push_back({"<｜begin▁of▁sentence｜>", true, false});
+  std::string system;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    check_role(messages[i], i);
+    if (messages[i].role == "system" || messages[i].role == "developer")
+      system += (system.empty() ? "" : "\n\n") + messages[i].content;
+  }
+  if (!system.empty()) out.push_back({system, false, false});
+  for (const ChatMessage& m : messages) {
+    if (m.role == "user") {
+      out.push_back({"<｜User｜>", true, false});
+      if (!m.content.empty()) out.push_back({m.content, false, false});
+    } else if (m.role == "assistant") {
+      out.push_back({"<｜Assistant｜>", true, false});
+      if (!m.content.empty()) out.push_back({m.content, false, true});
+      out.push_back({"<｜end▁of▁sentence｜>", true, true});
+    }
+  }
+  if (generation_prompt) out.push_back({"<｜Assistant｜>", true, false});
+  return out;
+}
+
+// ChatML: <|im_start|>{role}\n{content}<|im_end|>\n.
+std::vector<Piece> chatml_pieces(std::span<const ChatMessage> messages, bool generation_prompt) {
+  std::vector<Piece> out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    check_role(m, i);
+    const bool assistant = m.role == "assistant";
+    out.push_back({"<|im_start|>", true, false});
+    out.push_back({(m.role == "developer" ? std::string("system") : m.role) + "\n", false, false});
+    if (!m.content.empty()) out.push_back({m.content, false, assistant});
+    out.push_back({"<|im_end|>", true, assistant});
+    out.push_back({"\n", false, false});
+  }
+  if (generation_prompt) {
+    out.push_back({"<|im_start|>", true, false});
+    out.push_back({"assistant\n", false, false});
+  }
+  return out;
+}
+
+std::vector<Piece> myriad_pieces(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
+                                 bool generation_prompt) {
   std::vector<Piece> out;
   auto special = [&](const char* s, bool assistant = false) { out.push_back({s, true, assistant}); };
   auto text = [&](std::string s, bool assistant = false) {
@@ -74,11 +164,56 @@ std::vector<Piece> template_pieces(std::span<const ChatMessage> messages, std::s
   return out;
 }
 
+std::vector<Piece> template_pieces(ChatFormat format, std::span<const ChatMessage> messages,
+                                   std::span<const ToolSpec> tools, bool generation_prompt) {
+  if (format == ChatFormat::kMyriad) return myriad_pieces(messages, tools, generation_prompt);
+  refuse_tools(format, messages, tools);
+  switch (format) {
+    case ChatFormat::kKimi:
+      return kimi_pieces(messages, generation_prompt);
+    case ChatFormat::kDeepSeekV3:
+      return deepseek_pieces(messages, generation_prompt);
+    default:
+      return chatml_pieces(messages, generation_prompt);
+  }
+}
+
 bool is_space(char c) {
   return c == ' ' || c == '\n' || c == '\t' || c == '\r';
 }
 
 }  // namespace
+
+const char* chat_format_name(ChatFormat f) {
+  switch (f) {
+    case ChatFormat::kMyriad:
+      return "myriad";
+    case ChatFormat::kKimi:
+      return "kimi";
+    case ChatFormat::kDeepSeekV3:
+      return "deepseek-v3";
+    case ChatFormat::kChatMl:
+      return "chatml";
+  }
+  return "?";
+}
+
+ChatFormat chat_format_of(const Tokenizer& tok) {
+  auto has_all = [&](std::initializer_list<const char*> names) {
+    return std::all_of(names.begin(), names.end(), [&](const char* n) { return tok.has_special(n); });
+  };
+  if (tok.kind() == TokenizerKind::kSentencePiece) return ChatFormat::kMyriad;
+  if (has_all({"<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>"}))
+    return ChatFormat::kKimi;
+  if (has_all({"<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>"}))
+    return ChatFormat::kDeepSeekV3;
+  if (has_all({"<|im_start|>", "<|im_end|>"})) return ChatFormat::kChatMl;
+  if (has_all({"<|system|>", "<|user|>", "<|assistant|>", "<|endoftext|>"})) return ChatFormat::kMyriad;
+  throw_error(ErrorKind::kUnsupported, "chat: the ", tokenizer_kind_name(tok.kind()),
+              " tokenizer has the special tokens of no chat format myriad knows (kimi: <|im_user|> <|im_assistant|> "
+              "<|im_system|> <|im_middle|> <|im_end|>; deepseek-v3: <｜User｜> <｜Assistant｜>; chatml: <|im_start|> "
+              "<|im_end|>)");
+}
 
 std::vector<std::string> ToolSpec::argument_names() const {
   std::vector<std::string> out;
@@ -98,7 +233,7 @@ std::string tool_call_text(const ToolCall& call) {
 ChatTokens encode_chat(const Tokenizer& tok, std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
                        bool generation_prompt) {
   ChatTokens out;
-  for (const Piece& p : template_pieces(messages, tools, generation_prompt)) {
+  for (const Piece& p : template_pieces(chat_format_of(tok), messages, tools, generation_prompt)) {
     if (p.special) {
       out.ids.push_back(tok.id_of(p.text));
     } else {
@@ -110,15 +245,25 @@ ChatTokens encode_chat(const Tokenizer& tok, std::span<const ChatMessage> messag
   return out;
 }
 
-std::string render_chat(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
-                        bool generation_prompt) {
+std::string render_chat(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools, bool generation_prompt,
+                        ChatFormat format) {
   std::string out;
-  for (const Piece& p : template_pieces(messages, tools, generation_prompt)) out += p.text;
+  for (const Piece& p : template_pieces(format, messages, tools, generation_prompt)) out += p.text;
   return out;
 }
 
-std::vector<std::string> chat_stop_strings() {
-  return {"<|user|>", "<|system|>"};
+std::vector<std::string> chat_stop_strings(ChatFormat format) {
+  switch (format) {
+    case ChatFormat::kMyriad:
+      return {"<|user|>", "<|system|>"};
+    case ChatFormat::kKimi:
+      return {"<|im_end|>", "<|im_user|>", "<|im_system|>", "<|im_assistant|>"};
+    case ChatFormat::kDeepSeekV3:
+      return {"<｜end▁of▁sentence｜>", "<｜User｜>"};
+    case ChatFormat::kChatMl:
+      return {"<|im_end|>", "<|im_start|>"};
+  }
+  return {};
 }
 
 AssistantReply parse_assistant_reply(const Tokenizer& tok, std::span<const int32_t> ids) {

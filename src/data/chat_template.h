@@ -27,6 +27,19 @@
 // (chat_stop_strings()); neither is part of the reply. No <s> is added.
 //
 // Leaves out: images (<|image|> is reserved), names, several choices.
+//
+// Other models' formats (ChatFormat), picked from the special tokens of the tokenizer they ship (chat_format_of):
+//   kimi (K2 / Kimi-Linear, the tokenizer has <|im_middle|>): each turn is <|im_user|> / <|im_assistant|> /
+//     <|im_system|> (system and the rest), the role name as text, <|im_middle|>, the content, <|im_end|>. When the
+//     first message is not a system message, the default system turn "You are Kimi, an AI assistant created by
+//     Moonshot AI." comes first. Generation prompt: <|im_assistant|>assistant<|im_middle|>.
+//   deepseek-v3 (<｜User｜>): <｜begin▁of▁sentence｜>, the system contents, then <｜User｜>TEXT and
+//     <｜Assistant｜>TEXT<｜end▁of▁sentence｜> per turn. Generation prompt: <｜Assistant｜>.
+//   chatml (<|im_start|>): <|im_start|>ROLE\nTEXT<|im_end|>\n per turn. Generation prompt: <|im_start|>assistant\n.
+// Role names and the newlines are text; only the markers are special tokens; contents are encoded with
+// Specials::kAsText as in myriad's format. A reply ends at the format's end of turn (chat_stop_strings). Tool
+// calls and tool declarations exist only in myriad's format so far: the others refuse tools and tool messages
+// with kUnsupported naming the format.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +51,12 @@
 #include "data/tokenizer.h"
 
 namespace myriad {
+
+enum class ChatFormat { kMyriad, kKimi, kDeepSeekV3, kChatMl };
+const char* chat_format_name(ChatFormat f);  // "myriad", "kimi", "deepseek-v3", "chatml"
+// The format of a tokenizer's model, from its special tokens (above); myriad's SentencePiece is kMyriad. Throws
+// kUnsupported naming the formats it knows when the tokenizer has none of their markers.
+ChatFormat chat_format_of(const Tokenizer& tok);
 
 struct ToolCall {
   std::string id;            // not rendered; "call_<n>" when a reply is parsed
@@ -71,16 +90,17 @@ struct ChatTokens {
 
 // The conversation's tokens, with the generation prompt when asked. Throws kValue naming messages[i] for an
 // unknown role, tool calls on a message that is not the assistant's, or a call whose arguments are not an object.
+// The format is chat_format_of(tok).
 ChatTokens encode_chat(const Tokenizer& tok, std::span<const ChatMessage> messages,
                        std::span<const ToolSpec> tools = {}, bool generation_prompt = true);
 
 // The same conversation as text (each special token as its text): for display and logs. Not for encoding:
 // encode(render_chat(...)) would parse special-token text inside the contents.
 std::string render_chat(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools = {},
-                        bool generation_prompt = true);
+                        bool generation_prompt = true, ChatFormat format = ChatFormat::kMyriad);
 
 // Stop strings that end a chat reply besides <|endoftext|>: the start of another turn.
-std::vector<std::string> chat_stop_strings();
+std::vector<std::string> chat_stop_strings(ChatFormat format = ChatFormat::kMyriad);
 
 // An assistant reply's tokens (after "<|assistant|>", without the closing <|endoftext|>), read by the grammar:
 // content up to the first <|tool_call|>, then calls, each CALL a JSON object with a string "name" and an object

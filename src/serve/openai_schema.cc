@@ -391,6 +391,16 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
         throw bad_request(e.what(), e.field(), e.code());
       }
     }
+    ChatFormat format = ChatFormat::kMyriad;
+    try {
+      format = chat_format_of(tok);
+    } catch (const Error& e) {
+      throw bad_request(e.what(), "messages");
+    }
+    if (!tools.empty() && format != ChatFormat::kMyriad)
+      throw bad_request(str("tool calling in the ", chat_format_name(format),
+                            " chat format is not implemented (myriad's own format has it)"),
+                        "tools");
     parse_tool_choice(b, tools, tok, p);
     try {
       p.gen.prompt = encode_chat(tok, messages, tools).ids;
@@ -398,7 +408,7 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
       throw bad_request(e.what(), "messages");
     }
     p.gen.prompt.insert(p.gen.prompt.end(), p.forced.begin(), p.forced.end());
-    for (std::string& s : chat_stop_strings()) p.gen.stop.push_back(std::move(s));
+    for (std::string& s : chat_stop_strings(format)) p.gen.stop.push_back(std::move(s));
     if (p.tool_calls) p.gen.stop.push_back("<|tool_result|>");  // the model must not write the results itself
   } else {
     const json* v = field(b, "prompt");

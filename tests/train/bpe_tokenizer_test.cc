@@ -18,6 +18,7 @@
 #include "data/byte_bpe.h"
 #include "data/pretokenizer.h"
 #include "data/tokenizer.h"
+#include "train/byte_level_fixture.h"
 
 namespace myriad {
 namespace {
@@ -208,40 +209,8 @@ class TokenizerFiles : public testing::Test {
   fs::path dir_;
 };
 
-// A byte-level tokenizer.json written by hand: the 256 ByteLevel characters, two merges, one special token.
-nlohmann::json hand_written_tokenizer_json() {
-  nlohmann::json vocab = nlohmann::json::object();
-  int n = 0;
-  std::vector<int> bs;
-  for (int b = 0x21; b <= 0x7E; ++b) bs.push_back(b);
-  for (int b = 0xA1; b <= 0xAC; ++b) bs.push_back(b);
-  for (int b = 0xAE; b <= 0xFF; ++b) bs.push_back(b);
-  auto utf8 = [](int cp) {
-    std::string s;
-    if (cp < 0x80) {
-      s += char(cp);
-    } else {
-      s += char(0xC0 | (cp >> 6));
-      s += char(0x80 | (cp & 0x3F));
-    }
-    return s;
-  };
-  int extra = 0;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = std::find(bs.begin(), bs.end(), b) != bs.end();
-    vocab[utf8(printable ? b : 0x100 + extra++)] = n++;
-  }
-  vocab["Ġt"] = n++;
-  vocab["Ġth"] = n++;
-  nlohmann::json j;
-  j["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"Ġ t", "Ġt h"}}};
-  j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
-  j["added_tokens"] = {{{"id", n}, {"content", "<|eot|>"}, {"special", true}}};
-  return j;
-}
-
 TEST_F(TokenizerFiles, LoadsAHuggingFaceDirectorySavesAndReloadsIt) {
-  std::ofstream(dir_ / "tokenizer.json") << hand_written_tokenizer_json().dump();
+  std::ofstream(dir_ / "tokenizer.json") << hand_written_tokenizer_json({{"<|eot|>", true}}).dump();
   std::ofstream(dir_ / "tokenizer_config.json") << R"({"eos_token": {"content": "<|eot|>"}})";
   const Tokenizer t = Tokenizer::load(dir_.string());
   EXPECT_EQ(t.kind(), TokenizerKind::kHuggingFaceBpe);
@@ -271,7 +240,7 @@ TEST_F(TokenizerFiles, FindsAModelsTokenizerOrSaysWhereItLooked) {
         }
       },
       Error);
-  std::ofstream(dir_ / "tokenizer.json") << hand_written_tokenizer_json().dump();
+  std::ofstream(dir_ / "tokenizer.json") << hand_written_tokenizer_json({{"<|eot|>", true}}).dump();
   EXPECT_EQ(find_model_tokenizer(dir_.string()), dir_.string());
   fs::create_directories(dir_ / "tokenizer");
   EXPECT_EQ(find_model_tokenizer(dir_.string()), (dir_ / "tokenizer").string());
