@@ -195,6 +195,61 @@ def check_models_use_their_tokenizer(llama3_ref, kimi_enc):
         print(f"ok generate with {'--tokenizer kimi' if extra else 'the tokenizer beside config.json'}: {want} prompt tokens")
 
 
+def check_served_in_the_models_chat_format(kimi_enc):
+    """`myriad serve` of a model shipping Kimi's tiktoken tokenizer: /tokenize of a conversation gives tiktoken's ids
+    of Kimi K2's rendered stream (its default system turn, <|im_*|> markers), a chat completion answers, and tools
+    in that format are a 400."""
+    import http.client
+    import re
+    import shutil
+    model = os.path.join(WORK, "foreign_model")
+    kimi_model = os.path.join(WORK, "kimi_model")
+    shutil.rmtree(kimi_model, ignore_errors=True)
+    shutil.copytree(model, kimi_model, ignore=shutil.ignore_patterns("tokenizer.json", "tokenizer_config.json"))
+    for f in ("tiktoken.model", "tokenizer_config.json"):
+        shutil.copy(os.path.join(WORK, "kimi", f), kimi_model)
+    server = subprocess.Popen([MYRIAD, "serve", "--model", kimi_model, "--port", "0"], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        m = re.search(r":(\d+) ", server.stdout.readline())
+        if not m:
+            sys.exit("FAIL: no listening line from myriad serve")
+        port = int(m.group(1))
+
+        def post(path, body):
+            for _ in range(100):  # the model loads in the background: 503 until then
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+                r = c.getresponse()
+                data = r.read()
+                if r.status != 503:
+                    return r.status, json.loads(data)
+                import time
+                time.sleep(0.1)
+            sys.exit("FAIL: the server did not load the model")
+
+        messages = [{"role": "user", "content": "What's the weather like in Beijing today?"}]
+        status, j = post("/tokenize", {"messages": messages})
+        rendered = ("<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>"
+                    "<|im_user|>user<|im_middle|>What's the weather like in Beijing today?<|im_end|>"
+                    "<|im_assistant|>assistant<|im_middle|>")
+        want = kimi_enc.encode(rendered, allowed_special="all")
+        if status != 200 or j.get("tokens") != want:
+            sys.exit(f"FAIL /tokenize in the kimi format: {status} {j}\n  want {want}")
+        print(f"ok /tokenize of a conversation in the kimi chat format: {len(want)} tokens, tiktoken's ids")
+        status, j = post("/v1/chat/completions", {"messages": messages, "max_tokens": 4})
+        if status != 200 or j["choices"][0]["finish_reason"] not in ("length", "stop"):
+            sys.exit(f"FAIL chat completion in the kimi format: {status} {j}")
+        tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+        status, j = post("/v1/chat/completions", {"messages": messages, "tools": tools})
+        if status != 400 or "kimi" not in json.dumps(j):
+            sys.exit(f"FAIL tools in the kimi format: {status} {j}")
+        print("ok chat completion in the kimi format; tools refused with a 400 naming the format")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def main():
     os.makedirs(WORK, exist_ok=True)
     lines = fx.training_lines(os.path.join(SOURCE, "..", "shared"))
@@ -219,6 +274,7 @@ def main():
     check_round_trip("kimi", kimi_dir)
     check_refusals(os.path.join(WORK, "llama3"))
     check_models_use_their_tokenizer(built["llama3"], enc)
+    check_served_in_the_models_chat_format(enc)
     print("tokenizer interop: all identical")
 
 
