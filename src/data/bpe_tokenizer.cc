@@ -139,7 +139,8 @@ void append_pretokenizer(const nlohmann::json& j, const std::string& path, const
     PretokenizeStep st;
     st.kind = PretokenizeStep::Kind::kByteLevel;
     st.add_prefix_space = f.bool_or("add_prefix_space", true);
-    if (f.bool_or("use_regex", true)) st.regex = std::make_shared<const Regex>(kGpt2Pattern, "GPT-2's pattern");
+    static const std::shared_ptr<const Regex> gpt2 = std::make_shared<const Regex>(kGpt2Pattern, "GPT-2's pattern");
+    if (f.bool_or("use_regex", true)) st.regex = gpt2;
     steps.push_back(std::move(st));
     byte_level = true;
   } else if (type == "Digits") {
@@ -178,6 +179,8 @@ BpeTokenizer BpeTokenizer::load_tiktoken(const std::string& model_path) {
   std::vector<std::string> by_rank;
   std::vector<bool> seen;
   size_t line_no = 0;
+  // Ranks are 0..n-1 over n lines, so none can reach the line count (bounding the table before it is allocated).
+  const size_t lines = size_t(std::count(bytes.begin(), bytes.end(), '\n')) + 1;
   for (size_t at = 0; at < bytes.size();) {
     size_t eol = bytes.find('\n', at);
     if (eol == std::string::npos) eol = bytes.size();
@@ -193,11 +196,13 @@ BpeTokenizer BpeTokenizer::load_tiktoken(const std::string& model_path) {
     const std::string_view r = line.substr(sp + 1);
     int64_t rank = 0;
     bool ok = !r.empty() && r.size() <= 9;
-    for (char c : r) {
-      ok = ok && c >= '0' && c <= '9';
-      rank = rank * 10 + (c - '0');
+    for (size_t k = 0; ok && k < r.size(); ++k) {
+      ok = r[k] >= '0' && r[k] <= '9';
+      rank = rank * 10 + (r[k] - '0');
     }
     MYRIAD_REQUIRE(ok, kFormat, model_path, ":", line_no, ": rank '", r, "' is not a whole number below 10^9");
+    MYRIAD_REQUIRE(size_t(rank) < lines, kFormat, model_path, ":", line_no, ": rank ", rank, " but the file has only ",
+                   lines, " lines (ranks are 0..n-1)");
     if (size_t(rank) >= by_rank.size()) {
       by_rank.resize(size_t(rank) + 1);
       seen.resize(size_t(rank) + 1);
@@ -249,7 +254,10 @@ BpeTokenizer BpeTokenizer::load_tiktoken(const std::string& model_path) {
   t.added_ = AddedTokens(std::move(specials), model_path);
   PretokenizeStep st;
   st.kind = PretokenizeStep::Kind::kSplit;
-  st.regex = std::make_shared<const Regex>(kKimiPattern, "Kimi's pre-tokenizer pattern");
+  // Compiled once per process (a JIT compile of this pattern costs milliseconds).
+  static const std::shared_ptr<const Regex> kimi =
+      std::make_shared<const Regex>(kKimiPattern, "Kimi's pre-tokenizer pattern");
+  st.regex = kimi;
   t.pre_ = Pretokenizer({std::move(st)});
   return t;
 }

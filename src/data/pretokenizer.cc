@@ -192,7 +192,7 @@ Regex::Regex(std::string_view pattern, const std::string& source)
   code_->context = pcre2_match_context_create(nullptr);
   // A pattern from a file that backtracks without bound gets an error instead of a hang; the tokenizers' own
   // patterns need a few steps per character.
-  pcre2_set_match_limit(code_->context, 50'000'000);
+  pcre2_set_match_limit(code_->context, 5'000'000);
   pcre2_set_depth_limit(code_->context, 1'000'000);
 }
 
