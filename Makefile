@@ -2,7 +2,7 @@
 # Each installs the Debian packages it needs first (scripts/deps.sh skips what is present).
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo demo-agent test test-release test-sanitize test-tsan test-fuzz fuzz cuda format clean
+.PHONY: all deps build demo demo-agent test test-release test-sanitize test-tsan test-fuzz fuzz python cuda format clean
 
 all: build
 
@@ -62,6 +62,13 @@ test-fuzz:
 # Every test: the optimised build, the whole suite again under ASan + UBSan, and a fuzzing smoke of every parser.
 # `make test-tsan` is apart: its build (~5 min on 2 cores) would take the CI run past its 40-minute budget.
 test: test-release test-sanitize test-fuzz
+
+# The Python module: build/release/python/myriad*.so (PYTHONPATH=build/release/python python3 -c "import myriad").
+python:
+	@bash scripts/deps.sh build
+	@cmake --preset release >/dev/null
+	@cmake --build --preset release --target myriad_python -j $(JOBS)
+	@echo "built build/release/python/: PYTHONPATH=build/release/python python3 -c 'import myriad'"
 
 cuda:
 	@cmake --preset cuda >/dev/null
