@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/json_fields.h"
+#include "data/normalizer.h"
 #include "io/atomic_file.h"
 
 namespace myriad {
@@ -269,8 +270,16 @@ BpeTokenizer BpeTokenizer::load_hugging_face(const std::string& json_path) {
   const nlohmann::json j = parse_json_document(bytes, json_path, ErrorKind::kFormat);
   JsonSource src{json_path, UnknownFields::kWarn, &kIgnoredTokenizerJsonKeys, nullptr};
   JsonFields top(j, "", src);
-  if (const nlohmann::json* norm = top.find("normalizer"); norm && !norm->is_null())
-    top.fail_unsupported("normalizer", *norm, "myriad reads tokenizers without a normalizer");
+  if (const nlohmann::json* norm = top.find("normalizer"); norm && !norm->is_null()) {
+    // NFC alone, or a Sequence holding only NFC (Qwen's tokenizers).
+    const nlohmann::json* n = norm;
+    if (n->is_object() && n->value("type", "") == "Sequence" && n->contains("normalizers") &&
+        (*n)["normalizers"].is_array() && (*n)["normalizers"].size() == 1)
+      n = &(*n)["normalizers"][0];
+    if (!(n->is_object() && n->value("type", "") == "NFC" && n->size() == 1))
+      top.fail_unsupported("normalizer", *norm, "the normalizer myriad implements is NFC (through ICU)");
+    t.nfc_ = true;
+  }
   const nlohmann::json* model = top.opt_object("model");
   if (!model) top.fail_missing("model", "a tokenizer.json has a model");
   JsonFields m(*model, "model", src);
@@ -384,7 +393,13 @@ BpeTokenizer BpeTokenizer::load_hugging_face(const std::string& json_path) {
 void BpeTokenizer::encode(std::string_view text, bool include_special, std::vector<int32_t>& out) const {
   added_.split(
       text, include_special,
-      [&](std::string_view run) { pre_.for_each_piece(run, [&](std::string_view piece) { bpe_.encode(piece, out); }); },
+      [&](std::string_view run) {
+        auto piece = [&](std::string_view p) { bpe_.encode(p, out); };
+        if (nfc_)
+          pre_.for_each_piece(nfc_normalize(run), piece);
+        else
+          pre_.for_each_piece(run, piece);
+      },
       [&](int32_t id) { out.push_back(id); });
 }
 

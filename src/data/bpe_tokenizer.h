@@ -7,7 +7,8 @@
 //     added_tokens, a pre_tokenizer of Split / ByteLevel / Digits steps (or a Sequence of them), the vocabulary and
 //     the merges (either "a b" strings or ["a", "b"] pairs), ignore_merges. The ByteLevel byte-to-character map
 //     (GPT-2's bytes_to_unicode) is undone when the vocabulary is read, so the BPE runs on bytes. Refused with a
-//     message naming the kind: other models (Unigram, WordPiece, WordLevel), normalizers, other pre-tokenizers,
+//     message naming the kind: other models (Unigram, WordPiece, WordLevel), normalizers other than NFC (which
+//     runs through ICU, normalizer.h), other pre-tokenizers,
 //     BPE dropout, subword prefixes/suffixes, single_word added tokens, a BPE without the ByteLevel step.
 // encode: added tokens are cut out first (added_tokens.h), each run between them is pre-tokenized
 // (pretokenizer.h) and each piece merged (byte_bpe.h). Nothing is prepended or appended (no BOS: the chat format
@@ -79,6 +80,7 @@ class BpeTokenizer {
   std::vector<std::string> surface_, pieces_;
   std::string bos_token_, eos_token_;
   std::vector<std::pair<std::string, std::string>> files_;
+  bool nfc_ = false;  // Hugging Face normalizer NFC: each run between added tokens is normalized first
 };
 
 }  // namespace myriad

@@ -8,6 +8,7 @@ layout, returning (directory, reference) where reference encodes with the librar
   - deepseek: DeepSeek-V3's pre-tokenizer chain (numbers, CJK, then its main pattern) + ByteLevel; merges rewritten
               as "left right" strings, as DeepSeek-V3's file has them.
   - gpt2:     ByteLevel with GPT-2's own pattern and a prefix space.
+  - qwen:     Qwen 2's layout: an NFC normalizer, Split(its pattern, single digits) + ByteLevel, ChatML tokens.
   - behaviors: Split steps with every delimiter behavior, invert and Digits.
   - kimi:     Kimi's tiktoken format: tiktoken.model (ranks = the llama3 BPE's bytes then merges in order) and a
               tokenizer_config.json naming some of the 256 special ids; the reference is tiktoken.Encoding with
@@ -17,7 +18,7 @@ import base64
 import json
 import os
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
           r"|\s+(?!\S)|\s+")
@@ -110,6 +111,23 @@ def build_gpt2(out, lines):
     tok = _train(pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True), lines, 2000,
                  specials=["<|endoftext|>"])
     return _save(tok, out, eos="<|endoftext|>")
+
+
+QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+         r"|\s+(?!\S)|\s+")
+
+
+def build_qwen(out, lines):
+    pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2), behavior="isolated"),
+                                   pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=2500, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], show_progress=False)
+    tok.train_from_iterator(lines, trainer)
+    return _save(tok, out, eos="<|im_end|>")
 
 
 def build_behaviors(out, lines):
