@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/utf8.h"
 
 namespace myriad {
 
@@ -15,34 +16,17 @@ bool is_white_space(uint32_t c) {
          (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-// Decodes the well-formed UTF-8 character of `len` bytes at s (1..4), or returns UINT32_MAX.
-uint32_t decode_utf8(std::string_view s) {
-  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
-  switch (s.size()) {
-    case 1:
-      return b[0] < 0x80 ? b[0] : UINT32_MAX;
-    case 2:
-      if ((b[0] & 0xE0) != 0xC0 || (b[1] & 0xC0) != 0x80) return UINT32_MAX;
-      return ((b[0] & 0x1Fu) << 6) | (b[1] & 0x3Fu);
-    case 3:
-      if ((b[0] & 0xF0) != 0xE0 || (b[1] & 0xC0) != 0x80 || (b[2] & 0xC0) != 0x80) return UINT32_MAX;
-      return ((b[0] & 0x0Fu) << 12) | ((b[1] & 0x3Fu) << 6) | (b[2] & 0x3Fu);
-    default:
-      return UINT32_MAX;  // no White_Space character needs 4 bytes
-  }
-}
-
 }  // namespace
 
 size_t whitespace_before(std::string_view text, size_t end) {
   for (size_t len = 1; len <= 3 && len <= end; ++len)
-    if (is_white_space(decode_utf8(text.substr(end - len, len)))) return len;
+    if (is_white_space(utf8_code_point(text.substr(end - len, len)))) return len;
   return 0;
 }
 
 size_t whitespace_after(std::string_view text, size_t begin) {
   for (size_t len = 1; len <= 3 && begin + len <= text.size(); ++len)
-    if (is_white_space(decode_utf8(text.substr(begin, len)))) return len;
+    if (is_white_space(utf8_code_point(text.substr(begin, len)))) return len;
   return 0;
 }
 

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/utf8.h"
 #include "data/bpe_tokenizer.h"
 #include "data/shards.h"
 #include "io/atomic_file.h"
@@ -28,23 +29,6 @@ namespace fs = std::filesystem;
 
 // U+2581 LOWER ONE EIGHTH BLOCK, SentencePiece's whitespace marker.
 constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";
-
-// Length of the well-formed UTF-8 sequence at s[0] (Unicode table 3-7), or 0 when it is ill-formed.
-size_t utf8_sequence_length(const unsigned char* s, size_t n) {
-  const unsigned char c = s[0];
-  if (c < 0x80) return 1;
-  auto cont = [&](size_t i, unsigned char lo, unsigned char hi) { return i < n && s[i] >= lo && s[i] <= hi; };
-  if (c >= 0xC2 && c <= 0xDF) return cont(1, 0x80, 0xBF) ? 2 : 0;
-  if (c >= 0xE0 && c <= 0xEF) {
-    const unsigned char lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-    return cont(1, lo, hi) && cont(2, 0x80, 0xBF) ? 3 : 0;
-  }
-  if (c >= 0xF0 && c <= 0xF4) {
-    const unsigned char lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-    return cont(1, lo, hi) && cont(2, 0x80, 0xBF) && cont(3, 0x80, 0xBF) ? 4 : 0;
-  }
-  return 0;
-}
 
 // Splits text into the runs SentencePiece may see (well-formed UTF-8 without '\n' and U+2581) and the bytes that
 // bypass it. on_text(run) for each non-empty run, on_byte(b) for each bypassing byte, in order.
