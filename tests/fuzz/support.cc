@@ -73,4 +73,17 @@ const std::string& tiny_model_dir() {
   return dir;
 }
 
+void check_tokenizer_file(const std::string& name, std::string_view bytes) {
+  const std::string path = write_scratch(name, bytes);
+  expect_accept_or_error([&] {
+    const Tokenizer tok = Tokenizer::load(path);
+    for (Specials s : {Specials::kParse, Specials::kAsText}) {
+      const std::vector<int32_t> ids =
+          tok.encode("Hello, world! DON'T 3 + 4 = 7 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80 <|endoftext|>\xff", s);
+      for (int32_t id : ids) MYRIAD_CHECK(id >= 0 && id < tok.vocab_size(), "id ", id, " outside the vocabulary");
+      (void)tok.decode(ids);
+    }
+  });
+}
+
 }  // namespace myriad::fuzz

@@ -39,6 +39,11 @@ const std::string& scratch_dir();
 // Writes `bytes` to scratch_dir()/name (replacing it) and returns the path.
 std::string write_scratch(const std::string& name, std::string_view bytes);
 
+// Loads `bytes` as a tokenizer file called `name` ("tokenizer.json", "tiktoken.model": the name picks the
+// format); an accepted tokenizer must then encode a fixed multilingual text (special tokens parsed and as text)
+// with ids inside its vocabulary, and decode them.
+void check_tokenizer_file(const std::string& name, std::string_view bytes);
+
 // Fixtures are built in LLVMFuzzerInitialize (each target defines it when it has some), so that their seconds
 // of set-up do not count against the first input's 1 s timeout.
 //
