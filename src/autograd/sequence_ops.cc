@@ -177,27 +177,12 @@ Var kda_gate(const Var& f, const Var& A_log, const Var& dt_bias, float lower_bou
   Var out = make_output(g, needs);
   if (needs) {
     auto oi = out.impl();
-    Tape::current().record("kda_gate", {oi}, [f, A_log, dt_bias, oi, T, H, K, lower_bound]() {
-      const float* d = cf(oi->grad);
-      const float* fv2 = cf(f.value());
-      const float* al2 = cf(A_log.value());
-      const float* dt2 = cf(dt_bias.value());
+    Tape::current().record("kda_gate", {oi}, [dev, f, A_log, dt_bias, oi, T, H, K, lower_bound]() {
       float* df = f.requires_grad() ? mf(f.grad_buffer()) : nullptr;
       float* dA = A_log.requires_grad() ? mf(A_log.grad_buffer()) : nullptr;
       float* ddt = dt_bias.requires_grad() ? mf(dt_bias.grad_buffer()) : nullptr;
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t h = 0; h < H; ++h) {
-          const float a = std::exp(al2[h]);
-          for (int64_t c = 0; c < K; ++c) {
-            const int64_t i = (t * H + h) * K + c;
-            const float x = fv2[i] + dt2[h * K + c];
-            const float s = 1.0f / (1.0f + std::exp(-a * x));
-            const float dz = d[i] * lower_bound * s * (1.0f - s);  // d loss / d (a x)
-            if (df) df[i] += dz * a;
-            if (ddt) ddt[h * K + c] += dz * a;
-            if (dA) dA[h] += dz * a * x;  // d(a)/d(A_log) = a
-          }
-        }
+      ops::kda_gate_backward(dev, df, dA, ddt, cf(oi->grad), cf(f.value()), cf(A_log.value()), cf(dt_bias.value()), T,
+                             H, K, lower_bound);
     });
   }
   return out;

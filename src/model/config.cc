@@ -79,7 +79,7 @@ LinearAttnConfig parse_linear_attn(Obj& o, int64_t n_layers) {
     la.head_dim = o.int_or("head_dim", 0);
   }
   la.short_conv_kernel_size = o.int_or("short_conv_kernel_size", la.short_conv_kernel_size);
-  la.gate_lower_bound = o.double_or("gate_lower_bound", la.gate_lower_bound);
+  la.gate_lower_bound = o.double_or("gate_lower_bound", la.gate_lower_bound);  // absent / null: unbounded
   la.use_full_rank_gate = o.bool_or("use_full_rank_gate", la.use_full_rank_gate);
   if (any_kda) {
     o.positive("num_heads", la.num_heads);
@@ -89,7 +89,7 @@ LinearAttnConfig parse_linear_attn(Obj& o, int64_t n_layers) {
     o.non_negative("head_dim", la.head_dim);
   }
   o.positive("short_conv_kernel_size", la.short_conv_kernel_size);
-  if (!(la.gate_lower_bound < 0)) {
+  if (!(la.gate_lower_bound < 0) || std::isnan(la.gate_lower_bound)) {
     o.fail("gate_lower_bound", la.gate_lower_bound, "must be < 0 (the log-decay g lies in (gate_lower_bound, 0))");
   }
 
@@ -604,7 +604,9 @@ std::string model_config_summary(const ModelConfig& c) {
   if (c.num_kda_layers() > 0) {
     const auto& la = *c.linear_attn_config;
     os << "  KDA: " << la.num_heads << " heads x " << la.head_dim << ", conv " << la.short_conv_kernel_size
-       << ", gate lower bound " << la.gate_lower_bound << (la.use_full_rank_gate ? ", full-rank gate" : "") << "\n";
+       << (std::isinf(la.gate_lower_bound) ? std::string(", unbounded (softplus) gate")
+                                           : ", gate lower bound " + std::to_string(la.gate_lower_bound))
+       << (la.use_full_rank_gate ? ", full-rank gate" : "") << "\n";
   }
   if (c.num_mla_layers() > 0) {
     os << "  MLA: " << c.num_attention_heads << " heads, q_lora "

@@ -31,11 +31,12 @@
 // linear_attn_config none (every layer MLA), routed_expert_hidden_size none (plain, non-latent MoE),
 // topk_method "noaux_tc" (router bias e_score_correction_bias used for selection), num_key_value_heads =
 // num_attention_heads, first_k_dense_replace 0, moe_layer_freq 1, num_shared_experts 0. Fields K3 gives take
-// K3's values as defaults (hidden_act "situ", situ betas 4 / 25, gate_lower_bound -5, use_full_rank_gate true,
+// K3's values as defaults (hidden_act "situ", situ betas 4 / 25, use_full_rank_gate true,
 // short_conv_kernel_size 4, latent_moe_use_norm true, moe_renormalize true, moe_router_activation_func
-// "sigmoid"). Required: vocab_size, hidden_size, num_hidden_layers, max_position_embeddings, rms_norm_eps;
-// the MLA sizes when a layer is MLA; num_experts, num_experts_per_token, moe_intermediate_size when a layer is
-// MoE; intermediate_size when a layer is dense; attn_res_block_size unless attn_res_mode is "none".
+// "sigmoid"); linear_attn_config.gate_lower_bound absent or null is the unbounded softplus gate
+// of Kimi-Linear and fla (K3 gives -5). Required: vocab_size, hidden_size, num_hidden_layers, max_position_embeddings,
+// rms_norm_eps; the MLA sizes when a layer is MLA; num_experts, num_experts_per_token, moe_intermediate_size when a
+// layer is MoE; intermediate_size when a layer is dense; attn_res_block_size unless attn_res_mode is "none".
 //
 // Allowed strings: hidden_act "situ" | "silu"; moe_router_activation_func "sigmoid" | "softmax"; topk_method
 // "noaux_tc" | "greedy" (read into the enums HiddenAct, RouterActivation, TopkMethod); rope_scaling.type "yarn". Not
@@ -47,6 +48,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -72,8 +74,10 @@ struct LinearAttnConfig {
   int64_t num_heads = 0;                  // H
   int64_t head_dim = 0;                   // K = V
   int64_t short_conv_kernel_size = 4;     // ShortConv width
-  double gate_lower_bound = -5.0;         // lb < 0: alpha = exp(g) in (e^lb, 1)
-  bool use_full_rank_gate = true;         // output gate W_g: D -> H*V; false: low rank W_gb [H*V, K] W_ga [K, D]
+  // lb < 0: the bounded gate g = lb sigmoid(...), alpha = exp(g) in (e^lb, 1) (K3). -infinity (the field absent
+  // or null): fla's and Kimi-Linear's unbounded gate g = -exp(A_log) softplus(...), as their modeling code has it.
+  double gate_lower_bound = -std::numeric_limits<double>::infinity();
+  bool use_full_rank_gate = true;  // output gate W_g: D -> H*V; false: low rank W_gb [H*V, K] W_ga [K, D]
 };
 
 // vision_config (§1.7), K3's names. Everything the file gives is kept; the ViT is not built yet.

@@ -6,7 +6,8 @@
 // The mathematics, per layer, x [N, D] the normed input (H heads of K = V channels, short convs of width W):
 //   q~, k~, v~ = W_q x, W_k x, W_v x                     (with f_a = W_fa x, b = W_b x, the output gate W_g x)
 //   q = l2norm(silu(conv_q(q~))) / sqrt(K), k = l2norm(silu(conv_k(k~))), v = silu(conv_v(v~))   (per head)
-//   g = lower_bound * sigmoid(exp(A_log) * (W_fb f_a + dt_bias))    (the per-channel log-decay, <= 0)
+//   g = lower_bound * sigmoid(exp(A_log) * (W_fb f_a + dt_bias))    (the per-channel log-decay, <= 0; K3)
+//   g = -exp(A_log) * softplus(W_fb f_a + dt_bias)                  (lower_bound -infinity: Kimi-Linear, fla)
 //   beta = sigmoid(b)
 //   o = delta rule over (q, k, v, g, beta) from the state entering the rows       (ops kda_*; DESIGN 1.2)
 //   out = W_o (rmsnorm(o) * o_norm * sigmoid(W_g x))                (per head, eps rms_norm_eps; the output gate is
@@ -36,7 +37,7 @@ namespace myriad {
 
 struct KdaDims {
   int64_t heads = 0, head_dim = 0, conv_width = 0;
-  float lower_bound = -5.0f;   // gate_lower_bound
+  float lower_bound = -5.0f;   // gate_lower_bound (-infinity: the unbounded softplus gate)
   float rms_eps = 1e-5f;       // rms_norm_eps, for the gated output norm
   bool full_rank_gate = true;  // use_full_rank_gate: W_g, else the low-rank W_gb W_ga
 

@@ -299,6 +299,13 @@ void kda_gate_forward(Device device, float* g, const float* f, const float* A_lo
   missing_kernel("kda_gate_forward", device);
 }
 
+void kda_gate_backward(Device device, float* df, float* dA_log, float* ddt_bias, const float* dg, const float* f,
+                       const float* A_log, const float* dt_bias, int64_t T, int64_t H, int64_t K, float lower_bound) {
+  if (device == Device::kCPU)
+    return cpu::kda_gate_backward(df, dA_log, ddt_bias, dg, f, A_log, dt_bias, T, H, K, lower_bound);
+  missing_kernel("kda_gate_backward", device);
+}
+
 void kda_recurrent_forward(Device device, float* o, float* S_out, const float* q, const float* k, const float* v,
                            const float* g, const float* beta, const float* S0, KdaShape s) {
   if (device == Device::kCPU) return cpu::kda_recurrent_forward(o, S_out, q, k, v, g, beta, S0, s);

@@ -270,10 +270,17 @@ void grouped_glu_backward(Device device, GroupedGluShape s, const int64_t* off, 
 // AdamW (decoupled weight decay, bias-corrected), in place on p, m, v.
 void adamw_update(Device device, float* p, const float* g, float* m, float* v, int64_t n, AdamWParams hp);
 
-// KDA's per-channel log-decay: g = lower_bound * sigmoid(exp(A_log[h]) * (f + dt_bias[h K + c])) for f [T, H, K],
-// A_log [H], dt_bias [H K]. g may be f (in place).
+// KDA's per-channel log-decay for f [T, H, K], A_log [H], dt_bias [H K], with z = f + dt_bias[h K + c]:
+//   lower_bound < 0 finite: g = lower_bound * sigmoid(exp(A_log[h]) z)         (bounded: g in (lower_bound, 0))
+//   lower_bound = -infinity: g = -exp(A_log[h]) softplus(z)                      (unbounded, fla's / Kimi-Linear's)
+// softplus(z) = log(1 + e^z), taken as z above 20 as torch.nn.functional.softplus does. g may be f (in place).
 void kda_gate_forward(Device device, float* g, const float* f, const float* A_log, const float* dt_bias, int64_t T,
                       int64_t H, int64_t K, float lower_bound);
+
+// Its backward, accumulated: df += dg dg/dz, ddt_bias[h K + c] += the same summed over T, dA_log[h] += dg dg/dA_log
+// summed over T and K. Any of df, dA_log, ddt_bias may be null (not wanted).
+void kda_gate_backward(Device device, float* df, float* dA_log, float* ddt_bias, const float* dg, const float* f,
+                       const float* A_log, const float* dt_bias, int64_t T, int64_t H, int64_t K, float lower_bound);
 
 // KDA: the recurrent form (decode: one token at a time, fixed-size state) and the chunkwise-parallel form
 // (prefill and training). Both read S0 and write S_out (may be null; for the recurrent form it may equal S0, the

@@ -10,6 +10,7 @@
 #include "core/tensor.h"
 #include "ops/kernels.h"
 #include "ops/ref/elementwise.h"
+#include "ops/ref/kda.h"
 #include "ops/ref/linalg.h"
 #include "ops/ref/misc.h"
 #include "ops/ref/norm.h"
@@ -271,6 +272,28 @@ Check check_conv1d(Device d, std::mt19937& rng) {
   return c;
 }
 
+Check check_kda_gate(Device d, std::mt19937& rng) {
+  // Both gates (bounded at lb -5, unbounded softplus); z = f + dt_bias spans [-24, 24], past softplus's threshold.
+  const int64_t T = 32, H = 4, K = 16, n = T * H * K;
+  Check c("kda_gate", "T32 H4 K16, bounded and softplus", kRedR, kRedA, "kRed: dA_log sums over T*K");
+  for (double lb : {-5.0, -std::numeric_limits<double>::infinity()}) {
+    Vec f = rnd(rng, n, -20.0, 20.0), A = rnd(rng, H, -1.0, 1.0), dt = rnd(rng, H * K, -4.0, 4.0), dg = rnd(rng, n);
+    Vec g(sz(n)), df0 = rnd(rng, n), dA0 = rnd(rng, H), ddt0 = rnd(rng, H * K), df = df0, dA = dA0, ddt = ddt0;
+    ref::kda_gate_forward<double>(g.data(), f.data(), A.data(), dt.data(), T, H, K, lb);
+    ref::kda_gate_backward<double>(df.data(), dA.data(), ddt.data(), dg.data(), f.data(), A.data(), dt.data(), T, H, K,
+                                   lb);
+    Buf fb(f, d), Ab(A, d), dtb(dt, d), dgb(dg, d), gb(n, d), dfb(df0, d), dAb(dA0, d), ddtb(ddt0, d);
+    ops::kda_gate_forward(d, gb.data(), fb.data(), Ab.data(), dtb.data(), T, H, K, float(lb));
+    ops::kda_gate_backward(d, dfb.data(), dAb.data(), ddtb.data(), dgb.data(), fb.data(), Ab.data(), dtb.data(), T, H,
+                           K, float(lb));
+    c.fwd("g", gb, g);
+    c.bwd("df", dfb, df);
+    c.bwd("dA_log", dAb, dA);
+    c.bwd("ddt_bias", ddtb, ddt);
+  }
+  return c;
+}
+
 Check check_rope(Device d, std::mt19937& rng) {
   // Rotated columns [32, 64) of 80-wide rows, both pairings (rotate-half and interleaved).
   const int64_t T = 16, heads = 4, N = 80, n = T * heads * N;
@@ -497,6 +520,7 @@ std::vector<SelfcheckLine> run_op_cases(Device device, const std::function<void(
       {"softmax", [&] { return check_softmax(device, rng, false); }},
       {"log_softmax", [&] { return check_softmax(device, rng, true); }},
       {"conv1d", [&] { return check_conv1d(device, rng); }},
+      {"kda_gate", [&] { return check_kda_gate(device, rng); }},
       {"rope", [&] { return check_rope(device, rng); }},
       {"attention", [&] { return check_attention(device, rng); }},
       {"cross_entropy", [&] { return check_cross_entropy(device, rng); }},

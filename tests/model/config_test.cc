@@ -374,6 +374,20 @@ TEST(ModelConfigRules, GateLowerBoundMustBeNegative) {
   }
 }
 
+// Absent or null, the gate is Kimi-Linear's and fla's unbounded softplus gate (their configs have no such field),
+// not a bound the file never gave.
+TEST(ModelConfigRules, NoGateLowerBoundMeansTheUnboundedGate) {
+  for (bool null : {false, true}) {
+    json j = tiny();
+    if (null)
+      j["linear_attn_config"]["gate_lower_bound"] = nullptr;
+    else
+      j["linear_attn_config"].erase("gate_lower_bound");
+    const ModelConfig c = parse_model_config(j, "test", nullptr);
+    EXPECT_TRUE(std::isinf(c.linear_attn_config->gate_lower_bound) && c.linear_attn_config->gate_lower_bound < 0);
+  }
+}
+
 TEST(ModelConfigRules, RmsNormEpsMustBePositive) {
   for (double v : {0.0, -1e-6}) {
     json j = tiny();

@@ -50,6 +50,9 @@ variants = [
     # renormalisation with one expert), the low-rank KDA output gate, and an unclamped SiTU up projection
     variant("tiny-upstream-paths", num_experts_per_token=1, moe_renormalize=True, activation_situ_linear_beta=NULL,
             linear_attn_config=dict(tiny["linear_attn_config"], use_full_rank_gate=False)),
+    # no gate_lower_bound: Kimi-Linear's unbounded softplus KDA gate
+    variant("tiny-softplus-gate",
+            linear_attn_config={k: v for k, v in tiny["linear_attn_config"].items() if k != "gate_lower_bound"}),
 ]
 tokens = [5, 17, 300, 2, 9, 44, 45, 1, 100, 7, 8, 99, 17, 300, 3, 511, 0, 42, 42, 42]
 targets = tokens[1:] + [-100]

@@ -337,6 +337,40 @@ TEST(Kda, LowRankOutputGateRunsInTrainingAndInference) {
   EXPECT_LE(max_abs_diff(got, logits), 1e-4);
 }
 
+// No gate_lower_bound: Kimi-Linear's unbounded gate g = -exp(A_log) softplus(.) in training, in prefill and in
+// token-by-token decode (which agree), with A_log raised to 6 so that tokens decay by up to ~40 each, far more than the
+// bounded gate's 5 (the chunkwise kernel's pair-by-pair blocks run); it is a different gate from the bounded one.
+TEST(Kda, UnboundedSoftplusGateRunsInTrainingPrefillAndDecode) {
+  ModelConfig c = load("tiny.json");
+  c.linear_attn_config->gate_lower_bound = -std::numeric_limits<double>::infinity();
+  ModelWeights w = ModelWeights::random(c, 23);
+  for (const auto& [name, t] : w.all())
+    if (name.ends_with("A_log")) Tensor(t.value()).fill(6.0f);  // shared storage; exp(6) ~ 400: strong decay
+  const Transformer model(c, w);
+  ModelConfig bounded = c;
+  bounded.linear_attn_config->gate_lower_bound = -5.0;
+  const int64_t T = 40;
+  std::vector<int64_t> ids(T);
+  for (int64_t t = 0; t < T; ++t) ids[size_t(t)] = (t * 37 + 11) % c.vocab_size;
+  ag::NoGradGuard ng;
+  const Tensor tokens = Tensor::from_vector(ids, {T});
+  const Tensor logits = model.logits(model.forward(tokens, Tensor()).hidden);
+  const Transformer other(bounded, w);
+  EXPECT_GT(max_abs_diff(other.logits(other.forward(tokens, Tensor()).hidden), logits), 1e-2);
+  InferenceModel inf(c, DecodeWeights::from_model(model.weights()));
+  const std::vector<int32_t> ids32(ids.begin(), ids.end());
+  SequenceState prefill = inf.new_sequence(), decode = inf.new_sequence();
+  const BatchEntry e{&prefill, ids32};
+  // f32 through 4 layers, chunkwise (or recurrent) KDA on both sides: ~1e-6 of O(1) logits, as above.
+  EXPECT_LE(max_abs_diff(inf.forward(std::span<const BatchEntry>(&e, 1), true), logits), 1e-4);
+  for (int64_t t = 0; t < T; ++t) {
+    const BatchEntry one{&decode, std::span<const int32_t>(ids32.data() + t, 1)};
+    const Tensor row = inf.forward(std::span<const BatchEntry>(&one, 1));
+    const Tensor want = logits.slice(0, t, t + 1);
+    EXPECT_LE(max_abs_diff(row, want), 1e-4) << "decode token " << t;
+  }
+}
+
 // Gradient checkpointing recomputes each layer in the backward: the same loss, routing statistics once per MoE
 // layer (from the first pass), and the same gradients. The recomputed layer runs the same operations on the same
 // values, but its gradients reach the layer's inputs in another order relative to the rest of the tape: f32

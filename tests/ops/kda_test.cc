@@ -258,5 +258,66 @@ TEST(OpKda, BackwardAtDecayExtremes) {
   }
 }
 
+// The unbounded softplus gate (Kimi-Linear's, fla's): g = -exp(A_log) softplus(z) may decay by far more than the
+// bounded gate's 5 per token, so a 16-token block can span hundreds in log-decay. Per-channel decay rates from
+// none to -60 per token (and isolated spikes of -300), forward and backward, chunk sizes 64, 16 and 33, against
+// the double reference. The inputs are checked to contain blocks past the anchored factors' limit (40 on one side
+// of the middle token), so the pair-by-pair path runs. Tolerances as in BackwardMatchesReference.
+TEST(OpKda, UnboundedDecayMatchesReference) {
+  std::mt19937 rng(37);
+  std::normal_distribution<double> n01(0.0, 1.0);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  for (KdaShape s : {KdaShape{1, 96, 2, 16, 16, 64}, KdaShape{1, 80, 1, 8, 12, 16}, KdaShape{1, 70, 1, 16, 8, 33}}) {
+    KdaInputs in = make_inputs(rng, s);
+    std::vector<double> rate(sz(s.H * s.K));  // per channel: exp(A_log) in [0.01, 20]
+    for (auto& r : rate) r = std::exp(std::log(0.01) + u01(rng) * std::log(2000.0));
+    const int64_t rows = s.B * s.T * s.H;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < s.K; ++c) {
+        const double z = 1.5 * n01(rng) + 0.5, softplus = std::log1p(std::exp(z));
+        double g = -rate[sz((r % s.H) * s.K + c)] * softplus;
+        if (u01(rng) < 0.01) g = -300.0;
+        in.g[sz(r * s.K + c)] = double(float(g));
+      }
+    // At least one 16-token block has more than 40 of decay between its first and middle token in some channel.
+    bool beyond = false;
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t c = 0; c < s.K; ++c)
+        for (int64_t t0 = 0; t0 + 8 <= s.T; t0 += 16) {
+          double span = 0;
+          for (int64_t t = t0 + 1; t <= t0 + 7; ++t) span -= in.g[sz((t * s.H + h) * s.K + c)];
+          beyond = beyond || span > 40;
+        }
+    ASSERT_TRUE(beyond) << "the inputs do not reach the pair-by-pair path";
+    const int64_t no = s.B * s.T * s.H * s.V, ns = s.B * s.H * s.K * s.V;
+    Vec o(sz(no)), S(sz(ns));
+    ref::kda_recurrent_forward<double>(o.data(), S.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
+                                       in.beta.data(), in.S0.data(), s.B, s.T, s.H, s.K, s.V);
+    Vec dout = test::f32_round(test::random_vec(rng, no)), dSout = test::f32_round(test::random_vec(rng, ns));
+    Vec dq(in.q.size(), 0.0), dk(in.k.size(), 0.0), dv(in.v.size(), 0.0), dg(in.g.size(), 0.0), db(in.beta.size(), 0.0),
+        dS0(in.S0.size(), 0.0);
+    ref::kda_recurrent_backward<double>(dq.data(), dk.data(), dv.data(), dg.data(), db.data(), dS0.data(), dout.data(),
+                                        dSout.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
+                                        in.beta.data(), in.S0.data(), s.B, s.T, s.H, s.K, s.V);
+    const auto q = to_f(in.q), k = to_f(in.k), v = to_f(in.v), g = to_f(in.g), b = to_f(in.beta), s0 = to_f(in.S0);
+    const auto dof = to_f(dout), dsf = to_f(dSout);
+    const std::string what = "unbounded decay T=" + std::to_string(s.T) + " chunk=" + std::to_string(s.chunk) + " ";
+    std::vector<float> og(sz(no)), Sg(sz(ns));
+    ops::kda_chunk_forward(Device::kCPU, og.data(), Sg.data(), q.data(), k.data(), v.data(), g.data(), b.data(),
+                           s0.data(), s);
+    expect_close(Vec(og.begin(), og.end()), o, 2e-4, 2e-4, what + "o");
+    expect_close(Vec(Sg.begin(), Sg.end()), S, 2e-4, 2e-4, what + "state");
+    std::vector<float> dqg(q.size()), dkg(k.size()), dvg(v.size()), dgg(g.size()), dbg(b.size()), dS0g(s0.size());
+    ops::kda_backward(Device::kCPU, dqg.data(), dkg.data(), dvg.data(), dgg.data(), dbg.data(), dS0g.data(), dof.data(),
+                      dsf.data(), q.data(), k.data(), v.data(), g.data(), b.data(), s0.data(), s);
+    expect_close(Vec(dqg.begin(), dqg.end()), dq, 1e-3, 1e-3, what + "dq");
+    expect_close(Vec(dkg.begin(), dkg.end()), dk, 1e-3, 1e-3, what + "dk");
+    expect_close(Vec(dvg.begin(), dvg.end()), dv, 1e-3, 1e-3, what + "dv");
+    expect_close(Vec(dgg.begin(), dgg.end()), dg, 1e-3, 1e-3, what + "dg");
+    expect_close(Vec(dbg.begin(), dbg.end()), db, 1e-3, 1e-3, what + "dbeta");
+    expect_close(Vec(dS0g.begin(), dS0g.end()), dS0, 1e-3, 1e-3, what + "dS0");
+  }
+}
+
 }  // namespace
 }  // namespace myriad

@@ -41,7 +41,9 @@ class LinearAttn:
         self.num_heads = int(d.get("num_heads", 0))
         self.head_dim = int(d.get("head_dim", 0))
         self.short_conv_kernel_size = int(d.get("short_conv_kernel_size", 4))
-        self.gate_lower_bound = float(d.get("gate_lower_bound", -5.0))
+        # absent or null: the unbounded gate of Kimi-Linear's modeling code and fla (-exp(A_log) softplus(.))
+        lb = d.get("gate_lower_bound")
+        self.gate_lower_bound = None if lb is None else float(lb)
         self.use_full_rank_gate = bool(d.get("use_full_rank_gate", True))
 
 
@@ -384,7 +386,10 @@ def kda_inputs(cfg, W, p, x):
     k = l2_norm(branch("k"))
     v = branch("v")
     f = linear(linear(x, W[p + "f_a_proj.weight"]), W[p + "f_b_proj.weight"]) + W[p + "dt_bias"]
-    g = la.gate_lower_bound * torch.sigmoid(torch.exp(W[p + "A_log"])[None, :, None] * f.view(T, H, K))
+    if la.gate_lower_bound is None:
+        g = -torch.exp(W[p + "A_log"])[None, :, None] * F.softplus(f.view(T, H, K))
+    else:
+        g = la.gate_lower_bound * torch.sigmoid(torch.exp(W[p + "A_log"])[None, :, None] * f.view(T, H, K))
     beta = torch.sigmoid(linear(x, W[p + "b_proj.weight"]))
     return q, k, v, g, beta
 

@@ -70,7 +70,10 @@ def variants():
     plain.pop("routed_expert_hidden_size")
     plain["linear_attn_config"]["kda_layers"] = [2, 3]
     plain["linear_attn_config"]["full_attn_layers"] = [1, 4]
-    return [("tiny", tiny), ("tiny+yarn", rope), ("tiny+none", none), ("tiny+plain", plain)]
+    softplus = copy.deepcopy(tiny)  # Kimi-Linear's unbounded KDA gate (no gate_lower_bound)
+    softplus["linear_attn_config"].pop("gate_lower_bound")
+    return [("tiny", tiny), ("tiny+yarn", rope), ("tiny+none", none), ("tiny+plain", plain),
+            ("tiny+softplus", softplus)]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -149,6 +152,11 @@ def check_decay_bounds(cfg, W, name):
             arg = torch.exp(P[p + "A_log"])[None, :, None] * (
                 R.linear(R.linear(x, P[p + "f_a_proj.weight"]), P[p + "f_b_proj.weight"]) + P[p + "dt_bias"]
             ).view(g.shape)
+            if lb is None:  # unbounded: g = -exp(A_log) softplus(.) < 0 exactly, alpha in [0, 1)
+                ok(bool(((g < 0) & (alpha < 1) & (alpha >= 0)).all()), f"{name} layer {l}: alpha in [0, 1)")
+                sp = -torch.exp(P[p + "A_log"])[None, :, None] * F.softplus(arg / torch.exp(P[p + "A_log"])[None, :, None])
+                close(g, sp, 1e-12, f"{name} layer {l}: g = -exp(A_log) softplus(f)")
+                continue
             inner = arg.abs() < 30  # where sigmoid is not saturated in f64, the bounds are strict
             ok(bool(((alpha > math.exp(lb)) & (alpha < 1))[inner].all()), f"{name} layer {l}: alpha in (e^lb, 1)")
             ok(bool(((alpha >= math.exp(lb) * (1 - 1e-15)) & (alpha <= 1)).all()), f"{name} layer {l}: alpha bounds")

@@ -82,6 +82,8 @@ void grouped_glu_backward(GroupedGluShape s, const int64_t* off, const float* dy
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, AdamWParams hp);
 void kda_gate_forward(float* g, const float* f, const float* A_log, const float* dt_bias, int64_t T, int64_t H,
                       int64_t K, float lower_bound);
+void kda_gate_backward(float* df, float* dA_log, float* ddt_bias, const float* dg, const float* f, const float* A_log,
+                       const float* dt_bias, int64_t T, int64_t H, int64_t K, float lower_bound);
 void kda_recurrent_forward(float* o, float* S_out, const float* q, const float* k, const float* v, const float* g,
                            const float* beta, const float* S0, KdaShape s);
 void kda_chunk_forward(float* o, float* S_out, const float* q, const float* k, const float* v, const float* g,

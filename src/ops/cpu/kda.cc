@@ -13,8 +13,10 @@
 // Backward (kda_backward) runs the same formulas in reverse, per chunk, all products again sgemm or the block
 // kernels: dW = M^T dO + Kh dS_C, a back substitution for dR = d(W / beta), dA = -dR W^T, dM = dO W^T, and
 // dS0 = Diag(e^{G_C}) dS_C + Qt^T dO - Kt^T dR carried to the previous chunk.
-// NOTE: the block anchors rely on the decay lower bound (gate_lower_bound): with unbounded log-decay a 16-token
-// span could overflow; DESIGN 1.2 bounds g in (lb, 0).
+// The block anchors keep every factor within e^{+-40} when the log-decay is bounded (gate_lower_bound -5: at most 8
+// tokens of decay > -5 on either side of the anchor). The unbounded softplus gate can decay far more within a block:
+// a diagonal block whose decay on either side of its anchor exceeds 40 (per channel) is formed pair by pair
+// instead (exact, every exponent <= 0; slower, and only where the decay is that strong).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -396,6 +398,66 @@ void forward_substitution(float* __restrict W, float* __restrict R, const float*
   }
 }
 
+// Largest exponent a diagonal block's anchored factors may carry (e^40 ~ 2.4e17: products with k, q and the
+// backward's gradients stay far from f32's overflow and subnormal ranges).
+constexpr float kAnchorExponentLimit = 40.0f;
+
+// Whether the diagonal block [b0, b1) anchored at r keeps its factors e^{G_i - G_r}, e^{G_r - G_j} within
+// e^kAnchorExponentLimit (G decreases along the chunk, so the extremes are the block's ends).
+bool anchored_block_safe(const float* G, int64_t b0, int64_t b1, int64_t r, int64_t K) {
+  const float *G0 = G + b0 * K, *Gr = G + r * K, *G1 = G + (b1 - 1) * K;
+  float worst = 0.0f;
+  for (int64_t c = 0; c < K; ++c) worst = std::max(worst, std::max(G0[c] - Gr[c], Gr[c] - G1[c]));
+  return worst <= kAnchorExponentLimit;
+}
+
+// The diagonal block [b0, b1) pair by pair: A_ij = sum_c k_ic k_jc e^{G_ic - G_jc} (j < i), M_ij = the same with
+// q_i (j <= i); row stride ldc, element (i, j) at [(i - b0) ldc + (j - b0)].
+void pairwise_block(float* A, float* M, int64_t ldc, const float* G, const HeadPtrs& p, int64_t t0, int64_t b0,
+                    int64_t b1, int64_t K) {
+  for (int64_t i = b0; i < b1; ++i) {
+    const float *qi = p.q + (t0 + i) * p.ldk, *ki = p.k + (t0 + i) * p.ldk, *Gi = G + i * K;
+    for (int64_t j = b0; j <= i; ++j) {
+      const float *kj = p.k + (t0 + j) * p.ldk, *Gj = G + j * K;
+      float a = 0.0f, m = 0.0f;
+#pragma omp simd reduction(+ : a, m)
+      for (int64_t c = 0; c < K; ++c) {
+        const float e = kj[c] * fast_exp(Gi[c] - Gj[c]);
+        a += ki[c] * e;
+        m += qi[c] * e;
+      }
+      A[(i - b0) * ldc + (j - b0)] = j < i ? a : 0.0f;
+      M[(i - b0) * ldc + (j - b0)] = m;
+    }
+  }
+}
+
+// The backward of pairwise_block: with e_c = e^{G_ic - G_jc} and t_c = (dA_ij k_ic + dM_ij q_ic) k_jc e_c,
+//   dq_i += dM_ij k_j e,  dk_i += dA_ij k_j e,  dk_j += (dA_ij k_i + dM_ij q_i) e,  dG_i += t,  dG_j -= t.
+// dq, dk, dG have row stride ldg and start at row b0.
+void pairwise_block_grads(const float* dA, const float* dM, int64_t ldd, const float* G, const HeadPtrs& p, int64_t t0,
+                          int64_t b0, int64_t b1, int64_t K, float* dq, float* dk, float* dG, int64_t ldg) {
+  for (int64_t i = b0; i < b1; ++i) {
+    const float *qi = p.q + (t0 + i) * p.ldk, *ki = p.k + (t0 + i) * p.ldk, *Gi = G + i * K;
+    float *dqi = dq + (i - b0) * ldg, *dki = dk + (i - b0) * ldg, *dGi = dG + (i - b0) * ldg;
+    for (int64_t j = b0; j <= i; ++j) {
+      const float a = j < i ? dA[(i - b0) * ldd + (j - b0)] : 0.0f, m = dM[(i - b0) * ldd + (j - b0)];
+      const float *kj = p.k + (t0 + j) * p.ldk, *Gj = G + j * K;
+      float *dkj = dk + (j - b0) * ldg, *dGj = dG + (j - b0) * ldg;
+      for (int64_t c = 0; c < K; ++c) {
+        const float e = fast_exp(Gi[c] - Gj[c]);
+        const float kje = kj[c] * e, w = (a * ki[c] + m * qi[c]) * e;
+        dqi[c] += m * kje;
+        dki[c] += a * kje;
+        dkj[c] += w;
+        const float t = w * kj[c];
+        dGi[c] += t;
+        dGj[c] -= t;
+      }
+    }
+  }
+}
+
 // Calls fn(b0, b1, a0, a1, r) for each column block [b0, b1) and row range [a0, a1) with its anchor r: the
 // diagonal block, then (if any) all rows below it.
 template <class F>
@@ -438,6 +500,8 @@ void chunk_step(float* S, float* o, int64_t ldo, const HeadPtrs& p, int64_t t0, 
   std::fill(A, A + n * C, 0.0f);
   std::fill(M, M + n * C, 0.0f);
   for_each_block(n, [&](int64_t b0, int64_t b1, int64_t a0, int64_t a1, int64_t r) {
+    if (a0 == b0 && !anchored_block_safe(G, b0, b1, r, K))
+      return pairwise_block(A + a0 * C + b0, M + a0 * C + b0, C, G, p, t0, b0, b1, K);
     w.f.columns(G, p, t0, b0, b1, r, K);
     w.f.rows(G, p, t0, a0, a1, r, K);
     block_products(A + a0 * C + b0, M + a0 * C + b0, C, w.f.L.data(), w.f.Lq.data(), w.f.Kp, w.f.RT.data(), a1 - a0,
@@ -581,6 +645,9 @@ void chunk_backward(float* dS, const ChunkSaved& sv, const HeadPtrs& p, const He
   // Through A_ij = L_i . R_j and M_ij = Lq_i . R_j, block by block with the forward's anchors. G enters only as
   // G_i - G_j, so the anchor's own terms cancel and are left out.
   for_each_block(n, [&](int64_t b0, int64_t b1, int64_t a0, int64_t a1, int64_t r) {
+    if (a0 == b0 && !anchored_block_safe(G, b0, b1, r, K))
+      return pairwise_block_grads(dA + a0 * C + b0, dM + a0 * C + b0, C, G, p, t0, b0, b1, K, dQl + b0 * Kp,
+                                  dKl + b0 * Kp, dGl + b0 * Kp, Kp);
     w.f.columns(G, p, t0, b0, b1, r, K);
     w.f.rows(G, p, t0, a0, a1, r, K);
     block_row_grads(dA + a0 * C + b0, dM + a0 * C + b0, C, w.f, a1 - a0, b1 - b0, dQl + a0 * Kp, dKl + a0 * Kp,
@@ -618,6 +685,15 @@ void check_shape(const KdaShape& s) {
 
 }  // namespace
 
+namespace {
+
+// torch.nn.functional.softplus (beta 1, threshold 20): z itself above 20, where log1p(e^z) rounds to z in f32.
+inline float softplus(float z) {
+  return z > 20.0f ? z : std::log1p(std::exp(z));
+}
+
+}  // namespace
+
 void kda_gate_forward(float* g, const float* f, const float* A_log, const float* dt_bias, int64_t T, int64_t H,
                       int64_t K, float lower_bound) {
   for (int64_t t = 0; t < T; ++t)
@@ -625,8 +701,36 @@ void kda_gate_forward(float* g, const float* f, const float* A_log, const float*
       const float a = std::exp(A_log[h]);
       for (int64_t c = 0; c < K; ++c) {
         const int64_t i = (t * H + h) * K + c;
-        g[i] = lower_bound / (1.0f + std::exp(-a * (f[i] + dt_bias[h * K + c])));
+        const float z = f[i] + dt_bias[h * K + c];
+        g[i] = std::isinf(lower_bound) ? -a * softplus(z) : lower_bound / (1.0f + std::exp(-a * z));
       }
+    }
+}
+
+void kda_gate_backward(float* df, float* dA_log, float* ddt_bias, const float* dg, const float* f, const float* A_log,
+                       const float* dt_bias, int64_t T, int64_t H, int64_t K, float lower_bound) {
+  const bool unbounded = std::isinf(lower_bound);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      const float a = std::exp(A_log[h]);
+      float da_sum = 0.0f;
+      for (int64_t c = 0; c < K; ++c) {
+        const int64_t i = (t * H + h) * K + c;
+        const float z = f[i] + dt_bias[h * K + c];
+        float dz, da;  // d loss / dz and d loss / dA_log of this element
+        if (unbounded) {
+          dz = -dg[i] * a / (1.0f + std::exp(-z));
+          da = -dg[i] * a * softplus(z);
+        } else {
+          const float s = 1.0f / (1.0f + std::exp(-a * z));
+          dz = dg[i] * lower_bound * s * (1.0f - s) * a;
+          da = dz * z;
+        }
+        if (df) df[i] += dz;
+        if (ddt_bias) ddt_bias[h * K + c] += dz;
+        da_sum += da;
+      }
+      if (dA_log) dA_log[h] += da_sum;
     }
 }
 

@@ -129,4 +129,45 @@ void kda_recurrent_backward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS0, const 
     }
 }
 
+// KDA's gate (ops/kernels.h kda_gate_forward): g [T, H, K] from f [T, H, K], A_log [H], dt_bias [H K]; bounded
+// (lower_bound finite) or unbounded (lower_bound -infinity: -exp(A_log) softplus). softplus in the plain formula
+// log(1 + e^z) (the oracle has no threshold; above 20 the two differ by < e^-20 relative).
+template <class T>
+void kda_gate_forward(T* g, const T* f, const T* A_log, const T* dt_bias, int64_t Tn, int64_t H, int64_t K,
+                      T lower_bound) {
+  for (int64_t t = 0; t < Tn; ++t)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t c = 0; c < K; ++c) {
+        const int64_t i = (t * H + h) * K + c;
+        const T a = std::exp(A_log[h]), z = f[i] + dt_bias[h * K + c];
+        g[i] = std::isinf(lower_bound) ? -a * std::log1p(std::exp(z)) : lower_bound / (T(1) + std::exp(-a * z));
+      }
+}
+
+// Its backward: df = dg dg/dz; ddt_bias[h K + c] += sum over t of the same; dA_log[h] += sum of dg dg/dA_log.
+//   bounded:   g = lb s(a z), s the sigmoid: dg/dz = lb s (1 - s) a, dg/dA_log = lb s (1 - s) a z
+//   unbounded: g = -a softplus(z):           dg/dz = -a s(z),       dg/dA_log = g
+template <class T>
+void kda_gate_backward(T* df, T* dA_log, T* ddt_bias, const T* dg, const T* f, const T* A_log, const T* dt_bias,
+                       int64_t Tn, int64_t H, int64_t K, T lower_bound) {
+  for (int64_t t = 0; t < Tn; ++t)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t c = 0; c < K; ++c) {
+        const int64_t i = (t * H + h) * K + c;
+        const T a = std::exp(A_log[h]), z = f[i] + dt_bias[h * K + c];
+        T dz, da;
+        if (std::isinf(lower_bound)) {
+          dz = -a / (T(1) + std::exp(-z));
+          da = -a * std::log1p(std::exp(z));
+        } else {
+          const T s = T(1) / (T(1) + std::exp(-a * z));
+          dz = lower_bound * s * (T(1) - s) * a;
+          da = lower_bound * s * (T(1) - s) * a * z;
+        }
+        if (df) df[i] += dg[i] * dz;
+        if (ddt_bias) ddt_bias[h * K + c] += dg[i] * dz;
+        if (dA_log) dA_log[h] += dg[i] * da;
+      }
+}
+
 }  // namespace myriad::ref
