@@ -30,9 +30,9 @@ if ((${#missing[@]})); then
 fi
 if [[ "$what" == test ]]; then
   venv=build/pyenv
-  if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import safetensors, torch, openai, tiktoken, tokenizers" 2>/dev/null; then
-    echo "deps: creating $venv (system torch + PyPI safetensors, openai, tiktoken, tokenizers)"
+  if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import safetensors, torch, openai, tiktoken, tokenizers, gguf" 2>/dev/null; then
+    echo "deps: creating $venv (system torch + PyPI safetensors, openai, tiktoken, tokenizers, gguf)"
     /usr/bin/python3 -m venv --system-site-packages "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check safetensors openai tiktoken tokenizers
+    "$venv/bin/pip" install -q --disable-pip-version-check safetensors openai tiktoken tokenizers gguf
   fi
 fi
