@@ -12,9 +12,10 @@ struct DTypeInfo {
   int64_t block_bytes;
 };
 constexpr DTypeInfo kInfo[] = {
-    {DType::kF32, "F32", 1, 4},     {DType::kBF16, "BF16", 1, 2},   {DType::kF16, "F16", 1, 2},
-    {DType::kI32, "I32", 1, 4},     {DType::kI64, "I64", 1, 8},     {DType::kU8, "U8", 1, 1},
-    {DType::kQ8_0, "Q8_0", 32, 34}, {DType::kQ4_0, "Q4_0", 32, 18}, {DType::kMXFP4, "MXFP4", 32, 17},
+    {DType::kF32, "F32", 1, 4},     {DType::kBF16, "BF16", 1, 2},      {DType::kF16, "F16", 1, 2},
+    {DType::kI32, "I32", 1, 4},     {DType::kI64, "I64", 1, 8},        {DType::kU8, "U8", 1, 1},
+    {DType::kQ8_0, "Q8_0", 32, 34}, {DType::kQ4_0, "Q4_0", 32, 18},    {DType::kMXFP4, "MXFP4", 32, 17},
+    {DType::kI8, "I8", 1, 1},       {DType::kF8E8M0, "F8_E8M0", 1, 1},
 };
 const DTypeInfo& info(DType d) {
   return kInfo[static_cast<int>(d)];

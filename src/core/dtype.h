@@ -21,6 +21,10 @@ enum class DType : uint8_t {
   kQ8_0,   // 32 x int8 + f16 scale            = 34 bytes per block
   kQ4_0,   // 32 x 4-bit + f16 scale           = 18 bytes per block
   kMXFP4,  // 32 x E2M1 (4-bit) + E8M0 scale   = 17 bytes per block
+  // Stored by other tools (read, not computed with): int8, and OCP's E8M0 scale byte (2^(e-127); 255 NaN), as
+  // compressed-tensors' MXFP4 checkpoints (K3's routed experts) keep their block scales.
+  kI8,
+  kF8E8M0,
 };
 
 enum class Device : uint8_t { kCPU, kCUDA };

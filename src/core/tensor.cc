@@ -1,6 +1,7 @@
 #include "core/tensor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -49,6 +50,12 @@ double load_as_double(const void* base, DType dtype, int64_t i) {
       return double(static_cast<const int64_t*>(base)[i]);
     case DType::kU8:
       return static_cast<const uint8_t*>(base)[i];
+    case DType::kI8:
+      return static_cast<const int8_t*>(base)[i];
+    case DType::kF8E8M0: {
+      const uint8_t e = static_cast<const uint8_t*>(base)[i];
+      return e == 255 ? std::nan("") : std::ldexp(1.0, int(e) - 127);
+    }
     default:
       MYRIAD_CHECK(false, "no element access for ", dtype_name(dtype));
   }

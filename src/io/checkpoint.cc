@@ -134,21 +134,77 @@ Checkpoint Checkpoint::open(const std::string& path, const std::string& stem) {
   return c;
 }
 
+struct Checkpoint::Views {
+  Checkpoint base;
+  std::unordered_map<std::string, CheckpointView> by_name;
+  std::unordered_map<std::string, SafetensorsEntry> entries;
+};
+
+Checkpoint Checkpoint::with_views(std::vector<CheckpointView> views,
+                                  const std::map<std::string, std::string>& metadata) const {
+  auto v = std::make_shared<Views>();
+  v->base = *this;
+  Checkpoint c;
+  c.path_ = path_;
+  c.sharded_ = sharded_;
+  c.files_ = files_;
+  c.metadata_ = metadata_;
+  for (const auto& [k, val] : metadata) c.metadata_[k] = val;
+  for (CheckpointView& view : views) {
+    SafetensorsEntry e;
+    e.name = view.name;
+    e.dtype = view.dtype;
+    e.shape = view.shape;
+    const auto bytes = dtype_bytes(view.dtype, uint64_t(shape_numel(view.shape)));
+    MYRIAD_REQUIRE(bytes.has_value(), kFormat, "checkpoint '", path_, "': view ", view.name, " ", shape_str(view.shape),
+                   " ", dtype_name(view.dtype), " has no byte size");
+    e.end = *bytes;
+    MYRIAD_REQUIRE(v->entries.emplace(view.name, e).second, kFormat, "checkpoint '", path_, "': two views named ",
+                   view.name);
+    c.names_.push_back(view.name);
+    c.where_.emplace(view.name, 0);
+    std::string name = view.name;
+    v->by_name.emplace(std::move(name), std::move(view));
+  }
+  c.views_ = std::move(v);
+  return c;
+}
+
 const SafetensorsFile& Checkpoint::file_of(const std::string& name) const {
+  MYRIAD_REQUIRE(!views_, kFormat, "checkpoint '", path_, "': tensor ", name,
+                 " is read through a layout adapter and lives in no single file");
   auto it = where_.find(name);
   MYRIAD_REQUIRE(it != where_.end(), kFormat, "checkpoint '", path_, "' has no tensor named '", name, "'");
   return files_[it->second];
 }
 
 const SafetensorsEntry& Checkpoint::entry(const std::string& name) const {
+  if (views_) {
+    auto it = views_->entries.find(name);
+    MYRIAD_REQUIRE(it != views_->entries.end(), kFormat, "checkpoint '", path_, "' has no tensor named '", name, "'");
+    return it->second;
+  }
   return file_of(name).entry(name);
 }
 
 Tensor Checkpoint::tensor(const std::string& name) const {
+  if (views_) {
+    const SafetensorsEntry& e = entry(name);
+    Tensor t = views_->by_name.at(name).make(views_->base);
+    MYRIAD_REQUIRE(t.dtype() == e.dtype && t.shape() == e.shape, kFormat, "checkpoint '", path_, "': view ", name,
+                   " made ", dtype_name(t.dtype()), " ", shape_str(t.shape()), ", declared ", dtype_name(e.dtype), " ",
+                   shape_str(e.shape));
+    return t;
+  }
   return file_of(name).tensor(name);
 }
 
 uint64_t Checkpoint::total_bytes() const {
+  if (views_) {
+    uint64_t total = 0;
+    for (const auto& [name, e] : views_->entries) total += e.bytes();
+    return total;
+  }
   uint64_t total = 0;
   for (const auto& f : files_)
     for (const auto& e : f.entries()) total += e.bytes();

@@ -15,7 +15,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -26,6 +28,18 @@ namespace myriad {
 
 inline constexpr const char* kCheckpointSingleFile = "model.safetensors";
 inline constexpr const char* kCheckpointIndexFile = "model.safetensors.index.json";
+
+class Checkpoint;
+
+// A tensor presented under a name of its own, made from the stored tensors without copying (a rename, a reshape,
+// a slice, the same bytes read as another dtype of the same size): how checkpoints in other projects' layouts are
+// read under myriad's names (model/weight_layout.h). make(base) must return exactly dtype and shape (checked).
+struct CheckpointView {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::function<Tensor(const Checkpoint& base)> make;
+};
 
 class Checkpoint {
  public:
@@ -52,7 +66,16 @@ class Checkpoint {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   uint64_t total_bytes() const;  // sum of the tensors' data bytes
 
+  // This checkpoint seen through `views` (names unique): names() are the views' in the order given, tensor(name)
+  // is make(*this) (checked against the declared dtype and shape), entry(name) describes it (data_offsets from 0),
+  // file_of(name) throws kFormat (a view lives in no one file), files() and path() are this checkpoint's, and
+  // metadata() is this checkpoint's plus `metadata` (which wins). Views of a view see the viewed names.
+  Checkpoint with_views(std::vector<CheckpointView> views, const std::map<std::string, std::string>& metadata) const;
+  bool is_view() const { return views_ != nullptr; }
+
  private:
+  struct Views;
+  std::shared_ptr<const Views> views_;
   std::string path_;
   bool sharded_ = false;
   std::vector<SafetensorsFile> files_;

@@ -25,7 +25,8 @@ namespace {
 using nlohmann::json;
 
 // The dtypes the reader accepts and the writer emits (the safetensors spelling is dtype_name()).
-constexpr DType kFileDTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kI32, DType::kI64, DType::kU8};
+constexpr DType kFileDTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kI32,
+                                 DType::kI64, DType::kU8,   DType::kI8,  DType::kF8E8M0};
 
 std::optional<DType> file_dtype(const std::string& name) {
   const auto d = dtype_from_name(name);

@@ -18,7 +18,8 @@
 //   being viewed, so that kernels never read misaligned floats. Files written by the reference Python writer
 //   are always aligned (it orders tensors by decreasing alignment), so this is the rare path.
 //
-// Dtypes: F32 BF16 F16 I32 I64 U8. Others (BOOL, F64, I8, F8_*, ...) are reported as unknown.
+// Dtypes: F32 BF16 F16 I32 I64 U8 I8 F8_E8M0 (the last two as stored by compressed-tensors MXFP4 checkpoints).
+// Others (BOOL, F64, F8_E4M3, ...) are reported as unknown.
 // Unknown keys inside a tensor entry are ignored, as the reference reader does.
 //
 // Writing: tensors in the order given, header padded with spaces to a multiple of 8 bytes (as the reference

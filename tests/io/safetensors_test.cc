@@ -363,7 +363,7 @@ TEST_F(IoTest, RejectsFieldsOfTheWrongJsonType) {
 }
 
 TEST_F(IoTest, RejectsUnknownDtype) {
-  for (const std::string dt : {"F64", "BOOL", "I8", "F8_E4M3", "f32", "Q8_0", ""}) {
+  for (const std::string dt : {"F64", "BOOL", "U16", "F8_E4M3", "f32", "Q8_0", ""}) {
     SCOPED_TRACE(dt);
     expect_bad_file(path("dt.safetensors"),
                     st_file(R"({"w":{"dtype":")" + dt + R"(","shape":[1],"data_offsets":[0,1]}})", "a"),
@@ -567,6 +567,38 @@ TEST_F(IoTest, CheckpointTwoShardRoundTrip) {
   expect_same_tensors(single, tensors);
   // A single file opens as a checkpoint too.
   expect_same_tensors(Checkpoint::open((fs::path(dir) / kCheckpointSingleFile).string()), tensors);
+}
+
+// Views (how foreign layouts are read under myriad's names): renames, reshapes and slices share the stored bytes;
+// a view that makes another shape or dtype than it declared is one error naming it; views have no file; the
+// metadata given wins over the checkpoint's.
+TEST_F(IoTest, CheckpointViewsAreZeroCopyAndChecked) {
+  const std::string dir = path("ck");
+  save_checkpoint(dir, {{"a", Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3})}}, {{"k", "base"}});
+  const Checkpoint base = Checkpoint::open(dir);
+  const Checkpoint v =
+      base.with_views({{"renamed", DType::kF32, {2, 3}, [](const Checkpoint& b) { return b.tensor("a"); }},
+                       {"flat", DType::kF32, {6}, [](const Checkpoint& b) { return b.tensor("a").view({6}); }},
+                       {"row1", DType::kF32, {3}, [](const Checkpoint& b) { return b.tensor("a").select(0, 1); }},
+                       {"liar", DType::kF32, {4}, [](const Checkpoint& b) { return b.tensor("a").view({6}); }}},
+                      {{"k", "view"}, {"extra", "1"}});
+  EXPECT_TRUE(v.is_view());
+  EXPECT_EQ(v.names(), (std::vector<std::string>{"renamed", "flat", "row1", "liar"}));
+  EXPECT_TRUE(v.contains("flat") && !v.contains("a"));
+  EXPECT_EQ(v.tensor("row1").to_vector(), (std::vector<float>{4, 5, 6}));
+  EXPECT_EQ(v.tensor("flat").raw_data(), base.tensor("a").raw_data());  // the same bytes: no copy
+  EXPECT_EQ(v.shape("flat"), (Shape{6}));
+  EXPECT_EQ(v.entry("renamed").bytes(), 24u);
+  EXPECT_EQ(v.metadata().at("k"), "view");
+  EXPECT_EQ(v.metadata().at("extra"), "1");
+  expect_error([&] { v.tensor("liar"); }, ErrorKind::kFormat, {"view liar", "[6]", "declared", "[4]"});
+  expect_error([&] { v.file_of("flat"); }, ErrorKind::kFormat, {"flat", "no single file"});
+  expect_error([&] { v.tensor("a"); }, ErrorKind::kFormat, {"'a'"});
+  expect_error(
+      [&] {
+        base.with_views({{"x", DType::kF32, {1}, nullptr}, {"x", DType::kF32, {1}, nullptr}}, {});
+      },
+      ErrorKind::kFormat, {"two views named x"});
 }
 
 TEST_F(IoTest, CheckpointShardLargerThanLimitGetsItsOwnShard) {
