@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "deploy/prune.h"
+#include "infer/weight_layout.h"
 #include "io/checkpoint.h"
 #include "quant/ggml_blocks.h"
 
@@ -134,7 +135,8 @@ class Exporter {
   void mla(const std::string& p, const std::string& b) {
     const int64_t H = c_.num_attention_heads, Dn = c_.qk_nope_head_dim, Dr = c_.qk_rope_head_dim, Dv = c_.v_head_dim,
                   C = c_.kv_lora_rank, D = c_.hidden_size;
-    const bool rope = arch_ == GgufArch::kDeepSeek2;
+    // deepseek2 rotates interleaved pairs: re-pair rotate-half weights (a rope_interleave model is stored so).
+    const bool rope = arch_ == GgufArch::kDeepSeek2 && !c_.rope_interleave;
     // q: per head [nope | rope] rows.
     const std::string q_hf = p + (c_.q_lora_rank ? "q_b_proj.weight" : "q_proj.weight");
     const std::string q_gguf = b + (c_.q_lora_rank ? "attn_q_b.weight" : "attn_q.weight");
@@ -340,7 +342,7 @@ GgufExportReport export_gguf(const std::string& model_dir, const std::string& ou
   const ModelLocation loc = locate_model(model_dir);
   const ModelConfig c = load_model_config((fs::path(loc.checkpoint_dir) / "config.json").string(), nullptr);
   const GgufArch arch = gguf_arch_for(c);
-  const Checkpoint ck = Checkpoint::open(loc.checkpoint_dir);
+  const Checkpoint ck = open_model_checkpoint(loc.checkpoint_dir, c);
   for (const std::string& n : ck.names())
     MYRIAD_REQUIRE(n.find(".qweight") == std::string::npos, kUnsupported, ck.path(), " is block-quantized by myriad (",
                    n, "); export the unquantized model");

@@ -9,7 +9,7 @@
 //     [1, HK, 1, W]; e_score_correction_bias as exp_probs_b.bias;
 //   - deepseek2 only: the RoPE rows of q (per head) and of kv_a_proj_with_mqa's k_pe go from myriad's rotate-half
 //     pairing (i, i + Dr/2) to the interleaved pairing (2i, 2i + 1) llama.cpp's deepseek2 rotates (HF DeepSeek
-//     checkpoints are stored that way too).
+//     checkpoints are stored that way too, and a rope_interleave model already is: its rows are kept).
 // Shapes above are PyTorch order; GGUF stores ggml's reversed order (ne[0] innermost).
 //
 // Types (--type): f32 keeps every tensor f32. q8_0 / q4_0 quantize every weight of two or more dims whose rows

@@ -205,6 +205,7 @@ MlaDecoder::MlaDecoder(const ModelConfig& c, std::shared_ptr<const DecodeWeights
   gate_ = c.mla_use_output_gate;
   rope_ = !c.mla_use_nope && Dr_ > 0;
   rope_theta_ = c.rope_theta;
+  rope_interleave_ = c.rope_interleave;
   const std::string a = "model.layers." + std::to_string(layer) + ".self_attn.";
   if (c.q_lora_rank) {
     const int64_t Cq = *c.q_lora_rank;
@@ -515,8 +516,9 @@ struct MlaDecoder::Exec {
       const float* cs = rt.cos.data<float>();
       const float* sn = rt.sin.data<float>();
       const Device dev = d.weights_->device();
-      ops::rope_forward(dev, q, q, cs, sn, N, d.H_, d.Dq_, RopeLayout{d.Dn_, d.Dr_, false});  // q_pe of every head
-      ops::rope_forward(dev, rows, rows, cs, sn, N, 1, W, RopeLayout{d.C_, d.Dr_, false});    // k_pe, shared by heads
+      const bool il = d.rope_interleave_;
+      ops::rope_forward(dev, q, q, cs, sn, N, d.H_, d.Dq_, RopeLayout{d.Dn_, d.Dr_, il});  // q_pe of every head
+      ops::rope_forward(dev, rows, rows, cs, sn, N, 1, W, RopeLayout{d.C_, d.Dr_, il});    // k_pe, shared by heads
     }
     Tensor attn = Tensor::empty({N, HV});
     float* attn_p = attn.data<float>();

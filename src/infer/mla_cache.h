@@ -182,6 +182,7 @@ class MlaDecoder {
   ModelConfig config_;  // the switches mla_forward reads (q_lora_rank, mla_use_output_gate)
   int64_t D_, H_, Dn_, Dr_, Dv_, C_, Dq_;
   bool rope_ = false;
+  bool rope_interleave_ = false;  // rope_interleave: pairs (2i, 2i + 1)
   bool gate_ = false;
   double rope_theta_ = 10000.0;
   std::optional<YarnParams> yarn_;  // RoPE with rope_scaling factor > 1 (as Transformer::mla_mixer)

@@ -227,8 +227,16 @@ void parse_text(Obj& o, ModelConfig& c) {
   std::optional<std::string> mt = o.opt_string("model_type");
   if (!mt) {
     warn(o.source(), str(o.path("model_type"), " is missing; assuming \"kimi_linear\""));
-  } else if (*mt != "kimi_linear") {
-    o.fail("model_type", *mt, "myriad reads text configs of model_type \"kimi_linear\"");
+  } else if (*mt != "kimi_linear" && *mt != "deepseek_v3") {
+    o.fail("model_type", *mt, "myriad reads text configs of model_type \"kimi_linear\" or \"deepseek_v3\"");
+  }
+  // DeepSeek-V3's own defaults where its config.json is silent (its modeling code has no AttnRes, runs SwiGLU and
+  // stores the RoPE dims interleaved); its field names are read as aliases below.
+  const bool deepseek = mt && *mt == "deepseek_v3";
+  if (deepseek) {
+    c.model_type = "deepseek_v3";
+    c.hidden_act = HiddenAct::kSilu;
+    c.rope_interleave = true;
   }
 
   // Sizes.
@@ -280,6 +288,7 @@ void parse_text(Obj& o, ModelConfig& c) {
   c.mla_use_nope = o.bool_or("mla_use_nope", c.mla_use_nope);
   c.mla_use_output_gate = o.bool_or("mla_use_output_gate", c.mla_use_output_gate);
   c.rope_theta = o.double_or("rope_theta", c.rope_theta);
+  c.rope_interleave = o.bool_or("rope_interleave", c.rope_interleave);
   if (any_mla) {
     o.positive("num_attention_heads", c.num_attention_heads);
     o.positive("num_key_value_heads", c.num_key_value_heads);
@@ -326,17 +335,24 @@ void parse_text(Obj& o, ModelConfig& c) {
   c.routed_expert_hidden_size = o.opt_int("routed_expert_hidden_size");
   c.latent_moe_use_norm = o.bool_or("latent_moe_use_norm", c.latent_moe_use_norm);
   c.routed_scaling_factor = o.double_or("routed_scaling_factor", c.routed_scaling_factor);
-  c.moe_renormalize = o.bool_or("moe_renormalize", c.moe_renormalize);
+  c.moe_renormalize =
+      o.bool_or(o.present("norm_topk_prob") && !o.present("moe_renormalize") ? "norm_topk_prob" : "moe_renormalize",
+                c.moe_renormalize);
+  const std::string act_key = o.present("scoring_func") && !o.present("moe_router_activation_func")
+                                  ? "scoring_func"
+                                  : "moe_router_activation_func";  // DeepSeek-V3 calls it scoring_func
   c.moe_router_activation_func =
-      o.choice_or("moe_router_activation_func", router_activation_name(c.moe_router_activation_func),
-                  {"sigmoid", "softmax"}) == "softmax"
+      o.choice_or(act_key, router_activation_name(c.moe_router_activation_func), {"sigmoid", "softmax"}) == "softmax"
           ? RouterActivation::kSoftmax
           : RouterActivation::kSigmoid;
   c.topk_method = o.choice_or("topk_method", topk_method_name(c.topk_method), {"noaux_tc", "greedy"}) == "greedy"
                       ? TopkMethod::kGreedy
                       : TopkMethod::kNoauxTc;
   c.use_grouped_topk = o.bool_or("use_grouped_topk", c.use_grouped_topk);
-  c.num_expert_group = o.int_or("num_expert_group", c.num_expert_group);
+  if (std::optional<int64_t> groups = int_with_alias(o, "num_expert_group", "n_group")) {
+    c.num_expert_group = *groups;
+    if (deepseek) c.use_grouped_topk = true;  // DeepSeek-V3's router always limits by group when n_group > 1
+  }
   c.topk_group = o.int_or("topk_group", c.topk_group);
   c.activation_situ_beta = o.double_or("activation_situ_beta", c.activation_situ_beta);
   // null is the upstream reading "no clamp on the up projection" (h(u) = u): b2 = +infinity.
@@ -366,16 +382,20 @@ void parse_text(Obj& o, ModelConfig& c) {
       c.num_shared_experts);
   if (c.routed_expert_hidden_size) o.positive("routed_expert_hidden_size", *c.routed_expert_hidden_size);
   o.positive("routed_scaling_factor", c.routed_scaling_factor);
-  o.positive("num_expert_group", c.num_expert_group);
+  const std::string group_key =
+      o.present("n_group") && !o.present("num_expert_group") ? "n_group" : "num_expert_group";  // as written
+  o.positive(group_key, c.num_expert_group);
   if (c.topk_group < 1 || c.topk_group > c.num_expert_group) {
     o.fail("topk_group", c.topk_group, str("must lie in 1..num_expert_group (", c.num_expert_group, ")"));
   }
   if (any_moe && c.num_experts % c.num_expert_group != 0) {
-    o.fail("num_expert_group", c.num_expert_group, str("must divide num_experts (", c.num_experts, ")"));
+    o.fail(group_key, c.num_expert_group, str("must divide num_experts (", c.num_experts, ")"));
   }
   if (c.use_grouped_topk && c.num_expert_group > 1) {
-    o.fail_unsupported("num_expert_group", c.num_expert_group,
-                       "group-limited routing (use_grouped_topk with more than one group) is not supported");
+    o.fail_unsupported(
+        group_key, c.num_expert_group,
+        "group-limited routing (more than one expert group: DeepSeek-V3's n_group, or use_grouped_topk) is not "
+        "supported");
   }
   o.positive("activation_situ_beta", c.activation_situ_beta);
   if (!std::isinf(c.activation_situ_linear_beta))
@@ -388,7 +408,7 @@ void parse_text(Obj& o, ModelConfig& c) {
   o.positive("router_init_std", c.router_init_std);
 
   // AttnRes.
-  const std::string mode = o.choice_or("attn_res_mode", "block", {"block", "skip", "none"});
+  const std::string mode = o.choice_or("attn_res_mode", deepseek ? "none" : "block", {"block", "skip", "none"});
   c.attn_res_mode = mode == "block" ? AttnResMode::kBlock : mode == "skip" ? AttnResMode::kSkip : AttnResMode::kNone;
   if (c.attn_res_mode == AttnResMode::kNone) {
     c.attn_res_block_size = o.int_or("attn_res_block_size", 1);

@@ -38,6 +38,11 @@
 // rms_norm_eps; the MLA sizes when a layer is MLA; num_experts, num_experts_per_token, moe_intermediate_size when a
 // layer is MoE; intermediate_size when a layer is dense; attn_res_block_size unless attn_res_mode is "none".
 //
+// model_type "kimi_linear" or "deepseek_v3". DeepSeek-V3's names are read as aliases (n_routed_experts,
+// num_experts_per_tok, n_shared_experts, norm_topk_prob = moe_renormalize, scoring_func =
+// moe_router_activation_func, n_group = num_expert_group, which for deepseek_v3 means group-limited routing, refused
+// when > 1), and its defaults differ where its config is silent: hidden_act silu, attn_res_mode none,
+// rope_interleave true (rope_interleave: RoPE on pairs (2i, 2i + 1) instead of (i, i + Dr/2)).
 // Allowed strings: hidden_act "situ" | "silu"; moe_router_activation_func "sigmoid" | "softmax"; topk_method
 // "noaux_tc" | "greedy" (read into the enums HiddenAct, RouterActivation, TopkMethod); rope_scaling.type "yarn". Not
 // supported (kUnsupported): use_grouped_topk with num_expert_group > 1. num_nextn_predict_layers > 0 (MTP) is accepted
@@ -152,6 +157,9 @@ struct ModelConfig {
   bool mla_use_output_gate = false;
   double rope_theta = 10000.0;
   std::optional<RopeScaling> rope_scaling;
+  // RoPE pairs: false rotates (i, i + Dr/2) (rotate-half, myriad's and Kimi's), true rotates (2i, 2i + 1)
+  // (interleaved: DeepSeek-V3's checkpoints, whose modeling code de-interleaves before rotate-half).
+  bool rope_interleave = false;
 
   // KDA and the layer layout.
   std::optional<LinearAttnConfig> linear_attn_config;  // absent: every layer is MLA

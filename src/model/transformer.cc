@@ -195,7 +195,7 @@ struct TapeMla {
       std::iota(pos.begin(), pos.end(), ctx.token_offset() - (Tk - T));
       const std::optional<YarnParams> yarn = mla_yarn_params(c);
       const RopeTables rt = make_rope_tables(pos, Dr, c.rope_theta, yarn ? &*yarn : nullptr);
-      const RopeLayout layout{0, Dr, false};
+      const RopeLayout layout{0, Dr, c.rope_interleave};
       q_pe = ag::rope(q_pe, rt.cos, rt.sin, layout);
       k_pe = ag::rope(k_pe, rt.cos, rt.sin, layout);
     }

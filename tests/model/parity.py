@@ -50,6 +50,8 @@ variants = [
     # renormalisation with one expert), the low-rank KDA output gate, and an unclamped SiTU up projection
     variant("tiny-upstream-paths", num_experts_per_token=1, moe_renormalize=True, activation_situ_linear_beta=NULL,
             linear_attn_config=dict(tiny["linear_attn_config"], use_full_rank_gate=False)),
+    # DeepSeek-V3's interleaved RoPE pairs (2i, 2i+1); the reference de-interleaves as DeepSeek's modeling code does
+    variant("tiny-rope-interleaved", mla_use_nope=False, rope_theta=10000.0, rope_interleave=True),
     # no gate_lower_bound: Kimi-Linear's unbounded softplus KDA gate
     variant("tiny-softplus-gate",
             linear_attn_config={k: v for k, v in tiny["linear_attn_config"].items() if k != "gate_lower_bound"}),

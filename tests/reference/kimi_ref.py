@@ -84,6 +84,9 @@ class Config:
         self.mla_use_output_gate = bool(t.get("mla_use_output_gate", False))
         self.rope_theta = float(t.get("rope_theta", 10000.0))
         self.rope_scaling = t.get("rope_scaling", None)
+        # DeepSeek-V3 stores the RoPE dims interleaved (pairs 2i, 2i+1); its modeling code de-interleaves them
+        # before rotate-half. Default on for model_type deepseek_v3, as transformers' DeepseekV3Config.
+        self.rope_interleave = bool(t.get("rope_interleave", t.get("model_type") == "deepseek_v3"))
         # layout
         la = t.get("linear_attn_config", None)
         self.linear_attn_config = LinearAttn(la) if la is not None else None
@@ -487,6 +490,9 @@ def mla_projections(cfg, W, p, x):
     scale = (Dn + Dr) ** -0.5
     if not cfg.mla_use_nope and Dr > 0:
         cos, sin, factor = rope_tables(cfg, T, x.dtype, x.device)
+        if cfg.rope_interleave:  # as DeepSeek's code: (x0, x1, x2, x3, ...) -> (x0, x2, ..., x1, x3, ...)
+            q_pe = q_pe.reshape(*q_pe.shape[:-1], Dr // 2, 2).transpose(-1, -2).reshape(q_pe.shape)
+            k_pe = k_pe.reshape(*k_pe.shape[:-1], Dr // 2, 2).transpose(-1, -2).reshape(k_pe.shape)
         q_pe = apply_rope(q_pe, cos, sin)
         k_pe = apply_rope(k_pe, cos, sin)
         scale = scale * factor
