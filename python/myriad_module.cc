@@ -20,6 +20,7 @@
 #include "data/tokenizer.h"
 #include "infer/generate.h"
 #include "infer/inference_model.h"
+#include "infer/weight_layout.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
 #include "model/transformer.h"
@@ -172,9 +173,9 @@ PYBIND11_MODULE(myriad, m) {
       .def_property_readonly("vocab_size", [](const PyModel& p) { return p.model->vocab_size(); })
       .def_property_readonly("context", [](const PyModel& p) { return p.model->config().max_position_embeddings; })
       .def("logits", &PyModel::logits, py::arg("tokens"), "float32 [T, vocab]: the logits after every token")
-      .def("generate", &PyModel::generate, py::arg("prompt"), py::arg("max_tokens") = 32,
-           py::arg("temperature") = 0.0f, py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("seed") = 0,
-           py::arg("stop_at_eos") = true, "the new tokens (int32); temperature 0 is greedy")
+      .def("generate", &PyModel::generate, py::arg("prompt"), py::arg("max_tokens") = 32, py::arg("temperature") = 0.0f,
+           py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("stop_at_eos") = true,
+           "the new tokens (int32); temperature 0 is greedy")
       .def(
           "generate_text",
           [](const PyModel& p, const std::string& prompt, int max_tokens, float temperature, uint64_t seed) {
@@ -192,8 +193,8 @@ PYBIND11_MODULE(myriad, m) {
              MYRIAD_REQUIRE(dir.has_value() != config.has_value(), kValue,
                             "Trainer: give dir (a checkpoint's weights) or config (random weights), not both");
              const ModelConfig mc = load_model_config(dir ? *dir : *config, nullptr);
-             ModelWeights w =
-                 dir ? ModelWeights::from_checkpoint(Checkpoint::open(*dir), mc) : ModelWeights::random(mc, seed);
+             ModelWeights w = dir ? ModelWeights::from_checkpoint(open_model_checkpoint(*dir, mc), mc)
+                                  : ModelWeights::random(mc, seed);
              PyTrainer t;
              t.model = std::make_unique<Transformer>(mc, std::move(w));
              AdamWConfig hp;
@@ -207,6 +208,7 @@ PYBIND11_MODULE(myriad, m) {
            py::arg("weight_decay") = 0.1f, py::arg("clip") = 1.0f, py::arg("seed") = 0)
       .def("step", &PyTrainer::step, py::arg("tokens"), py::arg("targets"),
            "one AdamW step on int arrays [B, T] (targets -100: ignored); returns the loss before the update")
-      .def_property("lr", [](const PyTrainer& t) { return t.lr; }, [](PyTrainer& t, float v) { t.lr = v; })
+      .def_property(
+          "lr", [](const PyTrainer& t) { return t.lr; }, [](PyTrainer& t, float v) { t.lr = v; })
       .def_property_readonly("steps", [](const PyTrainer& t) { return t.adamw->steps(); });
 }

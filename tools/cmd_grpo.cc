@@ -9,6 +9,7 @@ namespace {
 int run_grpo_command(const myriad::cli::Args& args) {
   myriad::GrpoRequest r;
   r.model_dir = args.get_or("model", "");
+  r.tokenizer = args.get_or("tokenizer", "");
   r.out_dir = args.get_or("out", "");
   r.resume = args.get_or("resume", "");
   r.config_path = args.get_or("train-config", "");
@@ -35,6 +36,7 @@ MYRIAD_COMMAND("grpo", "GRPO reinforcement learning on the built-in tool tasks (
                "myriad grpo --model DIR --out DIR [--train-config grpo.json] [--steps N] [--pretrain-data DIR] "
                "[--resume DIR]",
                {{"model", "DIR", "the model to train: an SFT or training run, or a checkpoint"},
+                {"tokenizer", "DIR|FILE", "a tokenizer other than the model's (any kind myriad reads)"},
                 {"out", "DIR", "run directory (metrics.jsonl, checkpoints/, grpo.json)"},
                 {"train-config", "FILE", "GRPO config (docs/post_training.md; default: built-in)"},
                 {"steps", "N", "steps (overrides the config)"},

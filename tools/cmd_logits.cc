@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cli.h"
+#include "infer/weight_layout.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
@@ -34,7 +35,7 @@ int run_logits(const myriad::cli::Args& args) {
   MYRIAD_REQUIRE(model_dir && out && tokens_arg, kValue, "logits needs --model DIR, --tokens LIST and --out FILE");
   std::vector<std::string> warnings;
   ModelConfig config = load_model_config(*model_dir, &warnings);
-  Checkpoint ckpt = Checkpoint::open(*model_dir);
+  Checkpoint ckpt = open_model_checkpoint(*model_dir, config);
   Transformer model(config, ModelWeights::from_checkpoint(ckpt, config));
   const std::vector<int64_t> ids = parse_ids("tokens", *tokens_arg);
   Tensor tokens = Tensor::from_vector(ids, {int64_t(ids.size())});

@@ -11,6 +11,7 @@ namespace {
 int run_sft_command(const myriad::cli::Args& args) {
   myriad::SftRequest r;
   r.model_dir = args.get_or("model", "");
+  r.tokenizer = args.get_or("tokenizer", "");
   r.data_path = args.get_or("data", "");
   r.val_path = args.get_or("val", "");
   r.out_dir = args.get_or("out", "");
@@ -44,6 +45,7 @@ MYRIAD_COMMAND(
     "[--resume DIR]",
     myriad::cli::with_parallel_options(
         {{"model", "DIR", "the model to fine-tune: a training run or a checkpoint"},
+         {"tokenizer", "DIR|FILE", "a tokenizer other than the model's (any kind myriad reads)"},
          {"data", "FILE", "conversations, one {\"messages\": [...], \"tools\": [...]} per line (OpenAI format)"},
          {"val", "FILE", "validation conversations (default: every 20th of --data)"},
          {"out", "DIR", "run directory (metrics.jsonl, checkpoints/, sft.json)"},

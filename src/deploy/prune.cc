@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "data/loader.h"
 #include "data/shards.h"
+#include "infer/weight_layout.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
 #include "io/run_layout.h"
@@ -337,7 +338,7 @@ PruneResult prune_model(const PruneOptions& o) {
                  "): there are no experts to prune");
   const int64_t E = mc.num_experts, k = mc.num_experts_per_token;
   const int64_t N = resolve_keep(o.keep, E, k);
-  const Checkpoint ck = Checkpoint::open(loc.checkpoint_dir);
+  const Checkpoint ck = open_model_checkpoint(loc.checkpoint_dir, mc);
   const Tokenizer tok = Tokenizer::load(loc.tokenizer_dir);
   MYRIAD_REQUIRE(tok.vocab_size() <= mc.vocab_size, kValue, "tokenizer ", loc.tokenizer_dir, " has ", tok.vocab_size(),
                  " tokens, more than the model's vocab_size (", mc.vocab_size, ")");

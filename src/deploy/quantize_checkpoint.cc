@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "infer/weight_layout.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
@@ -103,7 +104,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   const std::string config_path = (fs::path(in_dir) / "config.json").string();
   const std::string config_text = read_file(config_path);
   const ModelConfig mc = load_model_config(config_path, nullptr);
-  const Checkpoint ck = Checkpoint::open(in_dir);
+  const Checkpoint ck = open_model_checkpoint(in_dir, mc);
   if (auto m = ck.metadata().find(kQuantMetadataKey); m != ck.metadata().end())
     throw_error(ErrorKind::kValue, ck.path(), " is already quantized (metadata \"", kQuantMetadataKey, "\" = \"",
                 m->second, "\"); quantize the original checkpoint instead");

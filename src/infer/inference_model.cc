@@ -8,6 +8,7 @@
 
 #include "autograd/functions.h"
 #include "core/threads.h"
+#include "infer/weight_layout.h"
 #include "io/checkpoint.h"
 #include "io/run_layout.h"
 #include "model/ffn_module.h"
@@ -105,7 +106,7 @@ std::shared_ptr<InferenceModel> InferenceModel::load(const std::string& dir_in,
   if (!fs::exists(fs::path(dir) / "model.safetensors") && !fs::exists(fs::path(dir) / "model.safetensors.index.json"))
     dir = latest_checkpoint(dir_in);
   ModelConfig mc = load_model_config(dir, nullptr);
-  const Checkpoint ck = Checkpoint::open(dir);
+  const Checkpoint ck = open_model_checkpoint(dir, mc);
   auto m = std::make_shared<InferenceModel>(
       mc, DecodeWeights::from_checkpoint(ck, mc, keep_for ? keep_for(mc) : ParamFilter{}));
   const std::string tok = tokenizer.empty() ? find_model_tokenizer(dir, dir_in) : tokenizer;

@@ -213,7 +213,9 @@ void validate_checkpoint_against_config(const Checkpoint& ck, const ModelConfig&
     const std::string want = str("shape ", shape_str(s.shape), " ", dtype_name(s.dtype));
     if (!ck.contains(s.name)) {
       problem(str("tensor ", s.name, " is missing: expected ", want, ", found none"));
-    } else if (ck.shape(s.name) != s.shape || ck.dtype(s.name) != s.dtype) {
+    } else if (ck.shape(s.name) != s.shape ||
+               !(ck.dtype(s.name) == s.dtype ||
+                 (s.dtype == DType::kF32 && (ck.dtype(s.name) == DType::kBF16 || ck.dtype(s.name) == DType::kF16)))) {
       problem(str("tensor ", s.name, ": expected ", want, ", found ", found(s.name)));
     }
   }

@@ -85,7 +85,8 @@ std::vector<ParamSpec> model_param_specs(const ModelConfig& c);
 // into quantization groups is the quantizer's check.
 bool is_quantizable_linear(const ParamSpec& spec);
 
-// Checks that `ck` holds exactly the tensors of model_param_specs(c), each with the spec's shape and dtype.
+// Checks that `ck` holds exactly the tensors of model_param_specs(c), each with the spec's shape and dtype (an F32
+// spec may be stored BF16 or F16, as published checkpoints are: loading widens it exactly).
 // The first problem throws one myriad::Error (kFormat) naming the checkpoint, the tensor, the expected and the
 // found shape and dtype ("missing" / "not in the model" for absent / extra tensors), plus how many other
 // problems there are.

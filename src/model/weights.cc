@@ -12,7 +12,9 @@ ModelWeights ModelWeights::from_checkpoint(const Checkpoint& ckpt, const ModelCo
   for (const ParamSpec& spec : model_param_specs(config)) {
     if (keep && !keep(spec)) continue;
     // A private copy: the mapping is copy-on-write, but training writes every element anyway.
-    w.vars_.emplace(spec.name, ag::Var(ckpt.tensor(spec.name).clone(), !spec.buffer, spec.name));
+    const Tensor t = ckpt.tensor(spec.name);
+    w.vars_.emplace(spec.name,
+                    ag::Var(t.dtype() == DType::kF32 ? t.clone() : t.to(DType::kF32), !spec.buffer, spec.name));
   }
   return w;
 }

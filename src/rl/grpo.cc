@@ -15,6 +15,7 @@
 #include "data/loader.h"
 #include "dist/gradient_sync.h"
 #include "infer/decode_weights.h"
+#include "infer/weight_layout.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
 #include "io/run_layout.h"
@@ -162,7 +163,7 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
   }
   const std::string start_ck = meta["model_checkpoint"].get<std::string>();
   const std::string ck = resuming ? latest_checkpoint(out) : start_ck;
-  const CheckpointModel source = open_checkpoint_model(ck);
+  const CheckpointModel source = open_checkpoint_model(ck, resuming ? std::string() : req.tokenizer);
   const std::string& config_json = source.config_json;
   const ModelConfig& mc = source.config;
   const Tokenizer& tok = source.tokenizer;
@@ -200,10 +201,11 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
   const int per_rank = cfg.prompts_per_step / dims.dp;
   const int first_group = world.rank() * per_rank;
 
-  Transformer model(mc, ModelWeights::from_checkpoint(Checkpoint::open(ck), mc));
+  Transformer model(mc, ModelWeights::from_checkpoint(open_model_checkpoint(ck, mc), mc));
   std::unique_ptr<Transformer> reference;
   if (cfg.kl_coef > 0)
-    reference = std::make_unique<Transformer>(mc, ModelWeights::from_checkpoint(Checkpoint::open(start_ck), mc));
+    reference =
+        std::make_unique<Transformer>(mc, ModelWeights::from_checkpoint(open_model_checkpoint(start_ck, mc), mc));
   AdamW adamw(mc, model.weights(),
               AdamWConfig{float(cfg.beta1), float(cfg.beta2), float(cfg.eps), float(cfg.weight_decay)});
   GradientSync sync(mc, model.weights(), ranks->groups);

@@ -69,6 +69,7 @@ nlohmann::json grpo_config_to_json(const GrpoConfig& c);
 
 struct GrpoRequest {
   std::string model_dir;  // an SFT or training run, or a checkpoint
+  std::string tokenizer;  // --tokenizer: another tokenizer directory or file (a new run; saved with its checkpoints)
   std::string out_dir;
   std::string config_path;    // grpo.json; empty: the defaults
   std::string resume;         // a GRPO run to continue

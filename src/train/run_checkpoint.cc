@@ -123,12 +123,12 @@ void write_optimizer_shard(const std::string& staging, int64_t shard, int64_t sh
                        optimizer_step, meta);
 }
 
-CheckpointModel open_checkpoint_model(const std::string& ck) {
+CheckpointModel open_checkpoint_model(const std::string& ck, const std::string& tokenizer) {
   CheckpointModel m;
   m.dir = ck;
   m.config_json = read_file(ck + "/config.json");
   m.config = load_model_config(ck + "/config.json", nullptr);
-  m.tokenizer = Tokenizer::load(find_model_tokenizer(ck));
+  m.tokenizer = Tokenizer::load(tokenizer.empty() ? find_model_tokenizer(ck) : tokenizer);
   MYRIAD_REQUIRE(m.tokenizer.vocab_size() <= m.config.vocab_size, kConfig, "the tokenizer of ", ck, " has ",
                  m.tokenizer.vocab_size(), " tokens but the model's vocab_size is ", m.config.vocab_size);
   return m;

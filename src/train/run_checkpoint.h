@@ -73,7 +73,9 @@ struct CheckpointModel {
   ModelConfig config;
   Tokenizer tokenizer;
 };
-CheckpointModel open_checkpoint_model(const std::string& checkpoint_dir);
+// tokenizer: a tokenizer directory or file to use instead of the checkpoint's own (--tokenizer); empty: found
+// by find_model_tokenizer.
+CheckpointModel open_checkpoint_model(const std::string& checkpoint_dir, const std::string& tokenizer = "");
 
 // A checkpoint's trainer_state.json (from a crash, another version or a hostile copy): a JSON object, else kFormat
 // naming the file. parse_trainer_state reads the text of one (source names it in messages).

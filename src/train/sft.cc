@@ -7,6 +7,7 @@
 #include "core/json_fields.h"
 #include "data/conversation.h"
 #include "infer/decode_weights.h"
+#include "infer/weight_layout.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
 #include "io/run_layout.h"
@@ -47,7 +48,9 @@ TrainSummary run_sft(const SftRequest& req) {
   // The source model: the fine-tuned run's own copy when resuming (its checkpoints hold everything).
   const std::string model_dir = resuming ? meta.value("model", std::string()) : req.model_dir;
   MYRIAD_REQUIRE(!model_dir.empty(), kValue, "sft needs --model DIR (a training run or a checkpoint)");
-  const CheckpointModel start = open_checkpoint_model(resuming ? latest_checkpoint(out) : latest_checkpoint(model_dir));
+  // A resumed run reads the tokenizer its checkpoints saved; --tokenizer applies to a new run.
+  const CheckpointModel start = resuming ? open_checkpoint_model(latest_checkpoint(out))
+                                         : open_checkpoint_model(latest_checkpoint(model_dir), req.tokenizer);
   const std::string& source_ck = start.dir;
   const std::string& config_json = start.config_json;
   const ModelConfig& mc = start.config;
@@ -118,7 +121,7 @@ TrainSummary run_sft(const SftRequest& req) {
       write_file_atomic(out + "/sft.json", meta.dump(1) + "\n");
     });
 
-  Transformer model(mc, ModelWeights::from_checkpoint(Checkpoint::open(source_ck), mc, ranks->keep));
+  Transformer model(mc, ModelWeights::from_checkpoint(open_model_checkpoint(source_ck, mc), mc, ranks->keep));
   if (ranks->dispatcher) model.set_moe_dispatcher(ranks->dispatcher.get());
   ConversationSource source(tok, std::move(train_tokens), std::move(val_tokens), tc.seed);
   if (pretrain_mix > 0) source.set_pretraining_mix(std::make_unique<Loader>(pretrain_data, tc.seed), pretrain_mix);

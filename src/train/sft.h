@@ -24,6 +24,7 @@ namespace myriad {
 
 struct SftRequest {
   std::string model_dir;  // a run directory or a checkpoint (its config.json and tokenizer/)
+  std::string tokenizer;  // --tokenizer: another tokenizer directory or file (a new run; saved with its checkpoints)
   std::string data_path;
   std::string val_path;  // optional
   std::string out_dir;

@@ -379,11 +379,17 @@ TEST_F(ParamTest, ValidateCatchesMissingExtraAndWrongShape) {
       Checkpoint::open(path("wrong")), c,
       {"model.layers.0.self_attn.f_b_proj.weight", "expected shape [64, 16] F32", "found shape [16, 64]"});
 
+  // BF16 / F16 stand for F32 (published checkpoints; loading widens them); another dtype does not.
+  NamedTensors half = t;
+  for (auto& nt : half)
+    if (nt.first == "model.norm.weight") nt.second = nt.second.to(DType::kBF16);
+  save_checkpoint(path("half"), half);
+  validate_checkpoint_against_config(Checkpoint::open(path("half")), c);  // no throw
   NamedTensors dtype = t;
   for (auto& nt : dtype)
-    if (nt.first == "model.norm.weight") nt.second = nt.second.to(DType::kBF16);
+    if (nt.first == "model.norm.weight") nt.second = nt.second.to(DType::kI32);
   save_checkpoint(path("dtype"), dtype);
-  expect_format_error(Checkpoint::open(path("dtype")), c, {"model.norm.weight", "[64] F32", "[64] BF16"});
+  expect_format_error(Checkpoint::open(path("dtype")), c, {"model.norm.weight", "[64] F32", "[64] I32"});
 
   // Two problems: the first is reported, the count of the others follows.
   save_checkpoint(path("two"), [&] {

@@ -70,6 +70,12 @@ out=$(sft --model "$work/pre" --data "$work/bad.jsonl" --out "$work/bad" 2>&1); 
 [[ ! -e "$work/bad" ]] || fail "a refused run left $work/bad behind"
 out=$(sft --model "$work" --data "$work/demos.jsonl" --out "$work/bad2" 2>&1); rc=$?
 [[ $rc != 0 ]] || fail "a model directory without checkpoints was accepted"
+out=$(sft --model "$work/pre" --tokenizer "$work/no-such-tokenizer" --data "$work/demos.jsonl" --out "$work/bad3" 2>&1)
+rc=$?
+[[ $rc != 0 && "$out" == *"no-such-tokenizer"* ]] || fail "sft --tokenizer with a missing path: $out"
+[[ ! -e "$work/bad3" ]] || fail "a refused run left $work/bad3 behind"
+out=$("$bin" grpo --model "$work/pre" --tokenizer "$work/no-such-tokenizer" --out "$work/bad4" 2>&1); rc=$?
+[[ $rc != 0 && "$out" == *"no-such-tokenizer"* ]] || fail "grpo --tokenizer with a missing path: $out"
 echo "ok: bad input refused ($(echo "$out" | head -1 | cut -c1-100))"
 
 "$bin" eval tasks --model "$work/A" --per-family 1 --json "$work/ev.json" --html "$work/ev.html" >/dev/null 2>&1 ||
