@@ -441,8 +441,14 @@ def main():
 
     # 9. GRPO under mpirun (--dp 2): each rank rolls out half of the step's groups with the sampling streams one
     # process gives them, so every step up to the first update has one process's rollouts: the same rewards,
-    # successes and policy tokens exactly, the loss within rel 1e-9 (the same per-token terms summed in another
-    # order).
+    # successes and policy tokens exactly. The loss uses the engine's log-probs of the sampled tokens as the PPO
+    # ratio's denominator, and the engine computes them in decode batches of 12 rollouts on one rank and 6 on two:
+    # the BLAS picks its kernels by matrix size, so those log-probs agree only to f32 rounding, as the logged
+    # engine-vs-trainer mismatch shows (~1e-6; the same with the code before the softplus gate, measured on one
+    # model). A token's term A r (r = e^(logp - old)) moves by |A| r |d old| when old moves by d old <= the two
+    # runs' largest mismatches summed; |A| <= sqrt(2) (advantages normalized within groups of 3), r <= 1.28
+    # (clip-higher), and the loss is a mean of such terms: it agrees within 2 x (mismatch_a + mismatch_b), plus
+    # 1e-9 of itself for the summation order. A wrong rollout, advantage or token would move it by O(1e-2).
     # Later steps start from weights whose gradients were summed in another order (~1e-7), where a sampled token
     # may flip: they are checked to run, not to agree.
     grpo_cfg = os.path.join(WORK, "grpo.json")
@@ -469,8 +475,9 @@ def main():
                                                      "mean_calls", "violations"))
             check(same, f"grpo np 2 --dp 2: step {k}'s rollouts are one process's (rewards, success, policy "
                   "tokens, dropped groups)" + ("" if same else f"\n{a[k]}\n{b[k]}"))
-            rel = abs(a[k]["loss"] - b[k]["loss"]) / max(abs(a[k]["loss"]), 1e-30)
-            check(rel <= 1e-9, f"grpo np 2 --dp 2: step {k} loss within rel 1e-9 ({rel:.1e}; "
+            diff = abs(a[k]["loss"] - b[k]["loss"])
+            bound = 2.0 * (a[k]["logprob_mismatch_max"] + b[k]["logprob_mismatch_max"]) + 1e-9 * abs(a[k]["loss"])
+            check(diff <= bound, f"grpo np 2 --dp 2: step {k} loss within {bound:.1e} of one process's ({diff:.1e}; "
                   f"{a[k]['policy_tokens']} policy tokens)")
         check(out2.count("GRPO: 3 steps") == 1, "grpo np 2 --dp 2: rank 0 reports once")
         check(os.path.exists(os.path.join(f"{WORK}/grpo2", "checkpoints", "step-000003", "model.safetensors")),
