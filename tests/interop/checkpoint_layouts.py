@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import sys
 
 import numpy as np
@@ -44,23 +43,13 @@ myriad, root, work = sys.argv[1:4]
 sys.path.insert(0, os.path.join(root, "tests", "reference"))
 import kimi_ref as R  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from interop_checks import Checks, myriad_runner  # noqa: E402
+
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures += 1
-
-
-def run(*args, ok=True):
-    p = subprocess.run([myriad, *args], capture_output=True, text=True)
-    if ok and p.returncode != 0:
-        sys.exit(f"myriad {' '.join(args)} failed: {p.stderr}")
-    return p
+check = Checks()
+run = myriad_runner(myriad)
 
 
 tiny = json.load(open(os.path.join(root, "configs", "tiny.json")))
@@ -261,5 +250,4 @@ p = run("logits", "--model", publish("deepseek-v3-grouped", ds_grouped, pub), "-
 check(p.returncode != 0 and "n_group" in p.stderr, f"deepseek_v3 with n_group 2 (group-limited routing) refused: "
       f"{p.stderr.strip()[:120]}")
 
-print(f"checkpoint layouts: {'all checks passed' if not failures else f'{failures} FAILED'}")
-sys.exit(1 if failures else 0)
+check.finish("checkpoint layouts")

@@ -27,7 +27,6 @@ Prints every check; exits 1 on any mismatch.
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import gguf
@@ -35,24 +34,14 @@ import gguf.quants
 import numpy as np
 from safetensors.numpy import load_file
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from interop_checks import Checks, myriad_runner  # noqa: E402
+
 myriad, root, work = sys.argv[1:4]
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures += 1
-
-
-def run(*args, ok=True):
-    p = subprocess.run([myriad, *args], capture_output=True, text=True)
-    if ok and p.returncode != 0:
-        sys.exit(f"myriad {' '.join(args)} failed: {p.stderr}")
-    return p
+check = Checks()
+run = myriad_runner(myriad)
 
 
 tiny = json.load(open(os.path.join(root, "configs", "tiny.json")))
@@ -328,5 +317,4 @@ p = run("export", "gguf", "--model", models["kimi-linear"][0], "--out", out, "--
 check(p.returncode != 0 and "q5_k" in p.stderr and not os.path.exists(out), "--type q5_k refused by name")
 check(not [f for f in os.listdir(work) if ".tmp" in f], "no temporary files left")
 
-print(f"gguf export: {'all checks passed' if not failures else f'{failures} FAILED'}")
-sys.exit(1 if failures else 0)
+check.finish("gguf export")

@@ -227,6 +227,30 @@ TEST(OpKda, BackwardMatchesReference) {
   }
 }
 
+// The chunkwise backward (ops::kda_backward) against the reference's on `in` with random output and state
+// gradients: f32 sums over up to T terms, atol scaled to 1e-3 (as BackwardMatchesReference).
+void expect_chunk_backward_matches_reference(std::mt19937& rng, const KdaShape& s, const KdaInputs& in,
+                                             const std::string& what) {
+  const int64_t no = s.B * s.T * s.H * s.V, ns = s.B * s.H * s.K * s.V;
+  Vec dout = test::f32_round(test::random_vec(rng, no)), dSout = test::f32_round(test::random_vec(rng, ns));
+  Vec dq(in.q.size(), 0.0), dk(in.k.size(), 0.0), dv(in.v.size(), 0.0), dg(in.g.size(), 0.0), db(in.beta.size(), 0.0),
+      dS0(in.S0.size(), 0.0);
+  ref::kda_recurrent_backward<double>(dq.data(), dk.data(), dv.data(), dg.data(), db.data(), dS0.data(), dout.data(),
+                                      dSout.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                                      in.S0.data(), s.B, s.T, s.H, s.K, s.V);
+  const auto q = to_f(in.q), k = to_f(in.k), v = to_f(in.v), g = to_f(in.g), b = to_f(in.beta), s0 = to_f(in.S0);
+  const auto dof = to_f(dout), dsf = to_f(dSout);
+  std::vector<float> dqg(q.size()), dkg(k.size()), dvg(v.size()), dgg(g.size()), dbg(b.size()), dS0g(s0.size());
+  ops::kda_backward(Device::kCPU, dqg.data(), dkg.data(), dvg.data(), dgg.data(), dbg.data(), dS0g.data(), dof.data(),
+                    dsf.data(), q.data(), k.data(), v.data(), g.data(), b.data(), s0.data(), s);
+  expect_close(Vec(dqg.begin(), dqg.end()), dq, 1e-3, 1e-3, what + "dq");
+  expect_close(Vec(dkg.begin(), dkg.end()), dk, 1e-3, 1e-3, what + "dk");
+  expect_close(Vec(dvg.begin(), dvg.end()), dv, 1e-3, 1e-3, what + "dv");
+  expect_close(Vec(dgg.begin(), dgg.end()), dg, 1e-3, 1e-3, what + "dg");
+  expect_close(Vec(dbg.begin(), dbg.end()), db, 1e-3, 1e-3, what + "dbeta");
+  expect_close(Vec(dS0g.begin(), dS0g.end()), dS0, 1e-3, 1e-3, what + "dS0");
+}
+
 // The chunkwise backward at the decay bound's edge (the largest in-chunk exponent spans) and with the decay near
 // zero (g -> 0: no decay), against the reference; both stay finite.
 TEST(OpKda, BackwardAtDecayExtremes) {
@@ -235,26 +259,7 @@ TEST(OpKda, BackwardAtDecayExtremes) {
   for (double gval : {-4.999, -1e-4}) {
     KdaInputs in = make_inputs(rng, s);
     for (auto& x : in.g) x = double(float(gval));
-    const int64_t no = s.T * s.V, ns = s.K * s.V;
-    Vec dout = test::f32_round(test::random_vec(rng, no)), dSout = test::f32_round(test::random_vec(rng, ns));
-    Vec dq(in.q.size(), 0.0), dk(in.k.size(), 0.0), dv(in.v.size(), 0.0), dg(in.g.size(), 0.0), db(in.beta.size(), 0.0),
-        dS0(in.S0.size(), 0.0);
-    ref::kda_recurrent_backward<double>(dq.data(), dk.data(), dv.data(), dg.data(), db.data(), dS0.data(), dout.data(),
-                                        dSout.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                                        in.beta.data(), in.S0.data(), s.B, s.T, s.H, s.K, s.V);
-    const auto q = to_f(in.q), k = to_f(in.k), v = to_f(in.v), g = to_f(in.g), b = to_f(in.beta), s0 = to_f(in.S0);
-    const auto dof = to_f(dout), dsf = to_f(dSout);
-    std::vector<float> dqg(q.size()), dkg(k.size()), dvg(v.size()), dgg(g.size()), dbg(b.size()), dS0g(s0.size());
-    ops::kda_backward(Device::kCPU, dqg.data(), dkg.data(), dvg.data(), dgg.data(), dbg.data(), dS0g.data(), dof.data(),
-                      dsf.data(), q.data(), k.data(), v.data(), g.data(), b.data(), s0.data(), s);
-    const std::string what = "g=" + std::to_string(gval) + " kda ";
-    // Same reasoning as BackwardMatchesReference: f32 sums over up to T terms.
-    expect_close(Vec(dqg.begin(), dqg.end()), dq, 1e-3, 1e-3, what + "dq");
-    expect_close(Vec(dkg.begin(), dkg.end()), dk, 1e-3, 1e-3, what + "dk");
-    expect_close(Vec(dvg.begin(), dvg.end()), dv, 1e-3, 1e-3, what + "dv");
-    expect_close(Vec(dgg.begin(), dgg.end()), dg, 1e-3, 1e-3, what + "dg");
-    expect_close(Vec(dbg.begin(), dbg.end()), db, 1e-3, 1e-3, what + "dbeta");
-    expect_close(Vec(dS0g.begin(), dS0g.end()), dS0, 1e-3, 1e-3, what + "dS0");
+    expect_chunk_backward_matches_reference(rng, s, in, "g=" + std::to_string(gval) + " kda ");
   }
 }
 
@@ -293,29 +298,14 @@ TEST(OpKda, UnboundedDecayMatchesReference) {
     Vec o(sz(no)), S(sz(ns));
     ref::kda_recurrent_forward<double>(o.data(), S.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
                                        in.beta.data(), in.S0.data(), s.B, s.T, s.H, s.K, s.V);
-    Vec dout = test::f32_round(test::random_vec(rng, no)), dSout = test::f32_round(test::random_vec(rng, ns));
-    Vec dq(in.q.size(), 0.0), dk(in.k.size(), 0.0), dv(in.v.size(), 0.0), dg(in.g.size(), 0.0), db(in.beta.size(), 0.0),
-        dS0(in.S0.size(), 0.0);
-    ref::kda_recurrent_backward<double>(dq.data(), dk.data(), dv.data(), dg.data(), db.data(), dS0.data(), dout.data(),
-                                        dSout.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                                        in.beta.data(), in.S0.data(), s.B, s.T, s.H, s.K, s.V);
     const auto q = to_f(in.q), k = to_f(in.k), v = to_f(in.v), g = to_f(in.g), b = to_f(in.beta), s0 = to_f(in.S0);
-    const auto dof = to_f(dout), dsf = to_f(dSout);
     const std::string what = "unbounded decay T=" + std::to_string(s.T) + " chunk=" + std::to_string(s.chunk) + " ";
     std::vector<float> og(sz(no)), Sg(sz(ns));
     ops::kda_chunk_forward(Device::kCPU, og.data(), Sg.data(), q.data(), k.data(), v.data(), g.data(), b.data(),
                            s0.data(), s);
     expect_close(Vec(og.begin(), og.end()), o, 2e-4, 2e-4, what + "o");
     expect_close(Vec(Sg.begin(), Sg.end()), S, 2e-4, 2e-4, what + "state");
-    std::vector<float> dqg(q.size()), dkg(k.size()), dvg(v.size()), dgg(g.size()), dbg(b.size()), dS0g(s0.size());
-    ops::kda_backward(Device::kCPU, dqg.data(), dkg.data(), dvg.data(), dgg.data(), dbg.data(), dS0g.data(), dof.data(),
-                      dsf.data(), q.data(), k.data(), v.data(), g.data(), b.data(), s0.data(), s);
-    expect_close(Vec(dqg.begin(), dqg.end()), dq, 1e-3, 1e-3, what + "dq");
-    expect_close(Vec(dkg.begin(), dkg.end()), dk, 1e-3, 1e-3, what + "dk");
-    expect_close(Vec(dvg.begin(), dvg.end()), dv, 1e-3, 1e-3, what + "dv");
-    expect_close(Vec(dgg.begin(), dgg.end()), dg, 1e-3, 1e-3, what + "dg");
-    expect_close(Vec(dbg.begin(), dbg.end()), db, 1e-3, 1e-3, what + "dbeta");
-    expect_close(Vec(dS0g.begin(), dS0g.end()), dS0, 1e-3, 1e-3, what + "dS0");
+    expect_chunk_backward_matches_reference(rng, s, in, what);
   }
 }
 
