@@ -39,6 +39,17 @@ std::vector<Candidate> candidates(const std::string& name) {
   std::vector<Candidate> out;
   out.push_back({name, "myriad"});
   out.push_back({kK3Prefix + name, "K3"});
+  // transformers 5's kimi_linear names for the KDA projections.
+  for (const auto& [from, to] :
+       std::array<std::pair<const char*, const char*>, 5>{{{".f_a_proj.", ".forget_gate_down."},
+                                                           {".f_b_proj.", ".forget_gate_up."},
+                                                           {".b_proj.", ".beta_proj."},
+                                                           {".g_a_proj.", ".output_gate_down."},
+                                                           {".g_b_proj.", ".output_gate_up."}}}) {
+    std::string t = name;
+    if (name.find(".self_attn.") != std::string::npos && replace_once(t, from, to))
+      out.push_back({t, "transformers kimi_linear"});
+  }
   std::string ds = name;
   if (replace_once(ds, ".block_sparse_moe.", ".mlp.")) {
     for (const auto& [from, to] :
@@ -97,7 +108,9 @@ bool add_plain(Adapted& a, const Checkpoint& ck, const ParamSpec& spec, const Mo
     }
     const bool a_log = ends_with(spec.name, ".A_log");
     const bool conv = ends_with(spec.name, "_conv1d.weight") && spec.shape.size() == 3;
-    if ((a_log || conv) && shape_numel(s) == n) {  // [1, 1, H, 1] -> [H]; [HK, W] -> [HK, 1, W]
+    const bool dt = ends_with(spec.name, ".dt_bias");
+    // [1, 1, H, 1] or [H, 1] -> [H]; [HK, W] -> [HK, 1, W]; dt_bias [H, K] -> [HK]
+    if ((a_log || conv || dt) && shape_numel(s) == n) {
       a.changed = true;
       ++a.reshaped;
       a.views.push_back({spec.name, d, spec.shape,
@@ -113,6 +126,54 @@ bool add_plain(Adapted& a, const Checkpoint& ck, const ParamSpec& spec, const Mo
     }
     throw_error(ErrorKind::kFormat, ck.path(), ": tensor ", src, " is ", shape_str(s), "; the config (", c.source,
                 ") needs ", spec.name, " ", shape_str(spec.shape));
+  }
+  return false;
+}
+
+// transformers 5's kimi_linear tensors that hold several of myriad's: the short convs fused into one conv1d
+// [2 HK + HV, 1, W] (q | k | v), and the routed experts stacked as mlp.experts.gate_up_proj [E, 2F, L] (gate rows
+// then up rows) and mlp.experts.down_proj [E, L, F]. Each of myriad's tensors is a slice of them.
+bool add_fused(Adapted& a, const Checkpoint& ck, const ParamSpec& spec, const ModelConfig& c) {
+  const std::string& n = spec.name;
+  for (const char* prefix : {"", "language_model."}) {
+    for (int which = 0; which < 3; ++which) {
+      const std::string part = std::string(".") + "qkv"[which] + "_conv1d.weight";
+      if (!ends_with(n, part)) continue;
+      const std::string fused = prefix + n.substr(0, n.size() - part.size()) + ".conv1d.weight";
+      if (!ck.contains(fused)) continue;
+      const int64_t rows = spec.shape[0];
+      const Shape& s = ck.shape(fused);
+      MYRIAD_REQUIRE(s.size() == 3 && s[0] == 3 * rows && s[1] == 1 && s[2] == spec.shape[2], kFormat, ck.path(),
+                     ": fused conv ", fused, " is ", shape_str(s), "; the config needs [", 3 * rows, ", 1, ",
+                     spec.shape[2], "] (q | k | v)");
+      a.changed = true;
+      note_layout(a, "transformers kimi_linear");
+      a.views.push_back({n, ck.dtype(fused), spec.shape, [fused, which, rows](const Checkpoint& b) {
+                           return b.tensor(fused).slice(0, which * rows, (which + 1) * rows);
+                         }});
+      return true;
+    }
+    const size_t e_at = n.find(".block_sparse_moe.experts.");
+    if (e_at == std::string::npos || c.num_experts <= 0) continue;
+    const std::string base = prefix + n.substr(0, e_at) + ".mlp.experts.";
+    const std::string rest = n.substr(e_at + std::string(".block_sparse_moe.experts.").size());  // "J.w1.weight"
+    const int64_t e = std::stoll(rest.substr(0, rest.find('.')));
+    const std::string w = rest.substr(rest.find('.') + 1);
+    const bool down = w == "w2.weight";
+    const std::string fused = base + (down ? "down_proj" : "gate_up_proj");
+    if (!ck.contains(fused)) continue;
+    const int64_t F = c.moe_intermediate_size, L = c.expert_width(), E = c.num_experts;
+    const Shape want = down ? Shape{E, L, F} : Shape{E, 2 * F, L};
+    MYRIAD_REQUIRE(ck.shape(fused) == want, kFormat, ck.path(), ": ", fused, " is ", shape_str(ck.shape(fused)),
+                   "; the config needs ", shape_str(want));
+    const int64_t r0 = w == "w3.weight" ? F : 0;  // up rows follow the gate rows
+    a.changed = true;
+    note_layout(a, "transformers kimi_linear");
+    a.views.push_back({n, ck.dtype(fused), spec.shape, [fused, e, down, r0, F](const Checkpoint& b) {
+                         const Tensor t = b.tensor(fused).select(0, e);
+                         return down ? t : t.slice(0, r0, r0 + F);
+                       }});
+    return true;
   }
   return false;
 }
@@ -158,7 +219,7 @@ bool add_quantized(Adapted& a, const Checkpoint& ck, const ParamSpec& spec) {
 Checkpoint adapt_checkpoint(const Checkpoint& ck, const ModelConfig& c) {
   Adapted a;
   for (const ParamSpec& spec : model_param_specs(c)) {
-    if (add_plain(a, ck, spec, c)) continue;
+    if (add_plain(a, ck, spec, c) || add_fused(a, ck, spec, c)) continue;
     add_quantized(a, ck, spec);  // absent in every form: left out, validation names it
   }
   if (!a.changed) return ck;
@@ -179,12 +240,6 @@ Checkpoint adapt_checkpoint(const Checkpoint& ck, const ModelConfig& c) {
 
 Checkpoint open_model_checkpoint(const std::string& dir, const ModelConfig& c) {
   return adapt_checkpoint(Checkpoint::open(dir), c);
-}
-
-std::string describe_checkpoint_layout(const Checkpoint& ck) {
-  if (!ck.is_view()) return "myriad";
-  const auto it = ck.metadata().find("myriad.layout");
-  return it == ck.metadata().end() ? "adapted" : it->second;
 }
 
 }  // namespace myriad

@@ -7,9 +7,13 @@
 //   K3           the same under "language_model." (K3's text tower; its vision_tower.* / mm_projector.* are not
 //                part of the text model and are left out)
 //   DeepSeek-V3  block_sparse_moe.* as mlp.*, routed experts' w1 / w3 / w2 as gate_proj / up_proj / down_proj
+//   transformers 5's kimi_linear (its own modeling code, not the remote one): f_a/f_b/b/g_a/g_b_proj as
+//                forget_gate_down / forget_gate_up / beta_proj / output_gate_down / output_gate_up, mlp.*, and two
+//                fused forms sliced: conv1d [2 HK + HV, 1, W] (q | k | v) and mlp.experts.gate_up_proj [E, 2F, L]
+//                (gate rows, then up rows) / mlp.experts.down_proj [E, L, F]
 // and per tensor the shapes those releases store:
-//   A_log        [H] as myriad, [1, 1, H, 1] (Kimi-Linear's remote code), or a flat [N >= H] whose first H are
-//                the heads (K3 pads it to the head dim)
+//   A_log        [H] as myriad, [1, 1, H, 1] (Kimi-Linear's remote code), [H, 1] (transformers), or a flat
+//                [N >= H] whose first H are the heads (K3 pads it to the head dim); dt_bias [HK] or [H, K]
 //   short convs  [HK, 1, W] as myriad, or [HK, W]
 //   a quantized linear weight W: myriad's W.qweight + W.qscale (myriad quantize), or compressed-tensors' MXFP4
 //                (K3's routed experts, as shipped): W_stem.weight_packed (U8 or I8 [out, in/2], two E2M1 codes a
@@ -35,9 +39,5 @@ Checkpoint adapt_checkpoint(const Checkpoint& ck, const ModelConfig& c);
 
 // Checkpoint::open(dir) then adapt_checkpoint: what every model loader uses.
 Checkpoint open_model_checkpoint(const std::string& dir, const ModelConfig& c);
-
-// "myriad" when ck is used as stored, else a short description of what was adapted ("K3 (language_model.),
-// 180 tensors, mxfp4 experts as stored"); for messages.
-std::string describe_checkpoint_layout(const Checkpoint& ck);
 
 }  // namespace myriad

@@ -221,6 +221,56 @@ void check_token_id(Obj& o, const std::string& key, const std::optional<int64_t>
   if (id && (*id < 0 || *id >= vocab)) o.fail(key, *id, str("must be a token id in 0..", vocab - 1, " (vocab_size)"));
 }
 
+// transformers 5's own kimi_linear config (KimiLinearConfig, a DeepseekV3Config): the layout as layer_types
+// ("linear_attention" = KDA, "full_attention" = MLA) and mlp_layer_types ("dense" then "sparse"), KDA sizes as
+// linear_num_key_heads / linear_key_head_dim / linear_conv_kernel_dim. Its modeling code fixes what the remote
+// code's config spells out: the unbounded softplus gate, the low-rank output gate, NoPE MLA, SwiGLU, no AttnRes.
+void parse_transformers_kimi_linear(Obj& o, ModelConfig& c) {
+  LinearAttnConfig la;
+  la.num_heads = o.int_or("linear_num_key_heads", 32);
+  la.head_dim = o.int_or("linear_key_head_dim", 128);
+  la.short_conv_kernel_size = o.int_or("linear_conv_kernel_dim", 4);
+  la.use_full_rank_gate = false;
+  o.positive("linear_num_key_heads", la.num_heads);
+  o.positive("linear_key_head_dim", la.head_dim);
+  o.positive("linear_conv_kernel_dim", la.short_conv_kernel_size);
+  for (const char* key : {"linear_num_value_heads", "linear_value_head_dim"})  // = the key heads' (KDA has K = V)
+    if (std::optional<int64_t> v = o.opt_int(key);
+        v && *v != (std::string(key) == "linear_num_value_heads" ? la.num_heads : la.head_dim))
+      o.fail(key, *v, "must equal the key heads' value (KDA has as many value heads as key heads, V = K)");
+  auto names = [&](const char* key) {
+    std::vector<std::string> out;
+    if (const json* a = o.opt_array(key))
+      for (size_t i = 0; i < a->size(); ++i) {
+        if (!(*a)[i].is_string()) o.fail(key, *a, "must be a list of strings");
+        out.push_back((*a)[i].get<std::string>());
+      }
+    if (!out.empty() && int64_t(out.size()) != c.num_hidden_layers)
+      o.fail(key, *o.find(key), str("must have num_hidden_layers (", c.num_hidden_layers, ") entries"));
+    return out;
+  };
+  const std::vector<std::string> layers = names("layer_types");
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    // transformers' default: full attention every 4th layer after the first.
+    const std::string t =
+        layers.empty() ? (l && l % 4 == 0 ? "full_attention" : "linear_attention") : layers[size_t(l)];
+    if (t == "linear_attention")
+      la.kda_layers.push_back(l + 1);
+    else if (t == "full_attention")
+      la.full_attn_layers.push_back(l + 1);
+    else
+      o.fail("layer_types", t, "entries are \"linear_attention\" or \"full_attention\"");
+  }
+  c.linear_attn_config = la;
+  const std::vector<std::string> mlp = names("mlp_layer_types");
+  c.first_k_dense_replace = mlp.empty() ? 1 : 0;  // transformers' default: one dense layer first
+  while (c.first_k_dense_replace < int64_t(mlp.size()) && mlp[size_t(c.first_k_dense_replace)] == "dense")
+    ++c.first_k_dense_replace;
+  for (size_t l = size_t(c.first_k_dense_replace); l < mlp.size(); ++l)
+    if (mlp[l] != "sparse")
+      o.fail_unsupported("mlp_layer_types", mlp[l], "myriad runs dense layers first, then MoE (\"sparse\") layers");
+}
+
 // The text model. `o` is the top level (flat) or text_config (nested).
 void parse_text(Obj& o, ModelConfig& c) {
   // Identity.
@@ -237,6 +287,14 @@ void parse_text(Obj& o, ModelConfig& c) {
     c.model_type = "deepseek_v3";
     c.hidden_act = HiddenAct::kSilu;
     c.rope_interleave = true;
+  }
+  // transformers 5's own kimi_linear config (no linear_attn_config; see parse_transformers_kimi_linear): its
+  // modeling code runs SwiGLU and NoPE MLA, without AttnRes.
+  const bool transformers_native =
+      !deepseek && !o.present("linear_attn_config") && (o.present("layer_types") || o.present("linear_num_key_heads"));
+  if (transformers_native) {
+    c.hidden_act = HiddenAct::kSilu;
+    c.mla_use_nope = true;
   }
 
   // Sizes.
@@ -265,8 +323,10 @@ void parse_text(Obj& o, ModelConfig& c) {
   if (const json* la = o.opt_object("linear_attn_config")) {
     Obj lo(*la, o.path("linear_attn_config"), o.source());
     c.linear_attn_config = parse_linear_attn(lo, c.num_hidden_layers);
+  } else if (transformers_native) {
+    parse_transformers_kimi_linear(o, c);
   }
-  c.first_k_dense_replace = o.int_or("first_k_dense_replace", 0);
+  if (!transformers_native) c.first_k_dense_replace = o.int_or("first_k_dense_replace", 0);
   if (c.first_k_dense_replace < 0 || c.first_k_dense_replace > c.num_hidden_layers) {
     o.fail("first_k_dense_replace", c.first_k_dense_replace,
            str("must lie in 0..num_hidden_layers (", c.num_hidden_layers, ")"));
@@ -408,7 +468,8 @@ void parse_text(Obj& o, ModelConfig& c) {
   o.positive("router_init_std", c.router_init_std);
 
   // AttnRes.
-  const std::string mode = o.choice_or("attn_res_mode", deepseek ? "none" : "block", {"block", "skip", "none"});
+  const std::string mode =
+      o.choice_or("attn_res_mode", deepseek || transformers_native ? "none" : "block", {"block", "skip", "none"});
   c.attn_res_mode = mode == "block" ? AttnResMode::kBlock : mode == "skip" ? AttnResMode::kSkip : AttnResMode::kNone;
   if (c.attn_res_mode == AttnResMode::kNone) {
     c.attn_res_block_size = o.int_or("attn_res_block_size", 1);

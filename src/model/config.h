@@ -43,6 +43,10 @@
 // moe_router_activation_func, n_group = num_expert_group, which for deepseek_v3 means group-limited routing, refused
 // when > 1), and its defaults differ where its config is silent: hidden_act silu, attn_res_mode none,
 // rope_interleave true (rope_interleave: RoPE on pairs (2i, 2i + 1) instead of (i, i + Dr/2)).
+// model_type "kimi_linear" without linear_attn_config but with layer_types or linear_num_key_heads is transformers 5's
+// own KimiLinearConfig: layer_types ("linear_attention" | "full_attention"), mlp_layer_types ("dense" then
+// "sparse"), linear_num_key_heads / linear_key_head_dim / linear_conv_kernel_dim, and its code's fixed choices
+// (softplus gate, low-rank output gate, NoPE MLA, silu, no AttnRes).
 // Allowed strings: hidden_act "situ" | "silu"; moe_router_activation_func "sigmoid" | "softmax"; topk_method
 // "noaux_tc" | "greedy" (read into the enums HiddenAct, RouterActivation, TopkMethod); rope_scaling.type "yarn". Not
 // supported (kUnsupported): use_grouped_topk with num_expert_group > 1. num_nextn_predict_layers > 0 (MTP) is accepted

@@ -11,13 +11,17 @@ its weights rounded to bf16 (kept f32): the REFERENCE. The same numbers are then
                the short convs [HK, W], plus vision_tower.* / mm_projector.* tensors the text model must ignore
   Kimi-Linear  Moonshot's release: flat kimi_linear config without gate_lower_bound (the softplus gate), bf16,
                A_log [1, 1, H, 1], the low-rank output gate
+  transformers transformers 5's own kimi_linear (its modular code, as opposed to Moonshot's remote code): the
+               KimiLinearConfig names (layer_types, mlp_layer_types, linear_num_key_heads, ...), KDA projections
+               forget_gate_* / beta_proj / output_gate_*, one fused conv1d, experts fused as
+               mlp.experts.gate_up_proj [E, 2F, D] / down_proj [E, D, F], A_log [H, 1], dt_bias [H, K]
   DeepSeek-V3  model_type deepseek_v3 with DeepSeek's field names (n_routed_experts, num_experts_per_tok,
                n_shared_experts, norm_topk_prob, scoring_func, n_group, topk_method), mlp.* names and experts'
                gate_proj / up_proj / down_proj, and the RoPE rows of q_b_proj and kv_a_proj_with_mqa stored
                interleaved (pairs 2i, 2i+1) as DeepSeek's checkpoints are, where the reference rotates halves
 Checks:
   - `myriad logits` (the training forward: views, bf16 widened) on each equals `myriad logits` on the reference:
-    bit for bit for K3 and Kimi-Linear (the same f32 numbers through the same code), and within 1e-5 of the
+    bit for bit for K3, Kimi-Linear and transformers (the same f32 numbers through the same code), and within 1e-5 of the
     logits' scale for DeepSeek-V3 (the interleaved pairs sum q.k in another order: f32 reassociation only);
   - the serving path: `myriad generate` (greedy, 24 tokens) gives the same text on each as on the reference;
   - K3's MXFP4 routed experts read as stored: `myriad quantize --type mxfp4 --only experts` of the reference, its
@@ -203,6 +207,51 @@ pub = {k: (v.to(torch.bfloat16) if v.dim() >= 2 else v.reshape(1, 1, -1, 1) if k
        for k, v in W.items()}
 compare("Kimi-Linear layout (bf16, A_log [1, 1, H, 1], softplus gate)", ref_dir, publish("kimi-linear", kl, pub),
         exact=True)
+
+# ------------------------------------------------------------------------------------------------ transformers
+# transformers 5's own kimi_linear (its modular modeling code): KimiLinearConfig names, fused conv1d and experts.
+la = kl["linear_attn_config"]
+native_cfg = {k: v for k, v in kl.items() if k not in (
+    "linear_attn_config", "num_experts", "num_experts_per_token", "num_shared_experts", "moe_renormalize",
+    "first_k_dense_replace", "moe_layer_freq", "attn_res_mode", "mla_use_nope", "mla_use_output_gate", "balancing",
+    "activation_situ_beta", "activation_situ_linear_beta", "router_init_std", "moe_router_activation_func",
+    "topk_method", "media_placeholder_token_id")}
+native_cfg.update(
+    architectures=["KimiLinearForCausalLM"], linear_num_key_heads=la["num_heads"], linear_key_head_dim=la["head_dim"],
+    linear_conv_kernel_dim=la["short_conv_kernel_size"], linear_num_value_heads=la["num_heads"],
+    linear_value_head_dim=la["head_dim"], n_routed_experts=kl["num_experts"],
+    num_experts_per_tok=kl["num_experts_per_token"], n_shared_experts=kl["num_shared_experts"],
+    norm_topk_prob=kl["moe_renormalize"], n_group=1, topk_group=1,
+    layer_types=["linear_attention" if l + 1 in la["kda_layers"] else "full_attention"
+                 for l in range(kl["num_hidden_layers"])],
+    mlp_layer_types=["dense" if l < kl["first_k_dense_replace"] else "sparse" for l in range(kl["num_hidden_layers"])])
+native = {}
+E = kl["num_experts"]
+for k, v in W.items():
+    t = v.to(torch.bfloat16) if v.dim() >= 2 else v
+    if ".experts." in k or "_conv1d." in k:
+        continue
+    if k.endswith(".A_log"):
+        t = v.reshape(-1, 1)
+    if k.endswith(".dt_bias"):
+        t = v.reshape(la["num_heads"], la["head_dim"])
+    for a, b in ((".f_a_proj.", ".forget_gate_down."), (".f_b_proj.", ".forget_gate_up."), (".b_proj.", ".beta_proj."),
+                 (".g_a_proj.", ".output_gate_down."), (".g_b_proj.", ".output_gate_up.")):
+        if ".self_attn." in k:
+            k = k.replace(a, b)
+    native[k.replace(".block_sparse_moe.", ".mlp.")] = t
+for l in range(kl["num_hidden_layers"]):
+    p = f"model.layers.{l}."
+    if l + 1 in la["kda_layers"]:
+        native[p + "self_attn.conv1d.weight"] = torch.cat(
+            [W[p + f"self_attn.{x}_conv1d.weight"] for x in "qkv"]).to(torch.bfloat16)
+    if l >= kl["first_k_dense_replace"]:
+        e = p + "block_sparse_moe.experts."
+        native[p + "mlp.experts.gate_up_proj"] = torch.stack(
+            [torch.cat([W[e + f"{j}.w1.weight"], W[e + f"{j}.w3.weight"]]) for j in range(E)]).to(torch.bfloat16)
+        native[p + "mlp.experts.down_proj"] = torch.stack([W[e + f"{j}.w2.weight"] for j in range(E)]).to(torch.bfloat16)
+compare("transformers 5 kimi_linear layout (KimiLinearConfig names, fused conv1d and experts, A_log [H, 1], "
+        "dt_bias [H, K])", ref_dir, publish("kimi-linear-transformers", native_cfg, native), exact=True)
 
 # ------------------------------------------------------------------------------------------------ DeepSeek-V3
 ds_ref = json.loads(json.dumps(kl))
