@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "core/error.h"
+#include "deploy/layout_convert.h"
 #include "io/checkpoint.h"
 
 namespace {
@@ -76,6 +77,13 @@ int run_convert(const myriad::cli::Args& args) {
       myriad::throw_error(myriad::ErrorKind::kValue, "--dtype ", *d, ": must be one of f32, bf16, f16");
   }
 
+  if (const auto to = args.get("to")) {  // a model in another project's layout (a directory)
+    const myriad::LayoutConvertReport r = myriad::convert_model_layout(*in, *out, myriad::parse_layout_target(*to),
+                                                                       target.value_or(DType::kF32), args.has("force"));
+    std::printf("converted %s to the %s layout in %s: %lld tensors, %llu data bytes\n", in->c_str(), to->c_str(),
+                out->c_str(), static_cast<long long>(r.tensors), static_cast<unsigned long long>(r.bytes));
+    return 0;
+  }
   const myriad::Checkpoint ck = myriad::Checkpoint::open(*in);
   std::vector<myriad::TensorSpec> specs;
   uint64_t in_bytes = 0, out_bytes = 0;
@@ -106,9 +114,15 @@ int run_convert(const myriad::cli::Args& args) {
 
 }  // namespace
 
-MYRIAD_COMMAND("convert", "copy a safetensors file or checkpoint into one safetensors file, optionally casting",
-               "myriad convert --in PATH --out FILE [--dtype f32|bf16|f16]",
-               {{"in", "PATH", "input: a .safetensors file or a checkpoint directory"},
-                {"out", "FILE", "output .safetensors file (written atomically)"},
-                {"dtype", "f32|bf16|f16", "cast floating tensors to this type (integer tensors are unchanged)"}},
+MYRIAD_COMMAND("convert",
+               "copy a safetensors file or checkpoint into one safetensors file, optionally casting; or write a "
+               "model in transformers' kimi_linear or DeepSeek-V3 layout (--to)",
+               "myriad convert --in PATH --out FILE [--dtype f32|bf16|f16]\n"
+               "       myriad convert --in MODEL_DIR --out DIR --to transformers|deepseek-v3 [--dtype bf16] [--force]",
+               {{"in", "PATH", "input: a .safetensors file or a checkpoint directory (with --to: a model or run)"},
+                {"out", "FILE", "output .safetensors file, or with --to the output directory (written atomically)"},
+                {"dtype", "f32|bf16|f16", "cast floating tensors to this type (integer tensors are unchanged)"},
+                {"to", "LAYOUT",
+                 "transformers (kimi_linear) or deepseek-v3: config.json, model.safetensors, tokenizer/"},
+                {"force", "", "with --to: replace a non-empty output directory"}},
                run_convert);

@@ -20,6 +20,8 @@ its weights rounded to bf16 (kept f32): the REFERENCE. The same numbers are then
                gate_proj / up_proj / down_proj, and the RoPE rows of q_b_proj and kv_a_proj_with_mqa stored
                interleaved (pairs 2i, 2i+1) as DeepSeek's checkpoints are, where the reference rotates halves
 Checks:
+  - `myriad convert --to transformers|deepseek-v3` of the reference writes exactly those tensors (names, shapes, bf16
+    bits) and config fields, and reads back to the same logits; K3's features are refused with every reason;
   - `myriad logits` (the training forward: views, bf16 widened) on each equals `myriad logits` on the reference:
     bit for bit for K3, Kimi-Linear and transformers (the same f32 numbers through the same code), and within 1e-5 of the
     logits' scale for DeepSeek-V3 (the interleaved pairs sum q.k in another order: f32 reassociation only);
@@ -64,12 +66,17 @@ run("tokenizer", "train", "--data", os.path.join(work, "text.txt"), "--vocab", s
     tok_dir)
 
 
+def keep_f32(name):  # what published checkpoints keep in f32 (and myriad convert too)
+    return name.endswith((".A_log", ".dt_bias", ".e_score_correction_bias"))
+
+
 def reference(name, cfg, seed):
-    """kimi_ref's random weights for cfg, rounded to bf16, saved f32 in myriad's layout; returns (dir, weights)."""
+    """kimi_ref's random weights for cfg, rounded to bf16 (but keep_f32's), saved f32 in myriad's layout; returns
+    (dir, weights)."""
     d = os.path.join(work, name + "-reference")
     os.makedirs(d)
     W = R.init_weights(R.Config(cfg), seed=seed, std=0.08)
-    W = {k: v.to(torch.bfloat16).to(torch.float32) if v.dim() >= 2 else v.float() for k, v in W.items()}
+    W = {k: v.float() if keep_f32(k) else v.to(torch.bfloat16).to(torch.float32) for k, v in W.items()}
     save_file({k: v.contiguous() for k, v in W.items()}, os.path.join(d, "model.safetensors"))
     json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=1)
     shutil.copytree(tok_dir, os.path.join(d, "tokenizer"))
@@ -253,6 +260,44 @@ for l in range(kl["num_hidden_layers"]):
 compare("transformers 5 kimi_linear layout (KimiLinearConfig names, fused conv1d and experts, A_log [H, 1], "
         "dt_bias [H, K])", ref_dir, publish("kimi-linear-transformers", native_cfg, native), exact=True)
 
+
+
+def check_converted(name, ref_dir, target, want_tensors, want_config, exact):
+    """`myriad convert --to target --dtype bf16` of the reference: exactly the tensors this script wrote for the
+    layout (names, shapes, bf16 bits), the config fields it wrote, and the reference's logits when read back."""
+    out = os.path.join(work, f"{name}-converted")
+    run("convert", "--in", ref_dir, "--out", out, "--to", target, "--dtype", "bf16")
+    with safe_open(os.path.join(out, "model.safetensors"), "pt") as f:
+        got = {k: f.get_tensor(k) for k in f.keys()}
+    same_names = set(got) == set(want_tensors)
+    check(same_names, f"{name}: convert --to {target} writes the layout's {len(want_tensors)} tensor names" +
+          ("" if same_names else f": extra {sorted(set(got) - set(want_tensors))[:3]}, missing "
+           f"{sorted(set(want_tensors) - set(got))[:3]}"))
+    def as_stored(k, t):
+        return t.float() if keep_f32(k) else t.to(torch.bfloat16)
+
+    bad = [k for k in want_tensors if k in got and not (got[k].dtype == as_stored(k, want_tensors[k]).dtype and
+                                                         got[k].shape == want_tensors[k].shape and
+                                                         torch.equal(got[k], as_stored(k, want_tensors[k])))]
+    check(not bad, f"{name}: every tensor's shape, dtype (bf16; A_log, dt_bias, correction bias f32) and values as "
+          f"the layout stores them {bad[:3]}")
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    diff = {k: (cfg.get(k), v) for k, v in want_config.items() if cfg.get(k) != v}
+    check(not diff, f"{name}: config.json has the layout's fields {list(diff.items())[:3]}")
+    compare(f"{name} written by convert, read back", ref_dir, out, exact)
+
+
+check_converted("transformers kimi_linear", ref_dir, "transformers", native,
+                {k: native_cfg[k] for k in ("model_type", "layer_types", "mlp_layer_types", "linear_num_key_heads",
+                                            "linear_key_head_dim", "linear_conv_kernel_dim", "n_routed_experts",
+                                            "num_experts_per_tok", "n_shared_experts", "norm_topk_prob",
+                                            "kv_lora_rank", "q_lora_rank", "moe_intermediate_size")}, exact=True)
+p = run("convert", "--in", os.path.join(work, "k3-reference"), "--out", os.path.join(work, "k3-tf"), "--to",
+        "transformers", ok=False)
+check(p.returncode != 0 and all(x in p.stderr for x in ("AttnRes", "latent MoE", "SiTU", "bounded KDA gate"))
+      and not os.path.exists(os.path.join(work, "k3-tf")),
+      f"convert --to transformers of K3's features: refused with every reason ({p.stderr.strip()[:100]}...)")
+
 # ------------------------------------------------------------------------------------------------ DeepSeek-V3
 ds_ref = json.loads(json.dumps(kl))
 ds_ref.pop("linear_attn_config")
@@ -298,5 +343,9 @@ p = run("logits", "--model", publish("deepseek-v3-grouped", ds_grouped, pub), "-
         os.path.join(work, "y.safetensors"), ok=False)
 check(p.returncode != 0 and "n_group" in p.stderr, f"deepseek_v3 with n_group 2 (group-limited routing) refused: "
       f"{p.stderr.strip()[:120]}")
+check_converted("DeepSeek-V3", ref_dir, "deepseek-v3", pub,
+                {k: ds[k] for k in ("model_type", "n_routed_experts", "num_experts_per_tok", "n_shared_experts",
+                                    "norm_topk_prob", "scoring_func", "first_k_dense_replace", "qk_rope_head_dim")},
+                exact=False)
 
 check.finish("checkpoint layouts")
