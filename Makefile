@@ -2,7 +2,7 @@
 # Each installs the Debian packages it needs first (scripts/deps.sh skips what is present).
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo demo-agent test test-release test-sanitize test-tsan test-fuzz fuzz python cuda format clean
+.PHONY: all deps build demo demo-agent test test-release test-sanitize test-tsan test-fuzz fuzz python interop-llama cuda format clean
 
 all: build
 
@@ -69,6 +69,14 @@ python:
 	@cmake --preset release >/dev/null
 	@cmake --build --preset release --target myriad_python -j $(JOBS)
 	@echo "built build/release/python/: PYTHONPATH=build/release/python python3 -c 'import myriad'"
+
+# Optional: GGUF files from `myriad export gguf` run by llama.cpp itself (llama-cpp-python, compiled from PyPI's
+# source into build/pyenv: ~10 minutes on 2 cores, so not part of `make test`), logits against myriad's.
+interop-llama: build
+	@bash scripts/deps.sh test
+	@build/pyenv/bin/python -c "import llama_cpp" 2>/dev/null || \
+	  CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) build/pyenv/bin/pip install -q --no-deps llama-cpp-python==0.3.36
+	@build/pyenv/bin/python tests/interop/gguf_llama_cpp.py build/release/myriad . build/release/gguf-llama
 
 cuda:
 	@cmake --preset cuda >/dev/null

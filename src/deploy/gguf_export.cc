@@ -180,7 +180,11 @@ class Exporter {
 
   void moe(const std::string& p, const std::string& b) {
     copy(b + "ffn_gate_inp.weight", p + "gate.weight", false);
-    if (c_.topk_method == TopkMethod::kNoauxTc) copy(b + "exp_probs_b.bias", p + "gate.e_score_correction_bias", false);
+    if (c_.topk_method == TopkMethod::kNoauxTc)
+      copy(b + "exp_probs_b.bias", p + "gate.e_score_correction_bias", false);
+    else if (arch_ == GgufArch::kKimiLinear)  // llama.cpp's kimi-linear requires the bias; zero selects as greedy
+      tensor(b + "exp_probs_b.bias", {c_.num_experts}, false,
+             [n = c_.num_experts] { return std::vector<float>(size_t(n), 0.0f); });
     const int64_t E = c_.num_experts;
     for (const auto& [gguf, hf] : {std::pair{"ffn_gate_exps", "w1"}, {"ffn_up_exps", "w3"}, {"ffn_down_exps", "w2"}}) {
       const std::string first = p + "experts.0." + hf + ".weight";
@@ -323,8 +327,14 @@ GgufArch gguf_arch_for(const ModelConfig& c) {
       why.push_back("the bounded KDA gate (gate_lower_bound; kimi-linear computes the unbounded softplus gate)");
     if (la.use_full_rank_gate) why.push_back("the full-rank KDA output gate (use_full_rank_gate; only ssm_g_a/g_b)");
     if (c.num_mla_layers() > 0 && !c.mla_use_nope) why.push_back("RoPE on MLA (kimi-linear's MLA is NoPE)");
+    if (c.num_mla_layers() > 0 && c.q_lora_rank)
+      why.push_back("a low-rank MLA query (q_lora_rank; llama.cpp's kimi-linear reads q_proj only, as Kimi-Linear)");
     if (c.num_moe_layers() > 0 && c.moe_router_activation_func != RouterActivation::kSigmoid)
       why.push_back("softmax routing (kimi-linear routes with sigmoid scores)");
+    if (c.num_moe_layers() > 0 && (!c.moe_renormalize || c.num_experts_per_token < 2))
+      why.push_back(
+          "unnormalized expert weights (moe_renormalize false, or top-1 routing: kimi-linear always "
+          "renormalizes the chosen experts' weights)");
   } else if (c.mla_use_nope) {
     why.push_back("NoPE MLA without KDA layers (deepseek2 applies RoPE; kimi-linear needs KDA layers)");
   }

@@ -20,7 +20,9 @@
 // MoE (routed_expert_hidden_size), SiTU-GLU (hidden_act situ; llama.cpp runs SwiGLU), the MLA output gate, MoE
 // layers not contiguous after the leading dense ones (moe_layer_freq != 1); for kimi-linear also the bounded KDA
 // gate (gate_lower_bound: llama.cpp computes fla's unbounded softplus gate), the full-rank KDA output gate
-// (g_proj: the format has only the low-rank ssm_g_a / ssm_g_b), RoPE on MLA, softmax routing; for deepseek2 also
+// (g_proj: the format has only the low-rank ssm_g_a / ssm_g_b), RoPE on MLA, q_lora_rank (llama.cpp's kimi-linear
+// loads q_proj only, as Kimi-Linear has it), softmax routing, unnormalized expert
+// weights (llama.cpp's kimi-linear always renormalizes; a greedy router gets a zero exp_probs_b); for deepseek2 also
 // NoPE MLA. A quantized myriad checkpoint (myriad quantize) is refused too: export from the plain one.
 //
 // The vocabulary: myriad's SentencePiece as llama.cpp's "llama" tokenizer (pieces, scores, token types: byte

@@ -49,7 +49,7 @@ tiny = json.load(open(os.path.join(root, "configs", "tiny.json")))
 
 def kimi_linear_config():
     c = json.loads(json.dumps(tiny))
-    c.update(hidden_act="silu", attn_res_mode="none", mla_use_output_gate=False)
+    c.update(hidden_act="silu", attn_res_mode="none", mla_use_output_gate=False, q_lora_rank=None)
     for k in ("attn_res_block_size", "routed_expert_hidden_size", "latent_moe_use_norm"):
         c.pop(k)
     c["linear_attn_config"].pop("gate_lower_bound")  # the unbounded softplus gate

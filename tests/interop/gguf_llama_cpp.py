@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Optional: a GGUF file written by `myriad export gguf`, run by llama.cpp itself (llama-cpp-python), against
+myriad's own logits on the same tokens.
+
+usage: gguf_llama_cpp.py MYRIAD_BINARY REPO_ROOT WORK_DIR      (needs `import llama_cpp`; exits 0 with a note when
+                                                               it is missing: `make interop-llama` builds it)
+
+llama-cpp-python compiles llama.cpp from source (about 10 minutes on 2 cores), too long for `make test`; the
+version it vendors has llama.cpp's kimi-linear and deepseek2 architectures. For each arch: a random model in the
+shape the format carries (`myriad init`, a trained myriad tokenizer), exported as f32 and q8_0; llama.cpp's logits
+(f32 KV cache) for every position of the prompt against `myriad logits` (the training forward). Tolerances: f32
+files within 1e-5 of the logits' scale (two f32 implementations with different op orders and chunking: measured
+2.9e-6 kimi-linear, 4.4e-7 deepseek2; a wrong tensor layout, RoPE pairing, gate or routing is off by O(1e-2) or
+more). q8_0 files are a smoke check only, against the f32 logits: within 1e-1 of the scale and 80% argmax agreement
+(the weights themselves move by the block format's rounding, and a random tiny model has near-ties; measured
+4-5e-2 and 89-100%).
+"""
+
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from interop_checks import Checks, myriad_runner  # noqa: E402
+
+try:
+    import llama_cpp
+except ImportError:
+    print("llama_cpp is not installed (make interop-llama builds it); skipped")
+    sys.exit(0)
+
+from safetensors.numpy import load_file  # noqa: E402
+
+myriad, root, work = sys.argv[1:4]
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+check = Checks()
+run = myriad_runner(myriad)
+
+tiny = json.load(open(os.path.join(root, "configs", "tiny.json")))
+
+
+def kimi_linear():
+    c = json.loads(json.dumps(tiny))
+    # rms_norm_eps 1e-6: llama.cpp normalizes the MLA latents (q_a / kv_a layernorms) with rms_norm_eps, where the
+    # modeling code (and myriad) use 1e-6; with tiny.json's 1e-5 its logits differ by ~7e-4 of their scale for
+    # that reason alone (measured), which would hide a real difference below it.
+    c.update(hidden_act="silu", attn_res_mode="none", mla_use_output_gate=False, q_lora_rank=None, rms_norm_eps=1e-6)
+    for k in ("attn_res_block_size", "routed_expert_hidden_size", "latent_moe_use_norm"):
+        c.pop(k)
+    c["linear_attn_config"].pop("gate_lower_bound")
+    c["linear_attn_config"]["use_full_rank_gate"] = False
+    return c
+
+
+def deepseek2():
+    c = kimi_linear()
+    c.pop("linear_attn_config")
+    c.update(mla_use_nope=False, rope_theta=10000.0, num_experts_per_token=3, q_lora_rank=32)
+    return c
+
+
+text = open(os.path.join(root, "README.md"), encoding="utf-8").read()
+open(os.path.join(work, "text.txt"), "w").write(text)
+run("tokenizer", "train", "--data", os.path.join(work, "text.txt"), "--vocab", "512", "--out", os.path.join(work, "tok"))
+tokens = [int(x.split("\t")[0]) for x in run("tokenizer", "encode", "--tokenizer", os.path.join(work, "tok"),
+                                             "--pieces", "--text", "The model reads the tensors of a folder")
+          .stdout.splitlines() if "\t" in x][:24]
+
+for arch, cfg in (("kimi-linear", kimi_linear()), ("deepseek2", deepseek2())):
+    d = os.path.join(work, arch)
+    os.makedirs(d)
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    run("init", "--config", os.path.join(d, "config.json"), "--out", os.path.join(d, "model"), "--seed", "3")
+    shutil.copytree(os.path.join(work, "tok"), os.path.join(d, "model", "tokenizer"))
+    out = os.path.join(d, "logits.safetensors")
+    run("logits", "--model", os.path.join(d, "model"), "--tokens", ",".join(map(str, tokens)), "--out", out)
+    mine = load_file(out)["logits"].astype(np.float64)
+    for qtype, tol, min_agree in (("f32", 1e-5, 1.0), ("q8_0", 1e-1, 0.8)):
+        f = os.path.join(d, f"model-{qtype}.gguf")
+        run("export", "gguf", "--model", os.path.join(d, "model"), "--out", f, "--type", qtype)
+        try:
+            llm = llama_cpp.Llama(model_path=f, n_ctx=64, n_batch=64, logits_all=True, verbose=False, n_threads=2,
+                                  type_k=0, type_v=0)  # an f32 KV cache (GGML_TYPE_F32), not the default f16
+        except Exception as e:  # noqa: BLE001 - report llama.cpp's refusal as the failure it is
+            check(False, f"{arch} {qtype}: llama.cpp loads the file ({e})")
+            continue
+        check(True, f"{arch} {qtype}: llama.cpp loads the file")
+        llm.eval(tokens)
+        theirs = np.array(llm.scores[: len(tokens)], dtype=np.float64)
+        err = float(np.max(np.abs(theirs - mine))) / float(np.max(np.abs(mine)))
+        agree = float(np.mean(np.argmax(theirs, 1) == np.argmax(mine, 1)))
+        check(err <= tol and agree >= min_agree, f"{arch} {qtype}: llama.cpp's logits vs myriad's, {len(tokens)} positions: "
+              f"max error {err:.1e} of the scale (bound {tol:g}), argmax agreement {agree:.0%}")
+        del llm
+
+check.finish("gguf in llama.cpp")
