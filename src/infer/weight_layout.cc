@@ -186,7 +186,8 @@ bool add_quantized(Adapted& a, const Checkpoint& ck, const ParamSpec& spec) {
     if (ck.contains(qw) && ck.contains(qs)) {
       note_layout(a, cand.layout);
       for (const auto& [from, to] : {std::pair{qw, spec.name + kQWeight}, std::pair{qs, spec.name + kQScale}})
-        a.views.push_back({to, ck.dtype(from), ck.shape(from), [from](const Checkpoint& b) { return b.tensor(from); }});
+        a.views.push_back(
+            {to, ck.dtype(from), ck.shape(from), [src = from](const Checkpoint& b) { return b.tensor(src); }});
       return true;
     }
     if (!ends_with(cand.name, ".weight")) continue;
