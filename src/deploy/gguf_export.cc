@@ -87,15 +87,36 @@ class Exporter {
   void run() {
     copy("token_embd.weight", "model.embed_tokens.weight", true);
     for (int64_t l = 0; l < c_.num_hidden_layers; ++l) layer(l);
+    if (k3_attn_res()) res_score("output_res_score.weight", "model.output_attn_res_");
     copy("output_norm.weight", "model.norm.weight", false);
-    if (!c_.tie_word_embeddings) copy("output.weight", "lm_head.weight", true);
+    // kimi-k3 requires output.weight; the others fall back to token_embd for tied embeddings
+    if (!c_.tie_word_embeddings)
+      copy("output.weight", "lm_head.weight", true);
+    else if (arch_ == GgufArch::kKimiK3)
+      copy("output.weight", "model.embed_tokens.weight", true);
   }
 
   GgufExportReport report;
 
  private:
+  bool k3_attn_res() const { return arch_ == GgufArch::kKimiK3 && c_.attn_res_mode == AttnResMode::kBlock; }
+
+  // An AttnRes query: llama.cpp's kimi-k3 scores with the product of its norm weight and projection (one [D]).
+  void res_score(const std::string& gguf, const std::string& hf_prefix) {
+    tensor(gguf, {c_.hidden_size}, false, [this, hf_prefix] {
+      std::vector<float> w = read_f32(ck_, hf_prefix + "norm.weight");
+      const std::vector<float> proj = read_f32(ck_, hf_prefix + "proj.weight");
+      for (size_t i = 0; i < w.size(); ++i) w[i] *= proj[i];
+      return w;
+    });
+  }
+
   void layer(int64_t l) {
     const std::string p = "model.layers." + std::to_string(l) + ".", b = "blk." + std::to_string(l) + ".";
+    if (k3_attn_res()) {
+      res_score(b + "attn_res_score.weight", p + "self_attention_res_");
+      res_score(b + "ffn_res_score.weight", p + "mlp_res_");
+    }
     copy(b + "attn_norm.weight", p + "input_layernorm.weight", false);
     if (c_.mixer(l) == Mixer::kKda)
       kda(p + "self_attn.", b);
@@ -117,7 +138,9 @@ class Exporter {
       const int64_t W = ck_.shape(hf).back();
       tensor(b + "ssm_conv1d_" + x + ".weight", {W, 1, H * K, 1}, false, [this, hf] { return read_f32(ck_, hf); });
     }
-    tensor(b + "ssm_a", {1, H, 1, 1}, false, [this, hf = p + "A_log"] {
+    // kimi-k3 stores A_log's heads as a plain [H]; kimi-linear keeps its checkpoint's [1, 1, H, 1]
+    std::vector<int64_t> a_ne = arch_ == GgufArch::kKimiK3 ? std::vector<int64_t>{H} : std::vector<int64_t>{1, H, 1, 1};
+    tensor(b + "ssm_a", std::move(a_ne), false, [this, hf = p + "A_log"] {
       std::vector<float> a = read_f32(ck_, hf);
       for (float& x : a) x = -std::exp(x);
       return a;
@@ -126,8 +149,12 @@ class Exporter {
     copy(b + "ssm_f_b.weight", p + "f_b_proj.weight", true);
     copy(b + "ssm_dt.bias", p + "dt_bias", false);
     copy(b + "ssm_beta.weight", p + "b_proj.weight", true);
-    copy(b + "ssm_g_a.weight", p + "g_a_proj.weight", true);
-    copy(b + "ssm_g_b.weight", p + "g_b_proj.weight", true);
+    if (c_.linear_attn_config->use_full_rank_gate) {
+      copy(b + "ssm_g.weight", p + "g_proj.weight", true);
+    } else {
+      copy(b + "ssm_g_a.weight", p + "g_a_proj.weight", true);
+      copy(b + "ssm_g_b.weight", p + "g_b_proj.weight", true);
+    }
     copy(b + "ssm_norm.weight", p + "o_norm.weight", false);
     copy(b + "attn_output.weight", p + "o_proj.weight", true);
   }
@@ -175,6 +202,7 @@ class Exporter {
         std::memcpy(&out[size_t(h * Dv * C)], &w[size_t((h * (Dn + Dv) + Dn) * C)], size_t(Dv * C) * sizeof(float));
       return out;
     });
+    if (c_.mla_use_output_gate) copy(b + "attn_gate.weight", p + "g_proj.weight", true);
     copy(b + "attn_output.weight", p + "o_proj.weight", true);
   }
 
@@ -182,7 +210,7 @@ class Exporter {
     copy(b + "ffn_gate_inp.weight", p + "gate.weight", false);
     if (c_.topk_method == TopkMethod::kNoauxTc)
       copy(b + "exp_probs_b.bias", p + "gate.e_score_correction_bias", false);
-    else if (arch_ == GgufArch::kKimiLinear)  // llama.cpp's kimi-linear requires the bias; zero selects as greedy
+    else if (arch_ != GgufArch::kDeepSeek2)  // llama.cpp's kimi-* require the bias; zero selects as greedy
       tensor(b + "exp_probs_b.bias", {c_.num_experts}, false,
              [n = c_.num_experts] { return std::vector<float>(size_t(n), 0.0f); });
     const int64_t E = c_.num_experts;
@@ -201,6 +229,11 @@ class Exporter {
         }
         return out;
       });
+    }
+    if (c_.routed_expert_hidden_size) {  // latent MoE (kimi-k3 only): experts run at width L between these
+      copy(b + "ffn_routed_down.weight", p + "routed_expert_down_proj.weight", true);
+      copy(b + "ffn_routed_up.weight", p + "routed_expert_up_proj.weight", true);
+      if (c_.latent_moe_use_norm) copy(b + "ffn_routed_norm.weight", p + "routed_expert_norm.weight", false);
     }
     if (c_.num_shared_experts > 0)
       for (const char* w : {"gate", "up", "down"})
@@ -224,7 +257,7 @@ void write_hparams(const ModelConfig& c, GgufArch arch, GgufWriter& w) {
   u32("feed_forward_length", c.intermediate_size);
   u32("block_count", c.num_hidden_layers);
   u32("attention.head_count", c.num_attention_heads);
-  if (arch == GgufArch::kKimiLinear) {  // MQA-shaped MLA layers (1), KDA layers 0
+  if (arch != GgufArch::kDeepSeek2) {  // MQA-shaped MLA layers (1), KDA layers 0
     std::vector<int32_t> kv(size_t(c.num_hidden_layers));
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) kv[size_t(l)] = c.mixer(l) == Mixer::kMla ? 1 : 0;
     w.add_i32_array(a + ".attention.head_count_kv", kv);
@@ -236,7 +269,7 @@ void write_hparams(const ModelConfig& c, GgufArch arch, GgufWriter& w) {
   if (c.q_lora_rank) u32("attention.q_lora_rank", *c.q_lora_rank);
   u32("attention.kv_lora_rank", c.kv_lora_rank);
   u32("attention.key_length", c.kv_lora_rank + c.qk_rope_head_dim);
-  if (arch == GgufArch::kDeepSeek2) u32("attention.value_length", c.kv_lora_rank);
+  if (arch != GgufArch::kKimiLinear) u32("attention.value_length", c.kv_lora_rank);
   u32("attention.key_length_mla", c.qk_nope_head_dim + c.qk_rope_head_dim);
   u32("attention.value_length_mla", c.v_head_dim);
   u32("rope.dimension_count", c.qk_rope_head_dim);
@@ -260,9 +293,19 @@ void write_hparams(const ModelConfig& c, GgufArch arch, GgufWriter& w) {
     w.add_bool(a + ".expert_weights_norm", c.moe_renormalize && c.num_experts_per_token > 1);
     u32("expert_gating_func", c.moe_router_activation_func == RouterActivation::kSigmoid ? 2 : 1);
   }
-  if (arch == GgufArch::kKimiLinear && c.num_kda_layers() > 0) {
+  if (arch != GgufArch::kDeepSeek2 && c.num_kda_layers() > 0) {
     u32("ssm.conv_kernel", c.linear_attn_config->short_conv_kernel_size);
     u32("kda.head_dim", c.linear_attn_config->head_dim);
+  }
+  if (arch == GgufArch::kKimiK3) {
+    if (!std::isinf(c.linear_attn_config->gate_lower_bound))  // absent: the softplus gate
+      w.add_f32(a + ".kda.gate_lower_bound", float(c.linear_attn_config->gate_lower_bound));
+    if (c.routed_expert_hidden_size) u32("expert_latent_length", *c.routed_expert_hidden_size);
+    u32("attn_res.block_size", c.attn_res_mode == AttnResMode::kBlock ? c.attn_res_block_size : 0);
+    w.add_f32(a + ".activation.situ_beta", float(c.activation_situ_beta));
+    // llama.cpp: a linear beta <= 0 leaves the up branch unclamped (myriad's null, +infinity)
+    w.add_f32(a + ".activation.situ_linear_beta",
+              std::isinf(c.activation_situ_linear_beta) ? 0.0f : float(c.activation_situ_linear_beta));
   }
 }
 
@@ -305,45 +348,92 @@ void write_vocabulary(const Tokenizer& tok, const ModelConfig& c, GgufWriter& w)
 }  // namespace
 
 const char* gguf_arch_name(GgufArch a) {
-  return a == GgufArch::kKimiLinear ? "kimi-linear" : "deepseek2";
+  switch (a) {
+    case GgufArch::kKimiLinear:
+      return "kimi-linear";
+    case GgufArch::kKimiK3:
+      return "kimi-k3";
+    case GgufArch::kDeepSeek2:
+      break;
+  }
+  return "deepseek2";
 }
 
-GgufArch gguf_arch_for(const ModelConfig& c) {
-  const GgufArch arch = c.num_kda_layers() > 0 ? GgufArch::kKimiLinear : GgufArch::kDeepSeek2;
+namespace {
+
+// What each architecture cannot carry of a config, one reason each (empty: it carries the model).
+std::vector<std::string> gaps(const ModelConfig& c, GgufArch arch) {
   std::vector<std::string> why;
-  if (c.attn_res_mode != AttnResMode::kNone)
-    why.push_back(std::string("AttnRes (attn_res_mode ") + attn_res_mode_name(c.attn_res_mode) + ")");
-  if (c.routed_expert_hidden_size) why.push_back("latent MoE (routed_expert_hidden_size)");
-  if (c.hidden_act == HiddenAct::kSitu) why.push_back("SiTU-GLU (hidden_act situ; llama.cpp runs SwiGLU, silu)");
-  if (c.num_mla_layers() > 0 && c.mla_use_output_gate) why.push_back("the MLA output gate (mla_use_output_gate)");
-  for (int64_t l = c.first_k_dense_replace; l < c.num_hidden_layers && c.num_moe_layers() > 0; ++l)
+  const bool moe = c.num_moe_layers() > 0, mla = c.num_mla_layers() > 0;
+  for (int64_t l = c.first_k_dense_replace; l < c.num_hidden_layers && moe; ++l)
     if (!c.is_moe_layer(l)) {
       why.push_back("dense layers after the first MoE layer (moe_layer_freq " + std::to_string(c.moe_layer_freq) + ")");
       break;
     }
-  if (arch == GgufArch::kKimiLinear) {
-    const LinearAttnConfig& la = *c.linear_attn_config;
-    if (!std::isinf(la.gate_lower_bound))
-      why.push_back("the bounded KDA gate (gate_lower_bound; kimi-linear computes the unbounded softplus gate)");
-    if (la.use_full_rank_gate) why.push_back("the full-rank KDA output gate (use_full_rank_gate; only ssm_g_a/g_b)");
-    if (c.num_mla_layers() > 0 && !c.mla_use_nope) why.push_back("RoPE on MLA (kimi-linear's MLA is NoPE)");
-    if (c.num_mla_layers() > 0 && c.q_lora_rank)
-      why.push_back("a low-rank MLA query (q_lora_rank; llama.cpp's kimi-linear reads q_proj only, as Kimi-Linear)");
-    if (c.num_moe_layers() > 0 && c.moe_router_activation_func != RouterActivation::kSigmoid)
-      why.push_back("softmax routing (kimi-linear routes with sigmoid scores)");
-    if (c.num_moe_layers() > 0 && (!c.moe_renormalize || c.num_experts_per_token < 2))
-      why.push_back(
-          "unnormalized expert weights (moe_renormalize false, or top-1 routing: kimi-linear always "
-          "renormalizes the chosen experts' weights)");
-  } else if (c.mla_use_nope) {
-    why.push_back("NoPE MLA without KDA layers (deepseek2 applies RoPE; kimi-linear needs KDA layers)");
+  if (arch == GgufArch::kDeepSeek2) {
+    if (c.attn_res_mode != AttnResMode::kNone)
+      why.push_back(std::string("AttnRes (attn_res_mode ") + attn_res_mode_name(c.attn_res_mode) + ")");
+    if (c.routed_expert_hidden_size) why.push_back("latent MoE (routed_expert_hidden_size)");
+    if (c.hidden_act == HiddenAct::kSitu) why.push_back("SiTU-GLU (hidden_act situ; deepseek2 runs SwiGLU, silu)");
+    if (mla && c.mla_use_output_gate) why.push_back("the MLA output gate (mla_use_output_gate)");
+    if (c.mla_use_nope) why.push_back("NoPE MLA without KDA layers (deepseek2 applies RoPE; kimi-* need KDA layers)");
+    return why;
   }
-  if (!why.empty()) {
-    std::string msg;
-    for (const std::string& s : why) msg += (msg.empty() ? "" : "; ") + s;
-    throw_error(ErrorKind::kUnsupported, c.source, ": GGUF ", gguf_arch_name(arch), " cannot carry: ", msg);
+  const LinearAttnConfig& la = *c.linear_attn_config;
+  // llama.cpp's kimi-* read one head count for the KDA and the MLA layers
+  if (mla && la.num_heads != c.num_attention_heads)
+    why.push_back("KDA heads (" + std::to_string(la.num_heads) + ") other than the MLA heads (" +
+                  std::to_string(c.num_attention_heads) + ")");
+  if (mla && !c.mla_use_nope) why.push_back("RoPE on MLA (kimi-* MLA is NoPE)");
+  if (moe && c.moe_router_activation_func != RouterActivation::kSigmoid)
+    why.push_back("softmax routing (kimi-* route with sigmoid scores)");
+  if (arch == GgufArch::kKimiK3) {
+    if (c.attn_res_mode == AttnResMode::kSkip)
+      why.push_back("attn_res_mode skip (kimi-k3 computes block AttnRes or none)");
+    if (c.hidden_act != HiddenAct::kSitu) why.push_back("SwiGLU (hidden_act silu; kimi-k3 runs SiTU-GLU in every FFN)");
+    if (!la.use_full_rank_gate)
+      why.push_back("the low-rank KDA output gate (use_full_rank_gate false; kimi-k3 has ssm_g)");
+    if (!moe) why.push_back("a model without MoE layers (kimi-k3 requires the expert keys)");
+    return why;
   }
-  return arch;
+  if (c.attn_res_mode != AttnResMode::kNone)
+    why.push_back(std::string("AttnRes (attn_res_mode ") + attn_res_mode_name(c.attn_res_mode) + ")");
+  if (c.routed_expert_hidden_size) why.push_back("latent MoE (routed_expert_hidden_size)");
+  if (c.hidden_act == HiddenAct::kSitu) why.push_back("SiTU-GLU (hidden_act situ; kimi-linear runs SwiGLU, silu)");
+  if (mla && c.mla_use_output_gate) why.push_back("the MLA output gate (mla_use_output_gate)");
+  if (!std::isinf(la.gate_lower_bound))
+    why.push_back("the bounded KDA gate (gate_lower_bound; kimi-linear computes the unbounded softplus gate)");
+  if (la.use_full_rank_gate) why.push_back("the full-rank KDA output gate (use_full_rank_gate; only ssm_g_a/g_b)");
+  if (mla && c.q_lora_rank)
+    why.push_back("a low-rank MLA query (q_lora_rank; llama.cpp's kimi-linear reads q_proj only, as Kimi-Linear)");
+  if (moe && (!c.moe_renormalize || c.num_experts_per_token < 2))
+    why.push_back(
+        "unnormalized expert weights (moe_renormalize false, or top-1 routing: kimi-linear always "
+        "renormalizes the chosen experts' weights)");
+  return why;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string msg;
+  for (const std::string& s : v) msg += (msg.empty() ? "" : "; ") + s;
+  return msg;
+}
+
+}  // namespace
+
+GgufArch gguf_arch_for(const ModelConfig& c) {
+  if (c.num_kda_layers() == 0) {
+    const std::vector<std::string> why = gaps(c, GgufArch::kDeepSeek2);
+    MYRIAD_REQUIRE(why.empty(), kUnsupported, c.source, ": GGUF deepseek2 cannot carry: ", joined(why));
+    return GgufArch::kDeepSeek2;
+  }
+  // kimi-linear where it carries everything (the older, more widely read format), else kimi-k3
+  const std::vector<std::string> linear = gaps(c, GgufArch::kKimiLinear);
+  if (linear.empty()) return GgufArch::kKimiLinear;
+  const std::vector<std::string> k3 = gaps(c, GgufArch::kKimiK3);
+  MYRIAD_REQUIRE(k3.empty(), kUnsupported, c.source, ": GGUF kimi-k3 cannot carry: ", joined(k3),
+                 " (and kimi-linear: ", joined(linear), ")");
+  return GgufArch::kKimiK3;
 }
 
 GgufExportReport export_gguf(const std::string& model_dir, const std::string& out_path, const GgufExportOptions& o) {

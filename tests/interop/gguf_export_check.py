@@ -3,23 +3,26 @@
 
 usage: gguf_export_check.py MYRIAD_BINARY REPO_ROOT WORK_DIR   (ctest runs it with build/pyenv/bin/python)
 
-Two random models written by `myriad init` with a trained myriad tokenizer:
+Three random models written by `myriad init` with a trained myriad tokenizer:
   kimi-linear  KDA + NoPE MLA + MoE, the softplus KDA gate and the low-rank output gate (Kimi-Linear's shape)
+  kimi-k3      configs/tiny.json as it is (AttnRes, latent MoE, SiTU, both gates, q_lora_rank): K3's shape
   deepseek2    all-MLA with RoPE and YaRN scaling, a q_lora-less layer set (DeepSeek-V2-Lite's q_proj path) + MoE
 each exported as f32, q8_0 and q4_0. For every file:
   - the architecture, and every hyperparameter key (names from gguf.Keys) against config.json;
   - the tensor set: each checkpoint tensor's GGUF name computed by gguf's own TensorNameMap for the architecture
     (after the renames llama.cpp's converter makes: dt_bias -> dt_proj.bias, e_score_correction_bias ->
     e_score_correction.bias, the experts stacked, kv_b_proj split into k_b_proj / v_b_proj); nothing more, nothing
-    less;
+    less. gguf 0.19 has no kimi-k3 architecture yet: its file is named by kimi-linear's map plus the names
+    llama.cpp's src/llama-arch.cpp gives K3's own tensors (attn_res_score, ffn_res_score, output_res_score,
+    ffn_routed_{down,up,norm}, ssm_g, attn_gate), and checked the same way;
   - every tensor's values, recomputed here with numpy from the safetensors file (stacking, the kv_b split and
     transpose, -exp(A_log), the conv reshape, deepseek2's rotate-half -> interleaved RoPE rows): f32 tensors equal
     bit for bit; quantized ones byte-equal to gguf.quants.quantize of the same values (ggml's reference
     quantizer), which also checks which tensors are quantized (a kept-f32 tensor would have another type);
   - the vocabulary: every id's piece and type against myriad's tokenizer (byte tokens BYTE, reserved specials
     CONTROL, ids of a text's pieces from `myriad tokenizer encode --pieces`).
-Then the refusals: configs/tiny.json (AttnRes, latent MoE, SiTU, bounded gate, ...) exits non-zero with one
-message naming each feature, and nothing is written.
+Then the refusals: tiny.json with what neither kimi format carries (SwiGLU with AttnRes skip and the low-rank KDA
+gate, RoPE MLA) exits non-zero with one message naming each reason of both formats, and nothing is written.
 
 Prints every check; exits 1 on any mismatch.
 """
@@ -32,7 +35,7 @@ import sys
 import gguf
 import gguf.quants
 import numpy as np
-from safetensors.numpy import load_file
+from safetensors.numpy import load_file, save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from interop_checks import Checks, myriad_runner  # noqa: E402
@@ -74,8 +77,21 @@ open(os.path.join(work, "text.txt"), "w").write(text)
 tok_dir = os.path.join(work, "tok")
 run("tokenizer", "train", "--data", os.path.join(work, "text.txt"), "--vocab", "512", "--out", tok_dir)
 tok_meta = json.load(open(os.path.join(tok_dir, "tokenizer.json")))
+
+
+def randomize_constant_inits(path):
+    """The tensors `myriad init` sets to constants (AttnRes queries' norms 1 and projections 0, the router's
+    correction bias 0) made random, so a fused product or a dropped bias cannot match by accident."""
+    W = load_file(path)
+    rng = np.random.default_rng(11)
+    for k in W:
+        if k.endswith(("_res_norm.weight", "_res_proj.weight", "e_score_correction_bias")):
+            W[k] = (W[k] + rng.normal(0, 0.3, W[k].shape)).astype(W[k].dtype)  # softmax scores of O(1)
+    save_file(W, path)
+
+
 models = {}
-for arch, cfg in (("kimi-linear", kimi_linear_config()), ("deepseek2", deepseek2_config())):
+for arch, cfg in (("kimi-linear", kimi_linear_config()), ("kimi-k3", tiny), ("deepseek2", deepseek2_config())):
     d = os.path.join(work, arch)
     os.makedirs(d)
     cfg_path = os.path.join(d, "config.in.json")
@@ -83,17 +99,32 @@ for arch, cfg in (("kimi-linear", kimi_linear_config()), ("deepseek2", deepseek2
     run("init", "--config", cfg_path, "--out", os.path.join(d, "model"), "--seed", "5")
     shutil.copytree(tok_dir, os.path.join(d, "model", "tokenizer"))
     models[arch] = (os.path.join(d, "model"), cfg)
+    randomize_constant_inits(os.path.join(d, "model", "model.safetensors"))
 
 
 # ---------------------------------------------------------------------------------------------- expectations
 def expected_tensors(arch, cfg, W):
     """GGUF name -> float32 numpy array in PyTorch order (GGUF's ne reversed), from the checkpoint W."""
     n_layers = cfg["num_hidden_layers"]
-    tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH.KIMI_LINEAR if arch == "kimi-linear" else
-                                    gguf.MODEL_ARCH.DEEPSEEK2, n_layers)
+    tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH.DEEPSEEK2 if arch == "deepseek2" else
+                                    gguf.MODEL_ARCH.KIMI_LINEAR, n_layers)
+    full_attn = cfg.get("linear_attn_config", {}).get("full_attn_layers", [])
+
+    def k3_name(hf):  # K3's own tensors (llama.cpp's src/llama-arch.cpp), None for the rest
+        parts = hf.split(".")
+        blk = f"blk.{parts[2]}." if parts[1] == "layers" else ""
+        for suffix, g in (("routed_expert_down_proj.weight", "ffn_routed_down.weight"),
+                          ("routed_expert_up_proj.weight", "ffn_routed_up.weight"),
+                          ("routed_expert_norm.weight", "ffn_routed_norm.weight")):
+            if hf.endswith(suffix):
+                return blk + g
+        if hf.endswith("self_attn.g_proj.weight"):
+            return blk + ("attn_gate.weight" if int(parts[2]) + 1 in full_attn else "ssm_g.weight")
+        return None
 
     def gname(hf):
-        g = tmap.get_name(hf, try_suffixes=(".weight", ".bias"))
+        g = k3_name(hf) if arch == "kimi-k3" else None
+        g = g or tmap.get_name(hf, try_suffixes=(".weight", ".bias"))
         assert g is not None, f"gguf has no name for {hf}"
         return g
 
@@ -110,8 +141,14 @@ def expected_tensors(arch, cfg, W):
 
     out = {}
     experts = {}
+    res = {}  # kimi-k3: AttnRes query prefix -> {"norm": .., "proj": ..}
     for hf, w in W.items():
         w = w.astype(np.float32)
+        if "_res_norm." in hf or "_res_proj." in hf:
+            assert arch == "kimi-k3", hf
+            prefix, kind = hf.rsplit("_res_", 1)
+            res.setdefault(prefix, {})[kind.split(".")[0]] = w.reshape(-1)
+            continue
         if ".experts." in hf:
             layer, e, which = hf.split(".")[2], int(hf.split(".")[5]), hf.split(".")[6]
             experts.setdefault((layer, which), {})[e] = w
@@ -121,7 +158,8 @@ def expected_tensors(arch, cfg, W):
         if hf.endswith(".e_score_correction_bias"):
             hf = hf[: -len("e_score_correction_bias")] + "e_score_correction.bias"
         if hf.endswith(".A_log"):
-            out[gname(hf)] = (-np.exp(w.astype(np.float64))).astype(np.float32).reshape(1, 1, -1, 1)
+            a = (-np.exp(w.astype(np.float64))).astype(np.float32)
+            out[gname(hf)] = a.reshape(-1) if arch == "kimi-k3" else a.reshape(1, 1, -1, 1)
         elif "_conv1d." in hf:  # [HK, 1, W] -> [1, HK, 1, W]
             out[gname(hf)] = w.reshape(1, w.shape[0], 1, w.shape[2])
         elif hf.endswith("kv_b_proj.weight"):
@@ -139,6 +177,16 @@ def expected_tensors(arch, cfg, W):
     for (layer, which), by_e in experts.items():
         stacked = np.stack([by_e[e] for e in range(len(by_e))])
         out[gname(f"model.layers.{layer}.block_sparse_moe.experts.{which}.weight")] = stacked
+    for prefix, parts in res.items():  # the score vector is the product of the query's norm weight and projection
+        if prefix == "model.output_attn":
+            name = "output_res_score.weight"
+        else:
+            layer = prefix.split(".")[2]
+            name = f"blk.{layer}." + ("attn_res_score.weight" if prefix.endswith("self_attention") else
+                                      "ffn_res_score.weight")
+        out[name] = parts["norm"] * parts["proj"]
+    if arch == "kimi-k3" and cfg.get("tie_word_embeddings"):
+        out["output.weight"] = W["model.embed_tokens.weight"].astype(np.float32)
     return out
 
 
@@ -189,7 +237,14 @@ def check_metadata(r, arch, cfg, qtype, tag):
     }
     if cfg.get("q_lora_rank") is not None:
         want[gguf.Keys.Attention.Q_LORA_RANK] = cfg["q_lora_rank"]
-    if arch == "kimi-linear":
+    if arch == "kimi-k3":
+        want[gguf.Keys.Attention.VALUE_LENGTH] = cfg["kv_lora_rank"]
+        want["{arch}.attn_res.block_size"] = cfg["attn_res_block_size"] if cfg["attn_res_mode"] == "block" else 0
+        want["{arch}.expert_latent_length"] = cfg["routed_expert_hidden_size"]
+        floats["{arch}.activation.situ_beta"] = cfg["activation_situ_beta"]
+        floats["{arch}.activation.situ_linear_beta"] = cfg["activation_situ_linear_beta"]
+        floats["{arch}.kda.gate_lower_bound"] = cfg["linear_attn_config"]["gate_lower_bound"]
+    if arch != "deepseek2":
         la = cfg["linear_attn_config"]
         want[gguf.Keys.SSM.CONV_KERNEL] = la["short_conv_kernel_size"]
         want["{arch}.kda.head_dim"] = la["head_dim"]
@@ -298,20 +353,27 @@ def check_file(arch, qtype):
         check(worst <= bound, f"{tag}: dequantized error <= {bound:.4f} of each block's max |x| (worst {worst:.4f})")
 
 
-for arch in ("kimi-linear", "deepseek2"):
+for arch in ("kimi-linear", "kimi-k3", "deepseek2"):
     for qtype in ("f32", "q8_0", "q4_0"):
         check_file(arch, qtype)
 
 # ---------------------------------------------------------------------------------------------- refusals
-d = os.path.join(work, "tiny")
-run("init", "--config", os.path.join(root, "configs", "tiny.json"), "--out", os.path.join(d, "model"))
+d = os.path.join(work, "neither")
+neither = json.loads(json.dumps(tiny))
+neither.update(hidden_act="silu", attn_res_mode="skip", mla_use_nope=False)
+neither["linear_attn_config"]["use_full_rank_gate"] = False
+json.dump(neither, open(os.path.join(work, "neither.json"), "w"))
+run("init", "--config", os.path.join(work, "neither.json"), "--out", os.path.join(d, "model"))
 shutil.copytree(tok_dir, os.path.join(d, "model", "tokenizer"))
-out = os.path.join(work, "tiny.gguf")
+out = os.path.join(work, "neither.gguf")
 p = run("export", "gguf", "--model", os.path.join(d, "model"), "--out", out, ok=False)
 msg = p.stderr.strip()
-check(p.returncode != 0 and not os.path.exists(out), "tiny.json (K3's features): refused, nothing written")
-for feature in ("AttnRes", "latent MoE", "SiTU", "MLA output gate", "bounded KDA gate", "full-rank KDA output gate"):
-    check(feature in msg, f"the refusal names '{feature}'")
+check(p.returncode != 0 and not os.path.exists(out), "a config neither kimi format carries: refused, nothing written")
+k3_part, _, linear_part = msg.partition("(and kimi-linear:")
+for feature in ("attn_res_mode skip", "SwiGLU", "low-rank KDA output gate", "RoPE on MLA"):
+    check(feature in k3_part, f"the refusal names '{feature}' for kimi-k3")
+for feature in ("AttnRes", "latent MoE", "MLA output gate", "bounded KDA gate", "RoPE on MLA"):
+    check(feature in linear_part, f"the refusal names '{feature}' for kimi-linear")
 check(len(msg.splitlines()) == 1, f"one error line: {msg[:160]}...")
 p = run("export", "gguf", "--model", models["kimi-linear"][0], "--out", out, "--type", "q5_k", ok=False)
 check(p.returncode != 0 and "q5_k" in p.stderr and not os.path.exists(out), "--type q5_k refused by name")
