@@ -25,11 +25,11 @@ void check_arguments(const ToolCall& call, size_t i, size_t k) {
 
 void refuse_tools(ChatFormat format, std::span<const ChatMessage> messages, std::span<const ToolSpec> tools) {
   MYRIAD_REQUIRE(tools.empty(), kUnsupported, "tools: tool calling in the ", chat_format_name(format),
-                 " chat format is not implemented (myriad's own format has it)");
+                 " chat format is not implemented (the myriad and kimi formats have it)");
   for (size_t i = 0; i < messages.size(); ++i)
     MYRIAD_REQUIRE(messages[i].tool_calls.empty() && messages[i].role != "tool", kUnsupported, "messages[", i,
                    "]: tool calls and tool results in the ", chat_format_name(format),
-                   " chat format are not implemented (myriad's own format has them)");
+                   " chat format are not implemented (the myriad and kimi formats have them)");
 }
 
 void check_role(const ChatMessage& m, size_t i) {
@@ -38,33 +38,113 @@ void check_role(const ChatMessage& m, size_t i) {
       kValue, "messages[", i, "].role = '", m.role, "': must be one of system, developer, user, assistant, tool");
 }
 
-// Kimi K2 / Kimi-Linear: <|im_{class}|>{role}<|im_middle|>{content}<|im_end|>.
-std::vector<Piece> kimi_pieces(std::span<const ChatMessage> messages, bool generation_prompt) {
+// JSON as Python's json.dumps writes it with ensure_ascii=False (what Hugging Face's `tojson` filter gives a
+// template): ", " between items, ": " after keys, non-ASCII as is; keys in the json's order.
+template <class Json>
+std::string python_json(const Json& v) {
+  if (v.is_object()) {
+    std::string out = "{";
+    for (auto it = v.begin(); it != v.end(); ++it)
+      out += (it == v.begin() ? "" : ", ") + Json(it.key()).dump() + ": " + python_json(it.value());
+    return out + "}";
+  }
+  if (v.is_array()) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + python_json(v[i]);
+    return out + "]";
+  }
+  return v.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+// The tools as the OpenAI request's list, in the order OpenAI documents its fields (the JSON parser keeps object
+// keys sorted, so a request's own order inside the parameters' schema is not kept).
+std::string kimi_tool_declaration(std::span<const ToolSpec> tools) {
+  std::string out = "[";
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const ToolSpec& t = tools[i];
+    if (!t.declaration.empty()) {
+      out += (i ? ", " : "") + t.declaration;
+      continue;
+    }
+    std::string fn = "{\"name\": " + nlohmann::json(t.name).dump();
+    if (!t.description.empty()) fn += ", \"description\": " + python_json(nlohmann::json(t.description));
+    if (!t.parameters.is_null()) fn += ", \"parameters\": " + python_json(t.parameters);
+    out += (i ? ", " : "") + std::string("{\"type\": \"function\", \"function\": ") + fn + "}}";
+  }
+  return out + "]";
+}
+
+// Kimi K2 / Kimi-Linear (Kimi-K2-Instruct's chat template): <|im_{class}|>{role}<|im_middle|>{content}<|im_end|>;
+// tools declared first; calls numbered through the conversation (functions.NAME:IDX), results answered in order.
+std::vector<Piece> kimi_pieces(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
+                               bool generation_prompt) {
   std::vector<Piece> out;
-  auto turn = [&](const char* marker, const std::string& role, const std::string& content, bool assistant) {
-    out.push_back({marker, true, false});
-    out.push_back({role, false, false});
-    out.push_back({"<|im_middle|>", true, false});
-    if (!content.empty()) out.push_back({content, false, assistant});
-    out.push_back({"<|im_end|>", true, assistant});
+  auto special = [&](const char* s, bool assistant = false) { out.push_back({s, true, assistant}); };
+  auto text = [&](std::string s, bool assistant = false) {
+    if (!s.empty()) out.push_back({std::move(s), false, assistant});
   };
-  if (messages.empty() || (messages[0].role != "system" && messages[0].role != "developer"))
-    turn("<|im_system|>", "system", "You are Kimi, an AI assistant created by Moonshot AI.", false);
+  auto open = [&](const char* marker, const std::string& role) {
+    special(marker);
+    text(role);
+    special("<|im_middle|>");
+  };
+  if (!tools.empty()) {
+    open("<|im_system|>", "tool_declare");
+    text(kimi_tool_declaration(tools));
+    special("<|im_end|>");
+  }
+  if (messages.empty() || (messages[0].role != "system" && messages[0].role != "developer")) {
+    open("<|im_system|>", "system");
+    text("You are Kimi, an AI assistant created by Moonshot AI.");
+    special("<|im_end|>");
+    text("\n");  // the template's own line break after this turn
+  }
+  size_t calls = 0;                  // calls so far: each call's index in its id
+  std::vector<std::string> pending;  // ids of calls whose results have not come yet, in order
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     check_role(m, i);
-    if (m.role == "user")
-      turn("<|im_user|>", "user", m.content, false);
-    else if (m.role == "assistant")
-      turn("<|im_assistant|>", "assistant", m.content, true);
-    else
-      turn("<|im_system|>", "system", m.content, false);
+    MYRIAD_REQUIRE(m.tool_calls.empty() || m.role == "assistant", kValue, "messages[", i, "].tool_calls: only ",
+                   "assistant messages carry tool calls (this one's role is '", m.role, "')");
+    if (m.role == "user") {
+      open("<|im_user|>", "user");
+      text(m.content);
+      special("<|im_end|>");
+    } else if (m.role == "assistant") {
+      open("<|im_assistant|>", "assistant");
+      text(m.content, true);
+      if (!m.tool_calls.empty()) {
+        special("<|tool_calls_section_begin|>", true);
+        for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+          check_arguments(m.tool_calls[k], i, k);
+          const std::string id = "functions." + m.tool_calls[k].name + ":" + std::to_string(calls++);
+          pending.push_back(id);
+          special("<|tool_call_begin|>", true);
+          text(id, true);
+          special("<|tool_call_argument_begin|>", true);
+          const ToolCall& call = m.tool_calls[k];
+          text(call.arguments_text.empty() ? python_json(call.arguments) : call.arguments_text, true);
+          special("<|tool_call_end|>", true);
+        }
+        special("<|tool_calls_section_end|>", true);
+      }
+      special("<|im_end|>", true);
+    } else if (m.role == "tool") {
+      std::string id = "functions.unknown:" + std::to_string(calls);  // a result without a call: as the template
+      if (!pending.empty()) {
+        id = pending.front();
+        pending.erase(pending.begin());
+      }
+      open("<|im_system|>", "tool");
+      text("## Return of " + id + "\n" + m.content);
+      special("<|im_end|>");
+    } else {
+      open("<|im_system|>", "system");
+      text(m.content);
+      special("<|im_end|>");
+    }
   }
-  if (generation_prompt) {
-    out.push_back({"<|im_assistant|>", true, false});
-    out.push_back({"assistant", false, false});
-    out.push_back({"<|im_middle|>", true, false});
-  }
+  if (generation_prompt) open("<|im_assistant|>", "assistant");
   return out;
 }
 
@@ -167,10 +247,9 @@ std::vector<Piece> myriad_pieces(std::span<const ChatMessage> messages, std::spa
 std::vector<Piece> template_pieces(ChatFormat format, std::span<const ChatMessage> messages,
                                    std::span<const ToolSpec> tools, bool generation_prompt) {
   if (format == ChatFormat::kMyriad) return myriad_pieces(messages, tools, generation_prompt);
+  if (format == ChatFormat::kKimi) return kimi_pieces(messages, tools, generation_prompt);
   refuse_tools(format, messages, tools);
   switch (format) {
-    case ChatFormat::kKimi:
-      return kimi_pieces(messages, generation_prompt);
     case ChatFormat::kDeepSeekV3:
       return deepseek_pieces(messages, generation_prompt);
     default:
@@ -213,6 +292,14 @@ ChatFormat chat_format_of(const Tokenizer& tok) {
               " tokenizer has the special tokens of no chat format myriad knows (kimi: <|im_user|> <|im_assistant|> "
               "<|im_system|> <|im_middle|> <|im_end|>; deepseek-v3: <｜User｜> <｜Assistant｜>; chatml: <|im_start|> "
               "<|im_end|>)");
+}
+
+void keep_declared_order(std::vector<ToolSpec>& tools, std::string_view raw_json) {
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(raw_json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return;
+  const auto list = j.find("tools");
+  if (list == j.end() || !list->is_array() || list->size() != tools.size()) return;
+  for (size_t i = 0; i < tools.size(); ++i) tools[i].declaration = python_json((*list)[i]);
 }
 
 std::vector<std::string> ToolSpec::argument_names() const {
@@ -266,7 +353,81 @@ std::vector<std::string> chat_stop_strings(ChatFormat format) {
   return {};
 }
 
-AssistantReply parse_assistant_reply(const Tokenizer& tok, std::span<const int32_t> ids) {
+namespace {
+
+bool all_space(const Tokenizer& tok, std::span<const int32_t> ids) {
+  return std::all_of(ids.begin(), ids.end(), [&](int32_t id) {
+    const std::string t = tok.token_bytes(id);
+    return std::all_of(t.begin(), t.end(), is_space);
+  });
+}
+
+// The arguments of call k: a JSON object, or why not.
+std::string read_arguments(const std::string& body, size_t k, nlohmann::json& out) {
+  out = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (out.is_discarded()) return str("tool call ", k, "'s arguments are not valid JSON: '", body, "'");
+  if (!out.is_object()) return str("tool call ", k, "'s arguments are not a JSON object: '", body, "'");
+  return "";
+}
+
+// Kimi: CONTENT <|tool_calls_section_begin|> (<|tool_call_begin|> ID <|tool_call_argument_begin|> ARGS
+// <|tool_call_end|>)* <|tool_calls_section_end|>, whitespace between the parts; ID functions.NAME:IDX.
+AssistantReply parse_kimi_reply(const Tokenizer& tok, std::span<const int32_t> ids) {
+  const int32_t section = tok.id_of("<|tool_calls_section_begin|>"),
+                section_end = tok.id_of("<|tool_calls_section_end|>"), begin = tok.id_of("<|tool_call_begin|>"),
+                args = tok.id_of("<|tool_call_argument_begin|>"), end = tok.id_of("<|tool_call_end|>");
+  auto malformed = [&](std::string why) {
+    AssistantReply bad;
+    bad.content = tok.decode(ids);
+    bad.error = std::move(why);
+    return bad;
+  };
+  const auto first = std::find(ids.begin(), ids.end(), section);
+  for (auto it = ids.begin(); it != first; ++it)
+    if (*it == section_end || *it == begin || *it == args || *it == end)
+      return malformed(str(tok.token_bytes(*it), " before <|tool_calls_section_begin|>"));
+  AssistantReply r;
+  r.content = tok.decode(std::span<const int32_t>(ids.begin(), first));
+  if (first == ids.end()) return r;
+  auto it = first + 1;
+  auto skip_space = [&](auto stop) {
+    auto e = it;
+    while (e != ids.end() && e != stop && all_space(tok, std::span<const int32_t>(e, e + 1))) ++e;
+    return e;
+  };
+  while (true) {
+    it = skip_space(ids.end());
+    if (it == ids.end()) return malformed("the tool calls are not closed by <|tool_calls_section_end|>");
+    if (*it == section_end) break;
+    const size_t k = r.tool_calls.size();
+    if (*it != begin)
+      return malformed(str("tool call ", k, ": expected <|tool_call_begin|>, found '",
+                           tok.decode(std::span<const int32_t>(it, ids.end())), "'"));
+    const auto a = std::find(it + 1, ids.end(), args);
+    const auto e = std::find(it + 1, ids.end(), end);
+    if (a == ids.end() || e == ids.end() || e < a)
+      return malformed(str("tool call ", k, " lacks <|tool_call_argument_begin|> or <|tool_call_end|>"));
+    std::string id = tok.decode(std::span<const int32_t>(it + 1, a));
+    while (!id.empty() && is_space(id.back())) id.pop_back();
+    while (!id.empty() && is_space(id.front())) id.erase(id.begin());
+    std::string name = id.rfind("functions.", 0) == 0 ? id.substr(10) : id;
+    if (const size_t colon = name.rfind(':'); colon != std::string::npos && colon + 1 < name.size() &&
+                                              name.find_first_not_of("0123456789", colon + 1) == std::string::npos)
+      name.resize(colon);
+    if (name.empty()) return malformed(str("tool call ", k, " has no function name: '", id, "'"));
+    nlohmann::json arguments;
+    const std::string text = tok.decode(std::span<const int32_t>(a + 1, e));
+    if (std::string why = read_arguments(text, k, arguments); !why.empty()) return malformed(why);
+    r.tool_calls.push_back({id, name, std::move(arguments), text});
+    it = e + 1;
+  }
+  if (!all_space(tok, std::span<const int32_t>(it + 1, ids.end())))
+    return malformed(
+        str("text after <|tool_calls_section_end|>: '", tok.decode(std::span<const int32_t>(it + 1, ids.end())), "'"));
+  return r;
+}
+
+AssistantReply parse_myriad_reply(const Tokenizer& tok, std::span<const int32_t> ids) {
   const int32_t open = tok.id_of("<|tool_call|>"), close = tok.id_of("<|/tool_call|>");
   AssistantReply r;
   const auto first_call = std::find(ids.begin(), ids.end(), open);
@@ -303,6 +464,45 @@ AssistantReply parse_assistant_reply(const Tokenizer& tok, std::span<const int32
     it = end + 1;
   }
   return r;
+}
+
+}  // namespace
+
+AssistantReply parse_assistant_reply(const Tokenizer& tok, std::span<const int32_t> ids) {
+  switch (chat_format_of(tok)) {
+    case ChatFormat::kMyriad:
+      return parse_myriad_reply(tok, ids);
+    case ChatFormat::kKimi:
+      return parse_kimi_reply(tok, ids);
+    default:
+      return AssistantReply{tok.decode(ids), {}, ""};  // no tool calls in the format: all text
+  }
+}
+
+bool has_tool_calls(ChatFormat f) {
+  return f == ChatFormat::kMyriad || f == ChatFormat::kKimi;
+}
+
+const char* tool_calls_marker(ChatFormat f) {
+  MYRIAD_REQUIRE(has_tool_calls(f), kUnsupported, "tool calling in the ", chat_format_name(f),
+                 " chat format is not implemented (the myriad and kimi formats have it)");
+  return f == ChatFormat::kKimi ? "<|tool_calls_section_begin|>" : "<|tool_call|>";
+}
+
+std::vector<int32_t> forced_call_start(const Tokenizer& tok, const std::string& name, size_t calls_before) {
+  const ChatFormat f = chat_format_of(tok);
+  std::vector<int32_t> out = {tok.id_of(tool_calls_marker(f))};
+  std::string head;
+  if (f == ChatFormat::kKimi) {
+    out.push_back(tok.id_of("<|tool_call_begin|>"));
+    head = "functions." + name + ":" + std::to_string(calls_before);
+  } else {
+    head = "{\"name\":" + nlohmann::json(name).dump() + ",\"arguments\":";
+  }
+  const std::vector<int32_t> ids = tok.encode(head, Specials::kAsText);
+  out.insert(out.end(), ids.begin(), ids.end());
+  if (f == ChatFormat::kKimi) out.push_back(tok.id_of("<|tool_call_argument_begin|>"));
+  return out;
 }
 
 }  // namespace myriad

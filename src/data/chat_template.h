@@ -29,17 +29,25 @@
 // Leaves out: images (<|image|> is reserved), names, several choices.
 //
 // Other models' formats (ChatFormat), picked from the special tokens of the tokenizer they ship (chat_format_of):
-//   kimi (K2 / Kimi-Linear, the tokenizer has <|im_middle|>): each turn is <|im_user|> / <|im_assistant|> /
-//     <|im_system|> (system and the rest), the role name as text, <|im_middle|>, the content, <|im_end|>. When the
-//     first message is not a system message, the default system turn "You are Kimi, an AI assistant created by
-//     Moonshot AI." comes first. Generation prompt: <|im_assistant|>assistant<|im_middle|>.
+//   kimi (K2 / Kimi-Linear, the tokenizer has <|im_middle|>; Kimi-K2-Instruct's chat template): each turn is
+//     <|im_user|> / <|im_assistant|> / <|im_system|> (system and the rest), the role name as text, <|im_middle|>,
+//     the content, <|im_end|>. Tools, when given, come first: <|im_system|>tool_declare<|im_middle|>TOOLS<|im_end|>,
+//     TOOLS the OpenAI tools list as Python's json.dumps writes it (", ", ": ", non-ASCII as is; keys in the order
+//     the request wrote them, keep_declared_order; without it in OpenAI's order type, function / name,
+//     description, parameters, the schema's keys sorted). When the first message is not a system message, the default
+//     system turn "You are Kimi, an AI assistant created by Moonshot AI." and a line break follow. An assistant's calls
+//     follow its content:
+//     <|tool_calls_section_begin|> (<|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>ARGS
+//     <|tool_call_end|>)* <|tool_calls_section_end|>, IDX counting the conversation's calls from 0, ARGS as TOOLS.
+//     A tool result is <|im_system|>tool<|im_middle|>## Return of ID\nTEXT<|im_end|>, ID the oldest unanswered
+//     call's (functions.unknown:N without one). Generation prompt: <|im_assistant|>assistant<|im_middle|>.
 //   deepseek-v3 (<｜User｜>): <｜begin▁of▁sentence｜>, the system contents, then <｜User｜>TEXT and
 //     <｜Assistant｜>TEXT<｜end▁of▁sentence｜> per turn. Generation prompt: <｜Assistant｜>.
 //   chatml (<|im_start|>): <|im_start|>ROLE\nTEXT<|im_end|>\n per turn. Generation prompt: <|im_start|>assistant\n.
 // Role names and the newlines are text; only the markers are special tokens; contents are encoded with
 // Specials::kAsText as in myriad's format. A reply ends at the format's end of turn (chat_stop_strings). Tool
-// calls and tool declarations exist only in myriad's format so far: the others refuse tools and tool messages
-// with kUnsupported naming the format.
+// calls and declarations exist in the myriad and kimi formats; deepseek-v3 and chatml refuse tools and tool
+// messages with kUnsupported naming the format.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +70,11 @@ struct ToolCall {
   std::string id;            // not rendered; "call_<n>" when a reply is parsed
   std::string name;          // the function's name
   nlohmann::json arguments;  // a JSON object
+  // The arguments' text as a message gave it (OpenAI's string) or a kimi reply wrote it: rendered verbatim by the
+  // kimi format, returned as is by the server; empty: written from `arguments`
+  std::string arguments_text = {};
+  // The arguments as OpenAI's messages carry them: arguments_text, else compact JSON.
+  std::string arguments_string() const { return arguments_text.empty() ? arguments.dump() : arguments_text; }
 };
 
 struct ChatMessage {
@@ -78,8 +91,16 @@ struct ToolSpec {
   std::string name;
   std::string description;    // not rendered
   nlohmann::json parameters;  // the JSON schema ({"type":"object","properties":{...}}); may be null
+  // kimi: this tool's entry of the "tools" list as written (keep_declared_order), for the tool_declare turn;
+  // empty: built from the fields above
+  std::string declaration = {};
   std::vector<std::string> argument_names() const;
 };
+
+// Sets each tool's `declaration` from the raw JSON text (a request body, a conversations line) whose "tools" list
+// they were read from, keys in the order written: the parsed json keeps keys sorted, the kimi format renders the
+// list as Python's json.dumps would. Leaves them unset when the text has no such list of the same length.
+void keep_declared_order(std::vector<ToolSpec>& tools, std::string_view raw_json);
 
 struct ChatTokens {
   std::vector<int32_t> ids;
@@ -102,11 +123,14 @@ std::string render_chat(std::span<const ChatMessage> messages, std::span<const T
 // Stop strings that end a chat reply besides <|endoftext|>: the start of another turn.
 std::vector<std::string> chat_stop_strings(ChatFormat format = ChatFormat::kMyriad);
 
-// An assistant reply's tokens (after "<|assistant|>", without the closing <|endoftext|>), read by the grammar:
-// content up to the first <|tool_call|>, then calls, each CALL a JSON object with a string "name" and an object
-// "arguments", separated by nothing but whitespace. Anything else (an unclosed call, bad JSON, text after a
-// call, a <|/tool_call|> with no call open) makes the reply malformed: `error` says what and where, `content` is the
-// whole reply as text and there are no calls (a model's malformed call is text, never an exception).
+// An assistant reply's tokens (after the generation prompt, without the closing end of turn), read by the format's
+// grammar (chat_format_of(tok)). myriad: content up to the first <|tool_call|>, then calls, each CALL a JSON object
+// with a string "name" and an object "arguments", separated by nothing but whitespace. kimi: content up to
+// <|tool_calls_section_begin|>, then the calls as above (NAME from functions.NAME:IDX, the whole ID kept as the
+// call's id; ARGS a JSON object) up to <|tool_calls_section_end|>, whitespace between. Anything else (an unclosed
+// call, bad JSON, text after the calls, a closing marker with nothing open) makes the reply malformed: `error`
+// says what and where, `content` is the whole reply as text and there are no calls (a model's malformed call is
+// text, never an exception). Formats without tool calls: all of it is content.
 struct AssistantReply {
   std::string content;
   std::vector<ToolCall> tool_calls;
@@ -116,5 +140,15 @@ AssistantReply parse_assistant_reply(const Tokenizer& tok, std::span<const int32
 
 // The text of one call as the template writes it: {"name":...,"arguments":{...}}.
 std::string tool_call_text(const ToolCall& call);
+
+// Whether the format has tool calls (myriad, kimi).
+bool has_tool_calls(ChatFormat f);
+// The special token that opens a reply's tool calls: <|tool_call|> (myriad), <|tool_calls_section_begin|> (kimi).
+// Throws kUnsupported naming the format for the others.
+const char* tool_calls_marker(ChatFormat f);
+// The tokens that start a call of `name` in a reply (tool_choice naming a function): the marker, then myriad's
+// {"name":NAME,"arguments": or kimi's <|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>, IDX =
+// calls_before (the conversation's calls so far). The format is chat_format_of(tok).
+std::vector<int32_t> forced_call_start(const Tokenizer& tok, const std::string& name, size_t calls_before);
 
 }  // namespace myriad

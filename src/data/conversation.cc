@@ -71,7 +71,8 @@ ToolCall tool_call_of(const json& c, const std::string& at) {
   if (!args) {
     call.arguments = json::object();
   } else if (args->is_string()) {
-    call.arguments = json::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    call.arguments_text = args->get<std::string>();
+    call.arguments = json::parse(call.arguments_text, nullptr, /*allow_exceptions=*/false);
     if (call.arguments.is_discarded())
       throw FieldError(af, str("'", af, "' is not valid JSON: '", args->get<std::string>(), "'"));
     if (!call.arguments.is_object())
@@ -158,8 +159,9 @@ json chat_messages_to_json(const std::vector<ChatMessage>& messages) {
     if (!m.tool_calls.empty()) {
       json calls = json::array();
       for (const ToolCall& c : m.tool_calls)
-        calls.push_back(
-            {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments.dump()}}}});
+        calls.push_back({{"id", c.id},
+                         {"type", "function"},
+                         {"function", {{"name", c.name}, {"arguments", c.arguments_string()}}}});
       j["tool_calls"] = std::move(calls);
     }
     if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
@@ -187,7 +189,10 @@ std::vector<Conversation> read_conversations(const std::string& path) {
       const json* m = member(j, "messages");
       if (!m) throw FieldError("messages", "'messages' is missing");
       c.messages = chat_messages_from_json(*m);
-      if (const json* t = member(j, "tools")) c.tools = tool_specs_from_json(*t);
+      if (const json* t = member(j, "tools")) {
+        c.tools = tool_specs_from_json(*t);
+        keep_declared_order(c.tools, line);
+      }
       bool assistant = false;
       for (const ChatMessage& msg : c.messages) assistant = assistant || msg.role == "assistant";
       if (!assistant) throw FieldError("messages", "no assistant message: nothing to learn from");

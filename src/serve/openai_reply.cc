@@ -71,9 +71,9 @@ Reply::Reply(const ParsedRequest& p, const Tokenizer& tok, std::string model)
 
 void Reply::add(const TokenEvent& e) {
   if (e.token >= 0) ids_.push_back(e.token);
-  if (tool_calls_ && !holding_ && e.token == tok_.id_of("<|tool_call|>")) {
+  if (tool_calls_ && !holding_ && e.token == tok_.id_of(tool_calls_marker(chat_format_of(tok_)))) {
     // The text before the marker (in this event) is content; the marker and what follows are held.
-    const std::string marker = "<|tool_call|>";
+    const std::string marker = tool_calls_marker(chat_format_of(tok_));
     const size_t at = e.text.find(marker);
     const std::string before = at == std::string::npos ? e.text : e.text.substr(0, at);
     delta_text_ += before;
@@ -133,9 +133,11 @@ json Reply::role_chunk() const {
 void Reply::finish_tool_calls() {
   // The reply's tokens without the end-of-turn markers the engine may have kept (stop strings are tokens too).
   std::vector<int32_t> ids = ids_;
-  const int32_t ends[] = {tok_.id_of("<|endoftext|>"), tok_.id_of("<|user|>"), tok_.id_of("<|system|>"),
-                          tok_.id_of("<|tool_result|>"), kEosId};
-  while (!ids.empty() && std::find(std::begin(ends), std::end(ends), ids.back()) != std::end(ends)) ids.pop_back();
+  const ChatFormat format = chat_format_of(tok_);
+  std::vector<int32_t> ends = tok_.stop_ids();  // the engine's end of sequence (myriad: <|endoftext|>, </s>)
+  for (const std::string& s : chat_stop_strings(format)) ends.push_back(tok_.id_of(s));
+  if (format == ChatFormat::kMyriad) ends.push_back(tok_.id_of("<|tool_result|>"));
+  while (!ids.empty() && std::find(ends.begin(), ends.end(), ids.back()) != ends.end()) ids.pop_back();
   AssistantReply r = parse_assistant_reply(tok_, ids);
   if (!r.error.empty() || r.tool_calls.empty()) {  // malformed: all of it is text, as generated
     delta_text_ += held_;
@@ -152,7 +154,7 @@ void Reply::finish_tool_calls() {
                        {"id", calls_[i].id},
                        {"type", "function"},
                        {"function", {{"name", calls_[i].name}, {"arguments", ""}}}};
-    const json args = {{"index", i}, {"function", {{"arguments", calls_[i].arguments.dump()}}}};
+    const json args = {{"index", i}, {"function", {{"arguments", calls_[i].arguments_string()}}}};
     for (const json& d : {head, args})
       tool_chunks_.push_back(json{{"index", 0},
                                   {"delta", {{"tool_calls", json::array({d})}}},
@@ -206,7 +208,7 @@ json Reply::full(const char* reason) const {
     msg["tool_calls"] = json::array();
     for (const ToolCall& c : calls_)
       msg["tool_calls"].push_back(
-          {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments.dump()}}}});
+          {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments_string()}}}});
   }
   choice["logprobs"] = logprobs_ ? all_logprobs_ : json(nullptr);
   choice["finish_reason"] = this->reason(reason);

@@ -236,8 +236,11 @@ void check_model_field(const json& body, const std::string& model_name) {
 namespace {
 
 // tool_choice ("none", "auto", "required", {"type": "function", "function": {"name": ...}}; default "auto" with
-// tools) and parallel_tool_calls. "none" bans <|tool_call|> (logit bias -100, the reply is plain text).
-void parse_tool_choice(const json& b, const std::vector<ToolSpec>& tools, const Tokenizer& tok, ParsedRequest& p) {
+// tools) and parallel_tool_calls. "none" bans the format's tool-call marker (logit bias -100, the reply is plain
+// text); "required" and a named function start the reply with it (forced_call_start; calls_before: the
+// conversation's calls so far, which kimi's call ids count).
+void parse_tool_choice(const json& b, const std::vector<ToolSpec>& tools, const Tokenizer& tok, size_t calls_before,
+                       ParsedRequest& p) {
   const json* choice = field(b, "tool_choice");
   if (const json* v = field(b, "parallel_tool_calls")) p.parallel_tool_calls = get_bool(*v, "parallel_tool_calls");
   if (tools.empty()) {
@@ -245,7 +248,7 @@ void parse_tool_choice(const json& b, const std::vector<ToolSpec>& tools, const 
       throw bad_request("'tool_choice' needs 'tools'", "tool_choice");
     return;
   }
-  const int32_t open = tok.id_of("<|tool_call|>");
+  const int32_t open = tok.id_of(tool_calls_marker(chat_format_of(tok)));
   if (!choice || (choice->is_string() && choice->get<std::string>() == "auto")) {
     p.tool_calls = true;
   } else if (choice->is_string() && choice->get<std::string>() == "none") {
@@ -268,9 +271,7 @@ void parse_tool_choice(const json& b, const std::vector<ToolSpec>& tools, const 
       throw bad_request(str("'tool_choice.function.name' = '", n, "' is not one of the tools"),
                         "tool_choice.function.name");
     p.tool_calls = true;
-    p.forced = {open};
-    const std::vector<int32_t> head = tok.encode("{\"name\":" + json(n).dump() + ",\"arguments\":", Specials::kAsText);
-    p.forced.insert(p.forced.end(), head.begin(), head.end());
+    p.forced = forced_call_start(tok, n, calls_before);
   } else {
     throw bad_request("'tool_choice' must be \"none\", \"auto\", \"required\" or a function", "tool_choice");
   }
@@ -278,7 +279,8 @@ void parse_tool_choice(const json& b, const std::vector<ToolSpec>& tools, const 
 
 }  // namespace
 
-ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m, const ServerOptions& opt) {
+ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m, const ServerOptions& opt,
+                               std::string_view raw_body) {
   ParsedRequest p;
   p.chat = chat;
   check_model_field(b, opt.model_name);
@@ -397,11 +399,14 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
     } catch (const Error& e) {
       throw bad_request(e.what(), "messages");
     }
-    if (!tools.empty() && format != ChatFormat::kMyriad)
+    if (!tools.empty() && !has_tool_calls(format))
       throw bad_request(str("tool calling in the ", chat_format_name(format),
-                            " chat format is not implemented (myriad's own format has it)"),
+                            " chat format is not implemented (the myriad and kimi formats have it)"),
                         "tools");
-    parse_tool_choice(b, tools, tok, p);
+    size_t calls_before = 0;
+    for (const ChatMessage& msg : messages) calls_before += msg.tool_calls.size();
+    if (format == ChatFormat::kKimi && !tools.empty()) keep_declared_order(tools, raw_body);
+    parse_tool_choice(b, tools, tok, calls_before, p);
     try {
       p.gen.prompt = encode_chat(tok, messages, tools).ids;
     } catch (const Error& e) {
@@ -409,7 +414,8 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
     }
     p.gen.prompt.insert(p.gen.prompt.end(), p.forced.begin(), p.forced.end());
     for (std::string& s : chat_stop_strings(format)) p.gen.stop.push_back(std::move(s));
-    if (p.tool_calls) p.gen.stop.push_back("<|tool_result|>");  // the model must not write the results itself
+    // the model must not write the results itself (a kimi result is a new turn: its stop strings end it already)
+    if (p.tool_calls && format == ChatFormat::kMyriad) p.gen.stop.push_back("<|tool_result|>");
   } else {
     const json* v = field(b, "prompt");
     if (!v) throw bad_request("'prompt' is missing", "prompt");
@@ -440,13 +446,24 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
   return p;
 }
 
-std::vector<int32_t> parse_tokenize(const json& body, const Tokenizer& tok, const std::string& model_name) {
+std::vector<int32_t> parse_tokenize(const json& body, const Tokenizer& tok, const std::string& model_name,
+                                    std::string_view raw_body) {
   check_model_field(body, model_name);
   if (const json* v = field(body, "messages")) {
+    const std::vector<ChatMessage> messages = parse_messages(*v);
+    std::vector<ToolSpec> tools;
+    if (const json* t = field(body, "tools")) {
+      try {
+        tools = tool_specs_from_json(*t);
+      } catch (const FieldError& e) {
+        throw bad_request(e.what(), e.field(), e.code());
+      }
+      keep_declared_order(tools, raw_body);
+    }
     try {
-      return encode_chat(tok, parse_messages(*v)).ids;
+      return encode_chat(tok, messages, tools).ids;
     } catch (const Error& e) {
-      throw bad_request(e.what(), "messages");
+      throw bad_request(e.what(), tools.empty() ? "messages" : "tools");
     }
   }
   if (const json* pr = field(body, "prompt")) return tok.encode(get_string(*pr, "prompt"));

@@ -83,12 +83,17 @@ void check_model_field(const json& body, const std::string& model_name);
 
 // A /v1/chat/completions (chat) or /v1/completions body, validated against the model (its context, tokenizer) and
 // the server's options (the served model's name, default_max_tokens).
-ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m, const ServerOptions& opt);
+// raw_body: the text b was parsed from (the kimi format renders tool declarations with their keys as written).
+ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m, const ServerOptions& opt,
+                               std::string_view raw_body = {});
 
 // ---- /tokenize and /detokenize ------------------------------------------------------------------------------------
 
-// {"prompt": "..."} or {"messages": [...]} (the chat template's ids) -> the ids.
-std::vector<int32_t> parse_tokenize(const json& body, const Tokenizer& tok, const std::string& model_name);
+// {"prompt": "..."} or {"messages": [...]} (the chat template's ids) -> the ids:
+// {"messages": [...], "tools": [...]} renders the conversation (with its tools) as a chat completion would, without
+// the forced start of a tool_choice; {"prompt": "..."} encodes the text (special tokens parsed).
+std::vector<int32_t> parse_tokenize(const json& body, const Tokenizer& tok, const std::string& model_name,
+                                    std::string_view raw_body = {});
 // {"tokens": [...]} -> the ids, each inside the vocabulary.
 std::vector<int32_t> parse_detokenize(const json& body, const Tokenizer& tok, const std::string& model_name);
 

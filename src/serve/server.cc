@@ -223,7 +223,7 @@ struct Server::Impl {
     const json body = parse_body(req.body);
     std::shared_ptr<Engine> eng = require_engine();
     const InferenceModel& m = eng->model();
-    ParsedRequest p = parse_generation(body, chat, m, opt);
+    ParsedRequest p = parse_generation(body, chat, m, opt, req.body);
     std::shared_ptr<RouteSlot> slot;
     if (router) {
       slot = std::make_shared<RouteSlot>(*router);
@@ -272,7 +272,7 @@ struct Server::Impl {
     const json body = parse_body(req.body);
     const std::shared_ptr<Engine> eng = require_engine();
     const InferenceModel& m = eng->model();
-    const std::vector<int32_t> ids = parse_tokenize(body, m.tokenizer(), opt.model_name);
+    const std::vector<int32_t> ids = parse_tokenize(body, m.tokenizer(), opt.model_name, req.body);
     reply_json(res, 200,
                json{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", m.config().max_position_embeddings}});
   }
@@ -383,7 +383,8 @@ struct Server::Impl {
 
   void load() {
     try {
-      std::shared_ptr<const InferenceModel> m = opt.loader ? opt.loader() : InferenceModel::load(opt.model_dir, {}, opt.tokenizer);
+      std::shared_ptr<const InferenceModel> m =
+          opt.loader ? opt.loader() : InferenceModel::load(opt.model_dir, {}, opt.tokenizer);
       MYRIAD_REQUIRE(m != nullptr, kValue, "the model loader returned no model");
       auto e = std::make_shared<Engine>(m, opt.engine);
       e->start();

@@ -37,7 +37,9 @@ KIMI = "|".join([
     r"""\s+""",
 ])
 KIMI_SPECIAL_NAMES = ["[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|start_header_id|>",
-                      "<|end_header_id|>", "[EOT]", "<|im_system|>", "<|im_middle|>"]
+                      "<|end_header_id|>", "[EOT]", "<|im_system|>", "<|im_middle|>", "<|tool_calls_section_begin|>",
+                      "<|tool_calls_section_end|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
+                      "<|tool_call_end|>"]
 
 # Multilingual lines, so that the merges cover more than English.
 MULTILINGUAL = [

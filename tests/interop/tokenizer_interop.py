@@ -202,8 +202,9 @@ def check_models_use_their_tokenizer(llama3_ref, kimi_enc):
 
 def check_served_in_the_models_chat_format(kimi_enc):
     """`myriad serve` of a model shipping Kimi's tiktoken tokenizer: /tokenize of a conversation gives tiktoken's ids
-    of Kimi K2's rendered stream (its default system turn, <|im_*|> markers), a chat completion answers, and tools
-    in that format are a 400."""
+    of Kimi K2's rendered stream (its default system turn, <|im_*|> markers); with tools, calls and results, the ids
+    of Kimi-K2-Instruct's chat template rendered by jinja2 for the same request (the expected text below); a chat
+    completion answers, with tools too, and tool_choice naming a function starts the reply inside that call."""
     import http.client
     import re
     import shutil
@@ -235,7 +236,7 @@ def check_served_in_the_models_chat_format(kimi_enc):
 
         messages = [{"role": "user", "content": "What's the weather like in Beijing today?"}]
         status, j = post("/tokenize", {"messages": messages})
-        rendered = ("<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>"
+        rendered = ("<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>\n"
                     "<|im_user|>user<|im_middle|>What's the weather like in Beijing today?<|im_end|>"
                     "<|im_assistant|>assistant<|im_middle|>")
         want = kimi_enc.encode(rendered, allowed_special="all")
@@ -245,11 +246,47 @@ def check_served_in_the_models_chat_format(kimi_enc):
         status, j = post("/v1/chat/completions", {"messages": messages, "max_tokens": 4})
         if status != 200 or j["choices"][0]["finish_reason"] not in ("length", "stop"):
             sys.exit(f"FAIL chat completion in the kimi format: {status} {j}")
-        tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-        status, j = post("/v1/chat/completions", {"messages": messages, "tools": tools})
-        if status != 400 or "kimi" not in json.dumps(j):
+        tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                                   "parameters": {"type": "object", "properties": {"city": {
+                                                       "type": "string"}}, "required": ["city"]}}}]
+        conv = [{"role": "user", "content": "Weather in Tokyo and Paris? 東京"},
+                {"role": "assistant", "content": "Let me check.", "tool_calls": [
+                    {"id": "a", "type": "function", "function": {"name": "get_weather",
+                                                                 "arguments": json.dumps({"city": "Tokyo"})}},
+                    {"id": "b", "type": "function", "function": {"name": "get_weather",
+                                                                 "arguments": json.dumps({"city": "Paris"})}}]},
+                {"role": "tool", "tool_call_id": "a", "content": "sunny"},
+                {"role": "tool", "tool_call_id": "b", "content": "rain"},
+                {"role": "user", "content": "And Rome?"}]
+        # Kimi-K2-Instruct's chat_template rendered by jinja2 (transformers' settings) for conv and tools
+        rendered = (
+            '<|im_system|>tool_declare<|im_middle|>[{"type": "function", "function": {"name": "get_weather", '
+            '"description": "Weather of a city", "parameters": {"type": "object", "properties": {"city": {"type": '
+            '"string"}}, "required": ["city"]}}}]<|im_end|><|im_system|>system<|im_middle|>You are Kimi, an AI '
+            'assistant created by Moonshot AI.<|im_end|>\n<|im_user|>user<|im_middle|>Weather in Tokyo and Paris? '
+            '東京<|im_end|><|im_assistant|>assistant<|im_middle|>Let me check.<|tool_calls_section_begin|>'
+            '<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Tokyo"}<|tool_call_end|>'
+            '<|tool_call_begin|>functions.get_weather:1<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>'
+            '<|tool_calls_section_end|><|im_end|><|im_system|>tool<|im_middle|>## Return of functions.get_weather:0\n'
+            'sunny<|im_end|><|im_system|>tool<|im_middle|>## Return of functions.get_weather:1\nrain<|im_end|>'
+            '<|im_user|>user<|im_middle|>And Rome?<|im_end|><|im_assistant|>assistant<|im_middle|>')
+        want = kimi_enc.encode(rendered, allowed_special="all")
+        status, j = post("/tokenize", {"messages": conv, "tools": tools})
+        if status != 200 or j.get("tokens") != want:
+            sys.exit(f"FAIL /tokenize with tools in the kimi format: {status} {j}\n  want {want}")
+        print(f"ok /tokenize of tools, calls and results in the kimi chat format: {len(want)} tokens, tiktoken's ids")
+        status, j = post("/v1/chat/completions", {"messages": conv, "tools": tools, "max_tokens": 6})
+        if status != 200 or j["choices"][0]["finish_reason"] not in ("length", "stop", "tool_calls"):
             sys.exit(f"FAIL tools in the kimi format: {status} {j}")
-        print("ok chat completion in the kimi format; tools refused with a 400 naming the format")
+        choice = {"type": "function", "function": {"name": "get_weather"}}
+        status, j = post("/v1/chat/completions", {"messages": conv, "tools": tools, "tool_choice": choice,
+                                                  "max_tokens": 4})
+        # the forced start of the call (the conversation's third call: index 2) follows the generation prompt
+        forced = kimi_enc.encode("<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:2"
+                                 "<|tool_call_argument_begin|>", allowed_special="all")
+        if status != 200 or j.get("usage", {}).get("prompt_tokens") != len(want) + len(forced):
+            sys.exit(f"FAIL tool_choice in the kimi format: {status} {j}, want {len(want) + len(forced)} prompt tokens")
+        print("ok chat completions with tools and a named tool_choice in the kimi format")
     finally:
         server.terminate()
         server.wait(timeout=30)

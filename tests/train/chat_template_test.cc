@@ -290,9 +290,10 @@ TEST_F(ChatFormatTest, KimiRendersK2sDocumentedStreamWithTheDefaultSystemTurn) {
   const Tokenizer tok = make({"<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>"});
   ASSERT_EQ(chat_format_of(tok), ChatFormat::kKimi);
   const std::vector<ChatMessage> conv = {{"user", "What's the weather like in Beijing today? Use the tool to check."}};
-  // Kimi K2's published stream for this conversation (its tool_declare turn aside): the default system turn first.
+  // Kimi K2's stream for this conversation: the default system turn first, then the line break that
+  // Kimi-K2-Instruct's chat template leaves after it (its `{% endif %}` line is not trimmed).
   const std::string want =
-      "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>"
+      "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>\n"
       "<|im_user|>user<|im_middle|>What's the weather like in Beijing today? Use the tool to check.<|im_end|>"
       "<|im_assistant|>assistant<|im_middle|>";
   EXPECT_EQ(render_chat(conv, {}, true, ChatFormat::kKimi), want);
@@ -314,6 +315,148 @@ TEST_F(ChatFormatTest, KimiRendersK2sDocumentedStreamWithTheDefaultSystemTurn) {
     if (m.assistant[i]) masked += tok.token_bytes(m.ids[i]);
   EXPECT_EQ(masked, "hello<|im_end|>");
   EXPECT_EQ(chat_stop_strings(ChatFormat::kKimi).front(), "<|im_end|>");
+}
+
+// The kimi tokens of tool calls, besides the turn markers.
+const std::vector<std::string> kKimiSpecials = {"<|im_end|>",
+                                                "<|im_user|>",
+                                                "<|im_assistant|>",
+                                                "<|im_system|>",
+                                                "<|im_middle|>",
+                                                "<|tool_calls_section_begin|>",
+                                                "<|tool_calls_section_end|>",
+                                                "<|tool_call_begin|>",
+                                                "<|tool_call_argument_begin|>",
+                                                "<|tool_call_end|>"};
+
+ToolCall call(std::string id, std::string name, json args, std::string text = "") {
+  ToolCall c{std::move(id), std::move(name), std::move(args)};
+  c.arguments_text = std::move(text);
+  return c;
+}
+
+// The expected streams are Kimi-K2-Instruct's chat template (its tokenizer_config.json's chat_template) rendered
+// by jinja2 3.1 with transformers' settings (trim_blocks, lstrip_blocks, tojson = json.dumps(ensure_ascii=False))
+// for the same messages: an independent rendering, not myriad's.
+TEST_F(ChatFormatTest, KimiToolCallsFollowK2InstructsTemplate) {
+  const Tokenizer tok = make(kKimiSpecials);
+  ASSERT_EQ(chat_format_of(tok), ChatFormat::kKimi);
+  const std::string body =
+      R"({"tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city", )"
+      R"("parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]})";
+  std::vector<ToolSpec> tools = tool_specs_from_json(json::parse(body)["tools"]);
+  keep_declared_order(tools, body);  // the schema's keys as written: type, properties, required
+  std::vector<ChatMessage> conv = {{"user", "Weather in Tokyo and Paris? 東京"}};
+  conv.push_back({"assistant", "Let me check."});
+  conv.back().tool_calls = {call("a", "get_weather", {{"city", "Tokyo"}}, R"({"city": "Tokyo"})"),
+                            call("b", "get_weather", {{"city", "Paris"}})};
+  conv.push_back({"tool", "sunny"});
+  conv.push_back({"tool", "rain"});
+  conv.push_back({"assistant", "Tokyo sunny, Paris rain."});
+  conv.push_back({"user", "And Rome?"});
+  const std::string want =
+      R"(<|im_system|>tool_declare<|im_middle|>[{"type": "function", "function": {"name": "get_weather", )"
+      R"("description": "Weather of a city", "parameters": {"type": "object", "properties": {"city": {"type": )"
+      R"("string"}}, "required": ["city"]}}}]<|im_end|><|im_system|>system<|im_middle|>You are Kimi, an AI )"
+      "assistant created by Moonshot AI.<|im_end|>\n<|im_user|>user<|im_middle|>Weather in Tokyo and Paris? "
+      "東京<|im_end|><|im_assistant|>assistant<|im_middle|>Let me check.<|tool_calls_section_begin|>"
+      R"(<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Tokyo"}<|tool_call_end|>)"
+      R"(<|tool_call_begin|>functions.get_weather:1<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>)"
+      "<|tool_calls_section_end|><|im_end|><|im_system|>tool<|im_middle|>## Return of functions.get_weather:0\n"
+      "sunny<|im_end|><|im_system|>tool<|im_middle|>## Return of functions.get_weather:1\nrain<|im_end|>"
+      "<|im_assistant|>assistant<|im_middle|>Tokyo sunny, Paris rain.<|im_end|><|im_user|>user<|im_middle|>And "
+      "Rome?<|im_end|><|im_assistant|>assistant<|im_middle|>";
+  EXPECT_EQ(render_chat(conv, tools, true, ChatFormat::kKimi), want);
+  const ChatTokens t = encode_chat(tok, conv, tools);
+  EXPECT_EQ(tok.decode(t.ids), want);
+  for (const std::string& marker : kKimiSpecials)  // every marker a single special token, none from the contents
+    EXPECT_EQ(std::count(t.ids.begin(), t.ids.end(), tok.id_of(marker)), [&] {
+      size_t n = 0;
+      for (size_t at = want.find(marker); at != std::string::npos; at = want.find(marker, at + 1)) ++n;
+      return int64_t(n);
+    }()) << marker;
+  // The mask: the assistants' contents, calls and ends; never the tool results.
+  std::string masked;
+  for (size_t i = 0; i < t.ids.size(); ++i)
+    if (t.assistant[i]) masked += tok.token_bytes(t.ids[i]);
+  EXPECT_EQ(masked,
+            "Let me check.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+            R"(<|tool_call_argument_begin|>{"city": "Tokyo"}<|tool_call_end|><|tool_call_begin|>)"
+            R"(functions.get_weather:1<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>)"
+            "<|tool_calls_section_end|><|im_end|>Tokyo sunny, Paris rain.<|im_end|>");
+  // Without a declared order: OpenAI's field order, the schema's keys sorted. A result with no call pending.
+  tools[0].declaration.clear();
+  const std::vector<ChatMessage> lone = {{"user", "hi"}, {"tool", "r"}};
+  EXPECT_EQ(render_chat(lone, tools, false, ChatFormat::kKimi),
+            R"(<|im_system|>tool_declare<|im_middle|>[{"type": "function", "function": {"name": "get_weather", )"
+            R"("description": "Weather of a city", "parameters": {"properties": {"city": {"type": "string"}}, )"
+            R"("required": ["city"], "type": "object"}}}]<|im_end|><|im_system|>system<|im_middle|>You are Kimi, an )"
+            "AI assistant created by Moonshot AI.<|im_end|>\n<|im_user|>user<|im_middle|>hi<|im_end|>"
+            "<|im_system|>tool<|im_middle|>## Return of functions.unknown:0\nr<|im_end|>");
+}
+
+TEST_F(ChatFormatTest, KimiRepliesParseBackIntoCallsAndMalformedOnesAreText) {
+  const Tokenizer tok = make(kKimiSpecials);
+  // A reply as the model writes it: content, then the calls section (whitespace between the parts).
+  const std::string reply =
+      "Checking.<|tool_calls_section_begin|>\n<|tool_call_begin|> functions.get_weather:2 "
+      R"(<|tool_call_argument_begin|>{"city": "Rome", "days": [1, 2]}<|tool_call_end|>)"
+      "<|tool_call_begin|>functions.lookup:3<|tool_call_argument_begin|>{}<|tool_call_end|>\n"
+      "<|tool_calls_section_end|>";
+  const AssistantReply r = parse_assistant_reply(tok, tok.encode(reply, Specials::kParse));
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(r.content, "Checking.");
+  ASSERT_EQ(r.tool_calls.size(), 2u);
+  EXPECT_EQ(r.tool_calls[0].id, "functions.get_weather:2");
+  EXPECT_EQ(r.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(r.tool_calls[0].arguments, json::parse(R"({"city": "Rome", "days": [1, 2]})"));
+  EXPECT_EQ(r.tool_calls[0].arguments_string(), R"({"city": "Rome", "days": [1, 2]})");  // as written
+  EXPECT_EQ(r.tool_calls[1].name, "lookup");
+  EXPECT_EQ(r.tool_calls[1].arguments, json::object());
+  // What encode_chat writes for an assistant message reads back to the same calls.
+  std::vector<ChatMessage> conv = {{"user", "u"}, {"assistant", "c"}};
+  conv.back().tool_calls = {call("", "f", {{"x", 1}}), call("", "g", {{"y", "z"}})};
+  const ChatTokens all = encode_chat(tok, conv, {}, false);
+  const ChatTokens head = encode_chat(tok, std::vector<ChatMessage>{conv[0]}, {}, true);
+  const std::span<const int32_t> body(all.ids.begin() + int64_t(head.ids.size()), all.ids.end() - 1);  // no <|im_end|>
+  const AssistantReply back = parse_assistant_reply(tok, body);
+  ASSERT_TRUE(back.error.empty()) << back.error;
+  EXPECT_EQ(back.content, "c");
+  ASSERT_EQ(back.tool_calls.size(), 2u);
+  EXPECT_EQ(back.tool_calls[0].id, "functions.f:0");
+  EXPECT_EQ(back.tool_calls[1].id, "functions.g:1");
+  EXPECT_EQ(back.tool_calls[1].arguments, json({{"y", "z"}}));
+  // Malformed: the whole reply is text, with the reason.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"a<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}<|tool_call_end|>",
+       "not closed"},
+      {"<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{x}<|tool_call_end|>"
+       "<|tool_calls_section_end|>",
+       "not valid JSON"},
+      {"<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>[1]<|tool_call_end|>"
+       "<|tool_calls_section_end|>",
+       "not a JSON object"},
+      {"<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}<|tool_call_end|>"
+       "<|tool_calls_section_end|> and more",
+       "text after"},
+      {"x<|tool_call_end|>", "before <|tool_calls_section_begin|>"},
+      {"<|tool_calls_section_begin|>oops<|tool_calls_section_end|>", "expected <|tool_call_begin|>"},
+      {"<|tool_calls_section_begin|><|tool_call_begin|>functions.:0<|tool_call_argument_begin|>{}<|tool_call_end|>"
+       "<|tool_calls_section_end|>",
+       "no function name"},
+      {"<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_end|><|tool_calls_section_end|>",
+       "lacks"}};
+  for (const auto& [text, why] : bad) {
+    const std::vector<int32_t> ids = tok.encode(text, Specials::kParse);
+    const AssistantReply m = parse_assistant_reply(tok, ids);
+    EXPECT_NE(m.error.find(why), std::string::npos) << text << " -> " << m.error;
+    EXPECT_TRUE(m.tool_calls.empty()) << text;
+    EXPECT_EQ(m.content, tok.decode(ids)) << text;
+  }
+  // tool_choice naming a function: the reply starts inside the call, numbered after the conversation's calls.
+  EXPECT_EQ(tok.decode(forced_call_start(tok, "get_weather", 3)),
+            "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:3<|tool_call_argument_begin|>");
+  EXPECT_EQ(std::string(tool_calls_marker(ChatFormat::kKimi)), "<|tool_calls_section_begin|>");
 }
 
 TEST_F(ChatFormatTest, DeepSeekAndChatMlFollowTheirTemplates) {
