@@ -109,10 +109,12 @@ int run_chat(const myriad::cli::Args& args) {
     ++sp.seed;  // each turn its own draws, the whole conversation reproducible with --seed
 
     std::string reply, error;
+    std::vector<int32_t> reply_ids;
     myriad::FinishReason finish = myriad::FinishReason::kNone;
     uint64_t id = 0;
     try {
       id = engine.submit(std::move(req), [&](const myriad::TokenEvent& e) {
+        if (e.token >= 0) reply_ids.push_back(e.token);
         if (!e.text.empty()) {
           std::fwrite(e.text.data(), 1, e.text.size(), stdout);
           std::fflush(stdout);
@@ -147,7 +149,16 @@ int run_chat(const myriad::cli::Args& args) {
       continue;
     }
     if (finish == myriad::FinishReason::kCancelled && tty) std::fprintf(stderr, "(interrupted)\n");
-    history.push_back({"assistant", reply});
+    if (myriad::chat_format_of(tok) == myriad::ChatFormat::kK3) {
+      // K3's reply is tagged channels: the history keeps its response and its thinking apart, as K3 renders them
+      while (!reply_ids.empty() && reply_ids.back() == tok.id_of("<|end_of_msg|>")) reply_ids.pop_back();
+      const myriad::AssistantReply r = myriad::parse_assistant_reply(tok, reply_ids);
+      myriad::ChatMessage m("assistant", r.error.empty() ? r.content : reply);
+      m.reasoning_content = r.error.empty() ? r.reasoning : "";
+      history.push_back(std::move(m));
+    } else {
+      history.push_back({"assistant", reply});
+    }
   }
   if (tty) std::printf("\n");
   return 0;

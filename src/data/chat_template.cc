@@ -4,18 +4,14 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "data/chat_format_support.h"
+#include "data/k3_chat_format.h"
 
 namespace myriad {
 
 namespace {
 
-// The template as a list of pieces: a special token (by its text) or message text, each marked with whether an
-// assistant turn's tokens (trained in SFT) hold it. encode_chat and render_chat both read this list.
-struct Piece {
-  std::string text;
-  bool special = false;
-  bool assistant = false;
-};
+using Piece = ChatPiece;
 
 void check_arguments(const ToolCall& call, size_t i, size_t k) {
   MYRIAD_REQUIRE(call.arguments.is_object(), kValue, "messages[", i, "].tool_calls[", k,
@@ -25,11 +21,11 @@ void check_arguments(const ToolCall& call, size_t i, size_t k) {
 
 void refuse_tools(ChatFormat format, std::span<const ChatMessage> messages, std::span<const ToolSpec> tools) {
   MYRIAD_REQUIRE(tools.empty(), kUnsupported, "tools: tool calling in the ", chat_format_name(format),
-                 " chat format is not implemented (the myriad and kimi formats have it)");
+                 " chat format is not implemented (the myriad, kimi and k3 formats have it)");
   for (size_t i = 0; i < messages.size(); ++i)
     MYRIAD_REQUIRE(messages[i].tool_calls.empty() && messages[i].role != "tool", kUnsupported, "messages[", i,
                    "]: tool calls and tool results in the ", chat_format_name(format),
-                   " chat format are not implemented (the myriad and kimi formats have them)");
+                   " chat format are not implemented (the myriad, kimi and k3 formats have them)");
 }
 
 void check_role(const ChatMessage& m, size_t i) {
@@ -38,40 +34,27 @@ void check_role(const ChatMessage& m, size_t i) {
       kValue, "messages[", i, "].role = '", m.role, "': must be one of system, developer, user, assistant, tool");
 }
 
-// JSON as Python's json.dumps writes it with ensure_ascii=False (what Hugging Face's `tojson` filter gives a
-// template): ", " between items, ": " after keys, non-ASCII as is; keys in the json's order.
 template <class Json>
-std::string python_json(const Json& v) {
+std::string python_json_of(const Json& v) {
   if (v.is_object()) {
     std::string out = "{";
     for (auto it = v.begin(); it != v.end(); ++it)
-      out += (it == v.begin() ? "" : ", ") + Json(it.key()).dump() + ": " + python_json(it.value());
+      out += (it == v.begin() ? "" : ", ") + Json(it.key()).dump() + ": " + python_json_of(it.value());
     return out + "}";
   }
   if (v.is_array()) {
     std::string out = "[";
-    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + python_json(v[i]);
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + python_json_of(v[i]);
     return out + "]";
   }
   return v.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-// The tools as the OpenAI request's list, in the order OpenAI documents its fields (the JSON parser keeps object
-// keys sorted, so a request's own order inside the parameters' schema is not kept).
+// The tools as the request's list, keys as written (ToolSpec::entry).
 std::string kimi_tool_declaration(std::span<const ToolSpec> tools) {
-  std::string out = "[";
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const ToolSpec& t = tools[i];
-    if (!t.declaration.empty()) {
-      out += (i ? ", " : "") + t.declaration;
-      continue;
-    }
-    std::string fn = "{\"name\": " + nlohmann::json(t.name).dump();
-    if (!t.description.empty()) fn += ", \"description\": " + python_json(nlohmann::json(t.description));
-    if (!t.parameters.is_null()) fn += ", \"parameters\": " + python_json(t.parameters);
-    out += (i ? ", " : "") + std::string("{\"type\": \"function\", \"function\": ") + fn + "}}";
-  }
-  return out + "]";
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const ToolSpec& t : tools) list.push_back(t.entry());
+  return python_json(list);
 }
 
 // Kimi K2 / Kimi-Linear (Kimi-K2-Instruct's chat template): <|im_{class}|>{role}<|im_middle|>{content}<|im_end|>;
@@ -248,6 +231,7 @@ std::vector<Piece> template_pieces(ChatFormat format, std::span<const ChatMessag
                                    std::span<const ToolSpec> tools, bool generation_prompt) {
   if (format == ChatFormat::kMyriad) return myriad_pieces(messages, tools, generation_prompt);
   if (format == ChatFormat::kKimi) return kimi_pieces(messages, tools, generation_prompt);
+  if (format == ChatFormat::kK3) return k3_pieces(messages, tools, generation_prompt);
   refuse_tools(format, messages, tools);
   switch (format) {
     case ChatFormat::kDeepSeekV3:
@@ -269,6 +253,8 @@ const char* chat_format_name(ChatFormat f) {
       return "myriad";
     case ChatFormat::kKimi:
       return "kimi";
+    case ChatFormat::kK3:
+      return "k3";
     case ChatFormat::kDeepSeekV3:
       return "deepseek-v3";
     case ChatFormat::kChatMl:
@@ -282,6 +268,7 @@ ChatFormat chat_format_of(const Tokenizer& tok) {
     return std::all_of(names.begin(), names.end(), [&](const char* n) { return tok.has_special(n); });
   };
   if (tok.kind() == TokenizerKind::kSentencePiece) return ChatFormat::kMyriad;
+  if (has_all({"<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"})) return ChatFormat::kK3;
   if (has_all({"<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>"}))
     return ChatFormat::kKimi;
   if (has_all({"<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>"}))
@@ -289,7 +276,8 @@ ChatFormat chat_format_of(const Tokenizer& tok) {
   if (has_all({"<|im_start|>", "<|im_end|>"})) return ChatFormat::kChatMl;
   if (has_all({"<|system|>", "<|user|>", "<|assistant|>", "<|endoftext|>"})) return ChatFormat::kMyriad;
   throw_error(ErrorKind::kUnsupported, "chat: the ", tokenizer_kind_name(tok.kind()),
-              " tokenizer has the special tokens of no chat format myriad knows (kimi: <|im_user|> <|im_assistant|> "
+              " tokenizer has the special tokens of no chat format myriad knows (k3: <|open|> <|sep|> <|close|> "
+              "<|end_of_msg|>; kimi: <|im_user|> <|im_assistant|> "
               "<|im_system|> <|im_middle|> <|im_end|>; deepseek-v3: <｜User｜> <｜Assistant｜>; chatml: <|im_start|> "
               "<|im_end|>)");
 }
@@ -299,7 +287,16 @@ void keep_declared_order(std::vector<ToolSpec>& tools, std::string_view raw_json
   if (!j.is_object()) return;
   const auto list = j.find("tools");
   if (list == j.end() || !list->is_array() || list->size() != tools.size()) return;
-  for (size_t i = 0; i < tools.size(); ++i) tools[i].declaration = python_json((*list)[i]);
+  for (size_t i = 0; i < tools.size(); ++i) tools[i].declaration = (*list)[i].dump();
+}
+
+nlohmann::ordered_json ToolSpec::entry() const {
+  if (!declaration.empty()) return nlohmann::ordered_json::parse(declaration);
+  // OpenAI's field order; the schema's keys as the parsed json holds them (sorted)
+  nlohmann::ordered_json fn = {{"name", name}};
+  if (!description.empty()) fn["description"] = description;
+  if (!parameters.is_null()) fn["parameters"] = nlohmann::ordered_json::parse(parameters.dump());
+  return {{"type", "function"}, {"function", std::move(fn)}};
 }
 
 std::vector<std::string> ToolSpec::argument_names() const {
@@ -345,6 +342,8 @@ std::vector<std::string> chat_stop_strings(ChatFormat format) {
       return {"<|user|>", "<|system|>"};
     case ChatFormat::kKimi:
       return {"<|im_end|>", "<|im_user|>", "<|im_system|>", "<|im_assistant|>"};
+    case ChatFormat::kK3:
+      return {"<|end_of_msg|>"};
     case ChatFormat::kDeepSeekV3:
       return {"<｜end▁of▁sentence｜>", "<｜User｜>"};
     case ChatFormat::kChatMl:
@@ -474,18 +473,23 @@ AssistantReply parse_assistant_reply(const Tokenizer& tok, std::span<const int32
       return parse_myriad_reply(tok, ids);
     case ChatFormat::kKimi:
       return parse_kimi_reply(tok, ids);
+    case ChatFormat::kK3:
+      return parse_k3_reply(tok, ids);
     default:
-      return AssistantReply{tok.decode(ids), {}, ""};  // no tool calls in the format: all text
+      break;
   }
+  AssistantReply r;  // no tool calls in the format: all of it is text
+  r.content = tok.decode(ids);
+  return r;
 }
 
 bool has_tool_calls(ChatFormat f) {
-  return f == ChatFormat::kMyriad || f == ChatFormat::kKimi;
+  return f == ChatFormat::kMyriad || f == ChatFormat::kKimi || f == ChatFormat::kK3;
 }
 
 const char* tool_calls_marker(ChatFormat f) {
-  MYRIAD_REQUIRE(has_tool_calls(f), kUnsupported, "tool calling in the ", chat_format_name(f),
-                 " chat format is not implemented (the myriad and kimi formats have it)");
+  MYRIAD_REQUIRE(f == ChatFormat::kMyriad || f == ChatFormat::kKimi, kUnsupported, "the ", chat_format_name(f),
+                 " chat format has no single token that starts tool calls (myriad and kimi have one)");
   return f == ChatFormat::kKimi ? "<|tool_calls_section_begin|>" : "<|tool_call|>";
 }
 
@@ -503,6 +507,14 @@ std::vector<int32_t> forced_call_start(const Tokenizer& tok, const std::string& 
   out.insert(out.end(), ids.begin(), ids.end());
   if (f == ChatFormat::kKimi) out.push_back(tok.id_of("<|tool_call_argument_begin|>"));
   return out;
+}
+
+std::string python_json(const nlohmann::json& v) {
+  return python_json_of(v);
+}
+
+std::string python_json(const nlohmann::ordered_json& v) {
+  return python_json_of(v);
 }
 
 }  // namespace myriad

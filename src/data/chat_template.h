@@ -29,6 +29,8 @@
 // Leaves out: images (<|image|> is reserved), names, several choices.
 //
 // Other models' formats (ChatFormat), picked from the special tokens of the tokenizer they ship (chat_format_of):
+//   k3 (<|open|> <|sep|> <|close|> <|end_of_msg|>): Kimi K3's tagged messages with think and response channels,
+//     see data/k3_chat_format.h.
 //   kimi (K2 / Kimi-Linear, the tokenizer has <|im_middle|>; Kimi-K2-Instruct's chat template): each turn is
 //     <|im_user|> / <|im_assistant|> / <|im_system|> (system and the rest), the role name as text, <|im_middle|>,
 //     the content, <|im_end|>. Tools, when given, come first: <|im_system|>tool_declare<|im_middle|>TOOLS<|im_end|>,
@@ -46,7 +48,7 @@
 //   chatml (<|im_start|>): <|im_start|>ROLE\nTEXT<|im_end|>\n per turn. Generation prompt: <|im_start|>assistant\n.
 // Role names and the newlines are text; only the markers are special tokens; contents are encoded with
 // Specials::kAsText as in myriad's format. A reply ends at the format's end of turn (chat_stop_strings). Tool
-// calls and declarations exist in the myriad and kimi formats; deepseek-v3 and chatml refuse tools and tool
+// calls and declarations exist in the myriad, kimi and k3 formats; deepseek-v3 and chatml refuse tools and tool
 // messages with kUnsupported naming the format.
 #pragma once
 
@@ -60,8 +62,8 @@
 
 namespace myriad {
 
-enum class ChatFormat { kMyriad, kKimi, kDeepSeekV3, kChatMl };
-const char* chat_format_name(ChatFormat f);  // "myriad", "kimi", "deepseek-v3", "chatml"
+enum class ChatFormat { kMyriad, kKimi, kK3, kDeepSeekV3, kChatMl };
+const char* chat_format_name(ChatFormat f);  // "myriad", "kimi", "k3", "deepseek-v3", "chatml"
 // The format of a tokenizer's model, from its special tokens (above); myriad's SentencePiece is kMyriad. Throws
 // kUnsupported naming the formats it knows when the tokenizer has none of their markers.
 ChatFormat chat_format_of(const Tokenizer& tok);
@@ -84,6 +86,7 @@ struct ChatMessage {
   std::string content;
   std::vector<ToolCall> tool_calls;  // assistant only
   std::string tool_call_id;          // tool only; not rendered
+  std::string reasoning_content;     // assistant only: its thinking (rendered by the k3 format's think channel)
 };
 
 // A tool the model may call: its name and its parameters' JSON schema (rendered: the property names, sorted).
@@ -91,9 +94,11 @@ struct ToolSpec {
   std::string name;
   std::string description;    // not rendered
   nlohmann::json parameters;  // the JSON schema ({"type":"object","properties":{...}}); may be null
-  // kimi: this tool's entry of the "tools" list as written (keep_declared_order), for the tool_declare turn;
-  // empty: built from the fields above
+  // This tool's entry of the "tools" list as written (compact JSON, keys in their order; keep_declared_order), for
+  // the formats that render the list (kimi, k3); empty: built from the fields above
   std::string declaration = {};
+  // The entry {"type": "function", "function": {...}}: `declaration` when set, else from the fields.
+  nlohmann::ordered_json entry() const;
   std::vector<std::string> argument_names() const;
 };
 
@@ -130,9 +135,11 @@ std::vector<std::string> chat_stop_strings(ChatFormat format = ChatFormat::kMyri
 // call's id; ARGS a JSON object) up to <|tool_calls_section_end|>, whitespace between. Anything else (an unclosed
 // call, bad JSON, text after the calls, a closing marker with nothing open) makes the reply malformed: `error`
 // says what and where, `content` is the whole reply as text and there are no calls (a model's malformed call is
-// text, never an exception). Formats without tool calls: all of it is content.
+// text, never an exception). k3: see data/k3_chat_format.h (reasoning, content, calls). Formats without tool
+// calls: all of it is content.
 struct AssistantReply {
   std::string content;
+  std::string reasoning;  // k3: the think channel
   std::vector<ToolCall> tool_calls;
   std::string error;  // empty when well-formed
 };
@@ -141,10 +148,10 @@ AssistantReply parse_assistant_reply(const Tokenizer& tok, std::span<const int32
 // The text of one call as the template writes it: {"name":...,"arguments":{...}}.
 std::string tool_call_text(const ToolCall& call);
 
-// Whether the format has tool calls (myriad, kimi).
+// Whether the format has tool calls (myriad, kimi, k3).
 bool has_tool_calls(ChatFormat f);
 // The special token that opens a reply's tool calls: <|tool_call|> (myriad), <|tool_calls_section_begin|> (kimi).
-// Throws kUnsupported naming the format for the others.
+// Throws kUnsupported naming the format for the others (k3 opens them with a tag of several tokens).
 const char* tool_calls_marker(ChatFormat f);
 // The tokens that start a call of `name` in a reply (tool_choice naming a function): the marker, then myriad's
 // {"name":NAME,"arguments": or kimi's <|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>, IDX =

@@ -112,6 +112,12 @@ std::vector<ChatMessage> chat_messages_from_json(const json& v) {
         msg.tool_calls.push_back(tool_call_of((*calls)[k], str(at, ".tool_calls[", k, "]")));
     }
     if (const json* id = member(m, "tool_call_id")) msg.tool_call_id = string_at(*id, at + ".tool_call_id");
+    if (const json* r = member(m, "reasoning_content")) {  // DeepSeek's and Moonshot's field for the thinking
+      if (msg.role != "assistant")
+        throw FieldError(at + ".reasoning_content",
+                         str("'", at, ".reasoning_content': only assistant messages carry it, not ", msg.role));
+      msg.reasoning_content = string_at(*r, at + ".reasoning_content");
+    }
     out.push_back(std::move(msg));
   }
   return out;
@@ -165,6 +171,7 @@ json chat_messages_to_json(const std::vector<ChatMessage>& messages) {
       j["tool_calls"] = std::move(calls);
     }
     if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
+    if (!m.reasoning_content.empty()) j["reasoning_content"] = m.reasoning_content;
     out.push_back(std::move(j));
   }
   return out;

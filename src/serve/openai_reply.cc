@@ -55,12 +55,14 @@ Reply::Reply(const ParsedRequest& p, const Tokenizer& tok, std::string model)
       include_usage_(p.stream && p.include_usage),
       tool_calls_(p.chat && p.tool_calls),
       parallel_(p.parallel_tool_calls),
+      structured_(p.chat && chat_format_of(tok) == ChatFormat::kK3),
       tok_(tok),
       model_(std::move(model)),
       id_(random_id(p.chat ? "chatcmpl-" : "cmpl-")),
       created_(unix_now()) {
   reset_delta_logprobs();
   all_logprobs_ = delta_logprobs_;
+  holding_ = structured_;
   if (tool_calls_ && !p.forced.empty()) {  // the forced start of a call: part of the reply, not of the content
     ids_ = p.forced;
     holding_ = true;
@@ -71,7 +73,7 @@ Reply::Reply(const ParsedRequest& p, const Tokenizer& tok, std::string model)
 
 void Reply::add(const TokenEvent& e) {
   if (e.token >= 0) ids_.push_back(e.token);
-  if (tool_calls_ && !holding_ && e.token == tok_.id_of(tool_calls_marker(chat_format_of(tok_)))) {
+  if (tool_calls_ && !holding_ && !structured_ && e.token == tok_.id_of(tool_calls_marker(chat_format_of(tok_)))) {
     // The text before the marker (in this event) is content; the marker and what follows are held.
     const std::string marker = tool_calls_marker(chat_format_of(tok_));
     const size_t at = e.text.find(marker);
@@ -139,8 +141,21 @@ void Reply::finish_tool_calls() {
   if (format == ChatFormat::kMyriad) ends.push_back(tok_.id_of("<|tool_result|>"));
   while (!ids.empty() && std::find(ends.begin(), ends.end(), ids.back()) != ends.end()) ids.pop_back();
   AssistantReply r = parse_assistant_reply(tok_, ids);
-  if (!r.error.empty() || r.tool_calls.empty()) {  // malformed: all of it is text, as generated
+  if (!r.error.empty()) {  // malformed: all of it is text, as generated
     delta_text_ += held_;
+    held_.clear();
+    return;
+  }
+  if (structured_) {
+    parsed_ = true;
+    reasoning_ = r.reasoning;
+    reasoning_pending_ = !reasoning_.empty();
+    content_ = r.content;
+    delta_text_ += r.content;                // held from the start: none of it was sent
+    if (!tool_calls_) r.tool_calls.clear();  // calls the request did not offer tools for: not returned
+  }
+  if (r.tool_calls.empty()) {
+    if (!structured_) delta_text_ += held_;
     held_.clear();
     return;
   }
@@ -169,7 +184,7 @@ const char* Reply::reason(const char* engine_reason) const {
 }
 
 std::optional<json> Reply::take_delta_chunk() {
-  if (delta_text_.empty() && !has_delta_logprobs_) {
+  if (delta_text_.empty() && !has_delta_logprobs_ && !reasoning_pending_) {
     if (tool_chunks_.empty()) return std::nullopt;
     json c = chunk(std::move(tool_chunks_.front()));
     tool_chunks_.erase(tool_chunks_.begin());
@@ -177,6 +192,10 @@ std::optional<json> Reply::take_delta_chunk() {
   }
   json choice =
       chat_ ? json{{"index", 0}, {"delta", json{{"content", delta_text_}}}} : json{{"index", 0}, {"text", delta_text_}};
+  if (reasoning_pending_) {
+    choice["delta"]["reasoning_content"] = reasoning_;
+    reasoning_pending_ = false;
+  }
   choice["logprobs"] = has_delta_logprobs_ ? delta_logprobs_ : json(nullptr);
   choice["finish_reason"] = nullptr;
   delta_text_.clear();
@@ -202,6 +221,10 @@ json Reply::usage_chunk() const {
 json Reply::full(const char* reason) const {
   json choice = chat_ ? json{{"index", 0}, {"message", json{{"role", "assistant"}, {"content", text_}}}}
                       : json{{"index", 0}, {"text", text_}};
+  if (parsed_) {
+    choice["message"]["content"] = content_;
+    choice["message"]["reasoning_content"] = reasoning_;
+  }
   if (!calls_.empty()) {
     json& msg = choice["message"];
     msg["content"] = content_.empty() ? json(nullptr) : json(content_);

@@ -50,7 +50,8 @@ class Reply {
   json chunk(json choice) const;
   void reset_delta_logprobs();
 
-  // Tool calls (ParsedRequest::tool_calls): from the first <|tool_call|> on, the text is held back; when the reply
+  // Tool calls (ParsedRequest::tool_calls): from the format's first tool-call marker on (k3: from the start), the
+  // text is held back; when the reply
   // finishes it is read by the template's grammar (parse_assistant_reply): calls become message.tool_calls (and
   // streamed deltas: each call's id, type and name, then its arguments) with finish_reason "tool_calls"; a
   // malformed reply is returned as text, as it came.
@@ -58,6 +59,12 @@ class Reply {
   const char* reason(const char* engine_reason) const;
 
   const bool chat_, logprobs_, include_usage_, tool_calls_, parallel_;
+  // k3: a reply is tagged channels (think, response, tools): all of it is held and read when it finishes; the
+  // response channel is the content, the think channel reasoning_content (sent then, when streaming)
+  const bool structured_;
+  bool parsed_ = false;             // structured: the reply was read (content_ holds the response channel)
+  std::string reasoning_;           // structured: the think channel
+  bool reasoning_pending_ = false;  // streaming: reasoning_ goes with the next delta
   const Tokenizer& tok_;
   const std::string model_, id_;
   const int64_t created_;

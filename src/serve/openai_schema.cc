@@ -248,6 +248,12 @@ void parse_tool_choice(const json& b, const std::vector<ToolSpec>& tools, const 
       throw bad_request("'tool_choice' needs 'tools'", "tool_choice");
     return;
   }
+  if (chat_format_of(tok) == ChatFormat::kK3) {  // its calls open with a tag of several tokens: nothing to force
+    if (choice && !(choice->is_string() && choice->get<std::string>() == "auto"))
+      throw bad_request("in the k3 chat format only tool_choice \"auto\" is implemented", "tool_choice");
+    p.tool_calls = true;
+    return;
+  }
   const int32_t open = tok.id_of(tool_calls_marker(chat_format_of(tok)));
   if (!choice || (choice->is_string() && choice->get<std::string>() == "auto")) {
     p.tool_calls = true;
@@ -401,7 +407,7 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
     }
     if (!tools.empty() && !has_tool_calls(format))
       throw bad_request(str("tool calling in the ", chat_format_name(format),
-                            " chat format is not implemented (the myriad and kimi formats have it)"),
+                            " chat format is not implemented (the myriad, kimi and k3 formats have it)"),
                         "tools");
     size_t calls_before = 0;
     for (const ChatMessage& msg : messages) calls_before += msg.tool_calls.size();

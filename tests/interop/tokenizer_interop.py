@@ -15,6 +15,7 @@ and fragments of them, and 400 seeded random strings over those scripts):
   - kinds myriad does not read are refused with one message naming the kind.
 Exits non-zero on the first difference, printing the case.
 """
+import contextlib
 import json
 import os
 import random
@@ -200,21 +201,13 @@ def check_models_use_their_tokenizer(llama3_ref, kimi_enc):
         print(f"ok generate with {'--tokenizer kimi' if extra else 'the tokenizer beside config.json'}: {want} prompt tokens")
 
 
-def check_served_in_the_models_chat_format(kimi_enc):
-    """`myriad serve` of a model shipping Kimi's tiktoken tokenizer: /tokenize of a conversation gives tiktoken's ids
-    of Kimi K2's rendered stream (its default system turn, <|im_*|> markers); with tools, calls and results, the ids
-    of Kimi-K2-Instruct's chat template rendered by jinja2 for the same request (the expected text below); a chat
-    completion answers, with tools too, and tool_choice naming a function starts the reply inside that call."""
+@contextlib.contextmanager
+def served(model_dir):
+    """`myriad serve --model model_dir` on a free port; yields post(path, body) -> (status, json)."""
     import http.client
     import re
-    import shutil
-    model = os.path.join(WORK, "foreign_model")
-    kimi_model = os.path.join(WORK, "kimi_model")
-    shutil.rmtree(kimi_model, ignore_errors=True)
-    shutil.copytree(model, kimi_model, ignore=shutil.ignore_patterns("tokenizer.json", "tokenizer_config.json"))
-    for f in ("tiktoken.model", "tokenizer_config.json"):
-        shutil.copy(os.path.join(WORK, "kimi", f), kimi_model)
-    server = subprocess.Popen([MYRIAD, "serve", "--model", kimi_model, "--port", "0"], stdout=subprocess.PIPE,
+    import time
+    server = subprocess.Popen([MYRIAD, "serve", "--model", model_dir, "--port", "0"], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     try:
         m = re.search(r":(\d+) ", server.stdout.readline())
@@ -230,10 +223,28 @@ def check_served_in_the_models_chat_format(kimi_enc):
                 data = r.read()
                 if r.status != 503:
                     return r.status, json.loads(data)
-                import time
                 time.sleep(0.1)
             sys.exit("FAIL: the server did not load the model")
 
+        yield post
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def check_served_in_the_models_chat_format(kimi_enc):
+    """`myriad serve` of a model shipping Kimi's tiktoken tokenizer: /tokenize of a conversation gives tiktoken's ids
+    of Kimi K2's rendered stream (its default system turn, <|im_*|> markers); with tools, calls and results, the ids
+    of Kimi-K2-Instruct's chat template rendered by jinja2 for the same request (the expected text below); a chat
+    completion answers, with tools too, and tool_choice naming a function starts the reply inside that call."""
+    import shutil
+    model = os.path.join(WORK, "foreign_model")
+    kimi_model = os.path.join(WORK, "kimi_model")
+    shutil.rmtree(kimi_model, ignore_errors=True)
+    shutil.copytree(model, kimi_model, ignore=shutil.ignore_patterns("tokenizer.json", "tokenizer_config.json"))
+    for f in ("tiktoken.model", "tokenizer_config.json"):
+        shutil.copy(os.path.join(WORK, "kimi", f), kimi_model)
+    with served(kimi_model) as post:
         messages = [{"role": "user", "content": "What's the weather like in Beijing today?"}]
         status, j = post("/tokenize", {"messages": messages})
         rendered = ("<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>\n"
@@ -287,9 +298,82 @@ def check_served_in_the_models_chat_format(kimi_enc):
         if status != 200 or j.get("usage", {}).get("prompt_tokens") != len(want) + len(forced):
             sys.exit(f"FAIL tool_choice in the kimi format: {status} {j}, want {len(want) + len(forced)} prompt tokens")
         print("ok chat completions with tools and a named tool_choice in the kimi format")
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+
+
+def check_served_in_k3s_format(kimi_enc):
+    """The same model with K3's message tags named among the tiktoken specials: /tokenize of a conversation with
+    tools, reasoning, calls (a string and an object of arguments) and results answered out of order gives tiktoken's
+    ids of K3's renderer output for the same request (the Jinja port llama.cpp bundles, models/templates/Kimi-K3.jinja,
+    rendered by jinja2: the expected text below); a chat completion with tools answers."""
+    import shutil
+    import tiktoken
+    kimi_model = os.path.join(WORK, "kimi_model")
+    k3_model = os.path.join(WORK, "k3_model")
+    shutil.rmtree(k3_model, ignore_errors=True)
+    shutil.copytree(kimi_model, k3_model)
+    cfg_path = os.path.join(k3_model, "tokenizer_config.json")
+    cfg = json.load(open(cfg_path))
+    first = min(int(k) for k in cfg["added_tokens_decoder"])
+    for i, name in enumerate(["<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"]):
+        cfg["added_tokens_decoder"][str(first + 100 + i)] = {"content": name, "special": True}
+    json.dump(cfg, open(cfg_path, "w"))
+    specials = {name: i for name, i in kimi_enc._special_tokens.items() if not (first + 100 <= i < first + 104)}
+    specials.update({name: first + 100 + i for i, name in enumerate(["<|open|>", "<|sep|>", "<|close|>",
+                                                                    "<|end_of_msg|>"])})
+    k3_enc = tiktoken.Encoding(name="k3-test", pat_str=kimi_enc._pat_str, mergeable_ranks=kimi_enc._mergeable_ranks,
+                               special_tokens=specials)
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "city": {"type": "string"}, "Days": {"type": "integer"}},
+                                                   "required": ["city"]}}}]
+    conv = [{"role": "user", "content": "Weather in Tokyo & \"Paris\"?"},
+            {"role": "assistant", "content": "Let me check.", "reasoning_content": "The user wants weather.",
+             "tool_calls": [
+                 {"id": "a", "type": "function", "function": {"name": "get_weather",
+                                                              "arguments": json.dumps({"city": "Tokyo"})}},
+                 {"id": "b", "type": "function", "function": {"name": "get_weather", "arguments": {
+                     "city": "Paris", "days": 2, "metric": True, "tags": ["a", "b"]}}}]},
+            {"role": "tool", "tool_call_id": "b", "content": "rain"},
+            {"role": "tool", "tool_call_id": "a", "content": "sunny"},
+            {"role": "assistant", "content": "Tokyo sunny, Paris rain."},
+            {"role": "user", "content": "Thanks"}]
+    effort = ('<|open|>message role="system" type="thinking-effort"<|sep|>`thinking_effort` guides on how much to '
+              'think in your thinking channel (not including the response channel), supported values include `low`, '
+              '`medium`, `high`, and `max`.\nNow the system is invoked with `thinking_effort=max`.<|close|>message'
+              '<|sep|><|end_of_msg|>')
+    rendered = (
+        '<|open|>message role="system" type="tool-declare"<|sep|># Tools\nHere are the available tools, described in '
+        'JSONSchema.\n\n```json\n[{"function":{"description":"Weather of a city","name":"get_weather","parameters":'
+        '{"properties":{"city":{"type":"string"},"Days":{"type":"integer"}},"required":["city"],"type":"object"}},'
+        '"type":"function"}]\n```<|close|>message<|sep|><|end_of_msg|>' + effort +
+        '<|open|>message role="user"<|sep|>Weather in Tokyo & "Paris"?<|close|>message<|sep|><|end_of_msg|>'
+        '<|open|>message role="assistant"<|sep|><|open|>think<|sep|>The user wants weather.<|close|>think<|sep|>'
+        '<|open|>response<|sep|>Let me check.<|close|>response<|sep|><|open|>tools<|sep|><|open|>call '
+        'tool="get_weather" index="1"<|sep|><|open|>json type="object"<|sep|>{"city": "Tokyo"}<|close|>json<|sep|>'
+        '<|close|>call<|sep|><|open|>call tool="get_weather" index="2"<|sep|><|open|>argument key="city" '
+        'type="string"<|sep|>Paris<|close|>argument<|sep|><|open|>argument key="days" type="number"<|sep|>2'
+        '<|close|>argument<|sep|><|open|>argument key="metric" type="boolean"<|sep|>true<|close|>argument<|sep|>'
+        '<|open|>argument key="tags" type="array"<|sep|>["a", "b"]<|close|>argument<|sep|><|close|>call<|sep|>'
+        '<|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|><|open|>message role="tool" tool="get_weather" '
+        'index="1"<|sep|>sunny<|close|>message<|sep|><|end_of_msg|><|open|>message role="tool" tool="get_weather" '
+        'index="2"<|sep|>rain<|close|>message<|sep|><|end_of_msg|><|open|>message role="assistant"<|sep|><|open|>'
+        'think<|sep|><|close|>think<|sep|><|open|>response<|sep|>Tokyo sunny, Paris rain.<|close|>response<|sep|>'
+        '<|close|>message<|sep|><|end_of_msg|><|open|>message role="user"<|sep|>Thanks<|close|>message<|sep|>'
+        '<|end_of_msg|><|open|>message role="assistant"<|sep|><|open|>think<|sep|>')
+    want = k3_enc.encode(rendered, allowed_special="all")
+    with served(k3_model) as post:
+        status, j = post("/tokenize", {"messages": conv, "tools": tools})
+        if status != 200 or j.get("tokens") != want:
+            sys.exit(f"FAIL /tokenize in K3's format: {status} {j}\n  want {want}")
+        print(f"ok /tokenize of tools, reasoning, calls and results in K3's chat format: {len(want)} tokens, "
+              "tiktoken's ids")
+        status, j = post("/v1/chat/completions", {"messages": conv, "tools": tools, "max_tokens": 6})
+        if status != 200 or j["choices"][0]["finish_reason"] not in ("length", "stop", "tool_calls"):
+            sys.exit(f"FAIL a chat completion in K3's format: {status} {j}")
+        status, j = post("/v1/chat/completions", {"messages": conv, "tools": tools, "tool_choice": "required"})
+        if status != 400 or "tool_choice" not in json.dumps(j):
+            sys.exit(f"FAIL tool_choice required in K3's format: {status} {j}")
+        print("ok a chat completion with tools in K3's format; tool_choice other than auto is a 400")
 
 
 def main():
@@ -318,6 +402,7 @@ def main():
     check_refusals(os.path.join(WORK, "llama3"))
     check_models_use_their_tokenizer(built["llama3"], enc)
     check_served_in_the_models_chat_format(enc)
+    check_served_in_k3s_format(enc)
     print("tokenizer interop: all identical")
 
 

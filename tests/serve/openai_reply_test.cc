@@ -1,10 +1,17 @@
 // Tool calls in OpenAI responses (serve/openai_reply.h): a reply's token events, as the engine sends them, become
 // message.tool_calls with finish_reason "tool_calls", or streamed deltas that merge (as OpenAI's clients merge
 // them) into the same calls; the content before the calls stays content; malformed calls come back as text;
-// parallel_tool_calls false keeps one call; a forced start (tool_choice) is read as part of the reply.
+// parallel_tool_calls false keeps one call; a forced start (tool_choice) is read as part of the reply; K3's tagged
+// replies become content, reasoning_content and tool_calls.
 #include "serve/openai_reply.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "train/byte_level_fixture.h"
 
 namespace myriad::serve {
 namespace {
@@ -24,12 +31,13 @@ class ReplyToolsTest : public testing::Test {
   }
   // Feeds the reply's tokens one event each (text = the token's bytes), then the finish event; returns the
   // streamed chunks.
-  static std::vector<json> feed(Reply& r, const std::string& reply) {
+  static std::vector<json> feed(Reply& r, const std::string& reply, const Tokenizer* tok = nullptr) {
+    if (!tok) tok = tok_;
     std::vector<json> chunks;
-    for (int32_t id : tok_->encode(reply)) {
+    for (int32_t id : tok->encode(reply)) {
       TokenEvent e;
       e.token = id;
-      e.text = tok_->token_bytes(id);
+      e.text = tok->token_bytes(id);
       r.add(e);
       while (auto c = r.take_delta_chunk()) chunks.push_back(*c);
     }
@@ -46,6 +54,7 @@ class ReplyToolsTest : public testing::Test {
     for (const json& c : chunks) {
       const json& d = c["choices"][0]["delta"];
       if (d.contains("content")) m["content"] = m["content"].get<std::string>() + d["content"].get<std::string>();
+      if (d.contains("reasoning_content")) m["reasoning_content"] = d["reasoning_content"];
       if (!d.contains("tool_calls")) continue;
       for (const json& t : d["tool_calls"]) {
         const size_t i = t["index"].get<size_t>();
@@ -136,6 +145,51 @@ TEST_F(ReplyToolsTest, ParallelFalseKeepsOneCallAndForcedStartsAreRead) {
   EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "calculator");
   EXPECT_TRUE(msg["content"].is_null());
   EXPECT_EQ(merged["tool_calls"][0]["name"], "calculator");
+}
+
+// K3's tagged replies: held whole, then the response channel is the content, the think channel reasoning_content,
+// the tools channel the calls (when the request offered tools); a reply that is not of that form is text.
+TEST_F(ReplyToolsTest, K3ChannelsBecomeContentReasoningAndCalls) {
+  const std::filesystem::path dir =
+      std::filesystem::path(testing::TempDir()) / ("myriad_k3_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::vector<std::pair<std::string, bool>> added;
+  for (const char* s : {"<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"}) added.emplace_back(s, true);
+  std::ofstream(dir / "tokenizer.json") << myriad::hand_written_tokenizer_json(added).dump();
+  const Tokenizer k3 = Tokenizer::load(dir.string());
+  std::filesystem::remove_all(dir);
+  const std::string reply =
+      "Look.<|close|>think<|sep|><|open|>response<|sep|>Checking.<|close|>response<|sep|><|open|>tools<|sep|>"
+      "<|open|>call tool=\"get_weather\" index=\"1\"<|sep|><|open|>argument key=\"city\" type=\"string\"<|sep|>Rome"
+      "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>";
+  Reply r(chat_with_tools(), k3, "m");
+  const json merged = merge(feed(r, reply, &k3));
+  const json full = r.full("stop");
+  const json& msg = full["choices"][0]["message"];
+  EXPECT_EQ(full["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(msg["content"], "Checking.");
+  EXPECT_EQ(msg["reasoning_content"], "Look.");
+  ASSERT_EQ(msg["tool_calls"].size(), 1u);
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(msg["tool_calls"][0]["function"]["arguments"].get<std::string>()), json({{"city", "Rome"}}));
+  EXPECT_EQ(merged["content"], "Checking.");  // the stream says the same
+  EXPECT_EQ(merged["reasoning_content"], "Look.");
+  ASSERT_EQ(merged["tool_calls"].size(), 1u);
+  EXPECT_EQ(merged["tool_calls"][0]["name"], "get_weather");
+  // Without tools in the request: the content and reasoning only.
+  ParsedRequest p = chat_with_tools();
+  p.tool_calls = false;
+  Reply plain(p, k3, "m");
+  feed(plain, reply, &k3);
+  const json pm = plain.full("stop")["choices"][0];
+  EXPECT_EQ(pm["message"]["content"], "Checking.");
+  EXPECT_FALSE(pm["message"].contains("tool_calls"));
+  EXPECT_EQ(pm["finish_reason"], "stop");
+  // Not of the form (the think channel never closed): all of it is the content, as generated.
+  Reply bad(chat_with_tools(), k3, "m");
+  const json bm = merge(feed(bad, "thinking forever", &k3));
+  EXPECT_EQ(bad.full("length")["choices"][0]["message"]["content"], "thinking forever");
+  EXPECT_EQ(bm["content"], "thinking forever");
 }
 
 }  // namespace

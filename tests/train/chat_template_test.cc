@@ -190,7 +190,7 @@ TEST(Conversation, JsonRoundTripAndFieldErrors) {
   const json in = json::parse(R"([
     {"role": "system", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
     {"role": "user", "content": "hi"},
-    {"role": "assistant", "content": null, "tool_calls": [
+    {"role": "assistant", "content": null, "reasoning_content": "think", "tool_calls": [
       {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}]},
     {"role": "tool", "tool_call_id": "c1", "content": "2"}])");
   const std::vector<ChatMessage> m = chat_messages_from_json(in);
@@ -199,9 +199,12 @@ TEST(Conversation, JsonRoundTripAndFieldErrors) {
   EXPECT_EQ(m[2].content, "");
   ASSERT_EQ(m[2].tool_calls.size(), 1u);
   EXPECT_EQ(m[2].tool_calls[0].arguments, json({{"x", 1}}));
+  EXPECT_EQ(m[2].tool_calls[0].arguments_string(), "{\"x\": 1}");  // the string as given
+  EXPECT_EQ(m[2].reasoning_content, "think");
   EXPECT_EQ(m[3].tool_call_id, "c1");
   const std::vector<ChatMessage> again = chat_messages_from_json(chat_messages_to_json(m));
   EXPECT_EQ(render_chat(again), render_chat(m));
+  EXPECT_EQ(render_chat(again, {}, true, ChatFormat::kK3), render_chat(m, {}, true, ChatFormat::kK3));
 
   const std::pair<const char*, const char*> cases[] = {
       {R"([{"role": "user", "content": 3}])", "messages[0].content"},
@@ -217,6 +220,7 @@ TEST(Conversation, JsonRoundTripAndFieldErrors) {
       {R"([{"role": "assistant", "tool_calls": [{"type": "code", "function": {"name": "f"}}]}])",
        "messages[0].tool_calls[0].type"},
       {R"({"role": "user"})", "messages"},
+      {R"([{"role": "user", "content": "x", "reasoning_content": "y"}])", "messages[0].reasoning_content"},
   };
   for (const auto& [text, field] : cases) {
     try {
@@ -457,6 +461,169 @@ TEST_F(ChatFormatTest, KimiRepliesParseBackIntoCallsAndMalformedOnesAreText) {
   EXPECT_EQ(tok.decode(forced_call_start(tok, "get_weather", 3)),
             "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:3<|tool_call_argument_begin|>");
   EXPECT_EQ(std::string(tool_calls_marker(ChatFormat::kKimi)), "<|tool_calls_section_begin|>");
+}
+
+const std::vector<std::string> kK3Specials = {"<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"};
+
+ChatMessage tool_result(std::string content, std::string id) {
+  ChatMessage m("tool", std::move(content));
+  m.tool_call_id = std::move(id);
+  return m;
+}
+
+// K3's expected streams: the Jinja port of K3's renderer that llama.cpp bundles (models/templates/Kimi-K3.jinja)
+// rendered by jinja2 3.1 with transformers' settings for the same messages, its defaults (thinking, "max").
+const char* const kK3Effort =
+    "<|open|>message role=\"system\" type=\"thinking-effort\"<|sep|>`thinking_effort` guides on how much to think "
+    "in your thinking channel (not including the response channel), supported values include `low`, `medium`, "
+    "`high`, and `max`.\nNow the system is invoked with `thinking_effort=max`.<|close|>message<|sep|><|end_of_msg|>";
+
+TEST_F(ChatFormatTest, K3FollowsItsRenderer) {
+  const Tokenizer tok = make(kK3Specials);
+  ASSERT_EQ(chat_format_of(tok), ChatFormat::kK3);
+  const std::vector<ChatMessage> plain = {{"system", "Be brief."}, {"user", "hi"}};
+  EXPECT_EQ(render_chat(plain, {}, true, ChatFormat::kK3),
+            std::string(kK3Effort) +
+                "<|open|>message role=\"system\"<|sep|>Be brief.<|close|>message<|sep|><|end_of_msg|>"
+                "<|open|>message role=\"user\"<|sep|>hi<|close|>message<|sep|><|end_of_msg|>"
+                "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>");
+  const std::string body =
+      R"({"tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city", )"
+      R"("parameters": {"type": "object", "properties": {"city": {"type": "string"}, "Days": {"type": )"
+      R"("integer"}}, "required": ["city"]}}}]})";
+  std::vector<ToolSpec> tools = tool_specs_from_json(json::parse(body)["tools"]);
+  keep_declared_order(tools, body);
+  std::vector<ChatMessage> conv = {{"user", "Weather in Tokyo & \"Paris\"?"}, {"assistant", "Let me check."}};
+  conv.back().reasoning_content = "The user wants weather.";
+  conv.back().tool_calls = {
+      call("a", "get_weather", {{"city", "Tokyo"}}, R"({"city": "Tokyo"})"),
+      call("b", "get_weather", {{"city", "Paris"}, {"days", 2}, {"metric", true}, {"tags", {"a", "b"}}})};
+  conv.push_back(tool_result("rain", "b"));  // answered out of order: written in the calls' order
+  conv.push_back(tool_result("sunny", "a"));
+  conv.push_back({"assistant", "Tokyo sunny, Paris rain."});
+  conv.push_back({"user", "Thanks"});
+  const std::string want =
+      "<|open|>message role=\"system\" type=\"tool-declare\"<|sep|># Tools\nHere are the available tools, described "
+      "in JSONSchema.\n\n```json\n"
+      R"([{"function":{"description":"Weather of a city","name":"get_weather","parameters":{"properties":{"city":)"
+      R"({"type":"string"},"Days":{"type":"integer"}},"required":["city"],"type":"object"}},"type":"function"}])"
+      "\n```<|close|>message<|sep|><|end_of_msg|>" +
+      std::string(kK3Effort) +
+      "<|open|>message role=\"user\"<|sep|>Weather in Tokyo & \"Paris\"?<|close|>message<|sep|><|end_of_msg|>"
+      "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>The user wants weather.<|close|>think<|sep|>"
+      "<|open|>response<|sep|>Let me check.<|close|>response<|sep|><|open|>tools<|sep|>"
+      "<|open|>call tool=\"get_weather\" index=\"1\"<|sep|><|open|>json type=\"object\"<|sep|>{\"city\": \"Tokyo\"}"
+      "<|close|>json<|sep|><|close|>call<|sep|><|open|>call tool=\"get_weather\" index=\"2\"<|sep|>"
+      "<|open|>argument key=\"city\" type=\"string\"<|sep|>Paris<|close|>argument<|sep|>"
+      "<|open|>argument key=\"days\" type=\"number\"<|sep|>2<|close|>argument<|sep|>"
+      "<|open|>argument key=\"metric\" type=\"boolean\"<|sep|>true<|close|>argument<|sep|>"
+      "<|open|>argument key=\"tags\" type=\"array\"<|sep|>[\"a\", \"b\"]<|close|>argument<|sep|><|close|>call<|sep|>"
+      "<|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>"
+      "<|open|>message role=\"tool\" tool=\"get_weather\" index=\"1\"<|sep|>sunny<|close|>message<|sep|>"
+      "<|end_of_msg|><|open|>message role=\"tool\" tool=\"get_weather\" index=\"2\"<|sep|>rain<|close|>message<|sep|>"
+      "<|end_of_msg|><|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|><|close|>think<|sep|>"
+      "<|open|>response<|sep|>Tokyo sunny, Paris rain.<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>"
+      "<|open|>message role=\"user\"<|sep|>Thanks<|close|>message<|sep|><|end_of_msg|>"
+      "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>";
+  EXPECT_EQ(render_chat(conv, tools, true, ChatFormat::kK3), want);
+  const ChatTokens t = encode_chat(tok, conv, tools);
+  EXPECT_EQ(tok.decode(t.ids), want);
+  for (const std::string& marker : kK3Specials)  // only the template's tags are special tokens
+    EXPECT_EQ(std::count(t.ids.begin(), t.ids.end(), tok.id_of(marker)), [&] {
+      size_t n = 0;
+      for (size_t at = want.find(marker); at != std::string::npos; at = want.find(marker, at + 1)) ++n;
+      return int64_t(n);
+    }()) << marker;
+  // Results without ids: in the order given, each named by the call at its position.
+  std::vector<ChatMessage> noid = {{"user", "hi"}, {"assistant", ""}, {"tool", "r1"}, {"tool", "r2"}};
+  noid[1].tool_calls = {call("", "f", json::object(), "{}"), call("", "g", {{"x", 1}})};
+  EXPECT_EQ(render_chat(noid, {}, false, ChatFormat::kK3),
+            std::string(kK3Effort) +
+                "<|open|>message role=\"user\"<|sep|>hi<|close|>message<|sep|><|end_of_msg|>"
+                "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|><|close|>think<|sep|><|open|>response"
+                "<|sep|><|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool=\"f\" index=\"1\"<|sep|>"
+                "<|open|>json type=\"object\"<|sep|>{}<|close|>json<|sep|><|close|>call<|sep|><|open|>call tool=\"g\" "
+                "index=\"2\"<|sep|><|open|>argument key=\"x\" type=\"number\"<|sep|>1<|close|>argument<|sep|>"
+                "<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|><|open|>message "
+                "role=\"tool\" tool=\"f\" index=\"1\"<|sep|>r1<|close|>message<|sep|><|end_of_msg|><|open|>message "
+                "role=\"tool\" tool=\"g\" index=\"2\"<|sep|>r2<|close|>message<|sep|><|end_of_msg|>");
+  // A result with no call to name it is refused, naming the message.
+  const std::vector<ChatMessage> orphan = {{"user", "hi"}, {"tool", "r"}};
+  try {
+    render_chat(orphan, {}, false, ChatFormat::kK3);
+    FAIL() << "a tool result without a call was rendered";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("messages[1]"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(ChatFormatTest, K3RepliesParseIntoReasoningContentAndCalls) {
+  const Tokenizer tok = make(kK3Specials);
+  const std::string reply =
+      "Look it up.<|close|>think<|sep|><|open|>response<|sep|>Checking & more.<|close|>response<|sep|>"
+      "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"1\"<|sep|><|open|>argument key=\"city\" "
+      "type=\"string\"<|sep|>Rome<|close|>argument<|sep|><|open|>argument key=\"days\" type=\"number\"<|sep|>3"
+      "<|close|>argument<|sep|><|open|>argument key=\"q\" type=\"object\"<|sep|>{\"a\": [1, null]}<|close|>argument"
+      "<|sep|><|close|>call<|sep|><|open|>call tool=\"a&quot;b\" index=\"2\"<|sep|><|open|>json type=\"object\"<|sep|>"
+      "{\"k\": true}<|close|>json<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>";
+  const AssistantReply r = parse_assistant_reply(tok, tok.encode(reply, Specials::kParse));
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(r.reasoning, "Look it up.");
+  EXPECT_EQ(r.content, "Checking & more.");
+  ASSERT_EQ(r.tool_calls.size(), 2u);
+  EXPECT_EQ(r.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(r.tool_calls[0].arguments, json::parse(R"({"city": "Rome", "days": 3, "q": {"a": [1, null]}})"));
+  EXPECT_EQ(r.tool_calls[1].name, "a\"b");  // attribute values unescaped
+  EXPECT_EQ(r.tool_calls[1].arguments_string(), "{\"k\": true}");
+  // A reply without calls, as the engine stops it (before <|end_of_msg|>).
+  const AssistantReply plain = parse_assistant_reply(
+      tok, tok.encode("hmm<|close|>think<|sep|><|open|>response<|sep|>Hi.<|close|>response<|sep|><|close|>message"
+                      "<|sep|>",
+                      Specials::kParse));
+  ASSERT_TRUE(plain.error.empty()) << plain.error;
+  EXPECT_EQ(plain.content, "Hi.");
+  EXPECT_TRUE(plain.tool_calls.empty());
+  // What the renderer writes for an assistant message reads back (after the prompt's <|open|>think<|sep|>).
+  std::vector<ChatMessage> conv = {{"user", "u"}, {"assistant", "c"}};
+  conv.back().reasoning_content = "r";
+  conv.back().tool_calls = {call("", "f", {{"x", 1}, {"y", "z"}})};
+  const ChatTokens all = encode_chat(tok, conv, {}, false);
+  const ChatTokens head = encode_chat(tok, std::vector<ChatMessage>{conv[0]}, {}, true);
+  const std::span<const int32_t> body(all.ids.begin() + int64_t(head.ids.size()), all.ids.end() - 1);
+  const AssistantReply back = parse_assistant_reply(tok, body);
+  ASSERT_TRUE(back.error.empty()) << back.error;
+  EXPECT_EQ(back.reasoning, "r");
+  EXPECT_EQ(back.content, "c");
+  ASSERT_EQ(back.tool_calls.size(), 1u);
+  EXPECT_EQ(back.tool_calls[0].arguments, json({{"x", 1}, {"y", "z"}}));
+  // Malformed: all of it is text, with the reason.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"still thinking", "expected <|close|>think"},
+      {"x<|close|>think<|sep|>Hi", "expected <|open|>response"},
+      {"x<|close|>think<|sep|><|open|>response<|sep|>Hi", "expected <|close|>response"},
+      {"x<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|><|open|>call "
+       "tool=\"f\" index=\"1\"<|sep|><|open|>argument key=\"n\" type=\"number\"<|sep|>ten<|close|>argument<|sep|>"
+       "<|close|>call<|sep|><|close|>tools<|sep|>",
+       "is not a number"},
+      {"x<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|>trailing", "unexpected content"},
+      {"x<|close|>think", "not closed by <|sep|>"},
+      {"x<|sep|>", "without a tag"}};
+  for (const auto& [text, why] : bad) {
+    const std::vector<int32_t> ids = tok.encode(text, Specials::kParse);
+    const AssistantReply m = parse_assistant_reply(tok, ids);
+    EXPECT_NE(m.error.find(why), std::string::npos) << text << " -> " << m.error;
+    EXPECT_TRUE(m.tool_calls.empty()) << text;
+    EXPECT_EQ(m.content, tok.decode(ids)) << text;
+  }
+  EXPECT_EQ(chat_stop_strings(ChatFormat::kK3), std::vector<std::string>{"<|end_of_msg|>"});
+  // SFT's mask: everything the model writes after the generation prompt (which opens the think channel).
+  const ChatTokens sft = encode_chat(tok, std::vector<ChatMessage>{{"user", "u"}, {"assistant", "a"}}, {}, false);
+  std::string masked;
+  for (size_t i = 0; i < sft.ids.size(); ++i)
+    if (sft.assistant[i]) masked += tok.token_bytes(sft.ids[i]);
+  EXPECT_EQ(masked,
+            "<|close|>think<|sep|><|open|>response<|sep|>a<|close|>response<|sep|><|close|>message<|sep|>"
+            "<|end_of_msg|>");
 }
 
 TEST_F(ChatFormatTest, DeepSeekAndChatMlFollowTheirTemplates) {
