@@ -11,6 +11,7 @@
 #include "data/corpus.h"
 #include "io/atomic_file.h"
 #include "model/init.h"
+#include "train/byte_level_fixture.h"
 
 namespace myriad::fuzz {
 
@@ -55,6 +56,30 @@ std::string write_scratch(const std::string& name, std::string_view bytes) {
 
 const Tokenizer& test_tokenizer() {
   static const Tokenizer tok = Tokenizer::train_from_texts(generate_corpus(11, 60000), 400);
+  return tok;
+}
+
+namespace {
+
+Tokenizer tokenizer_with_specials(const std::string& name, std::initializer_list<const char*> specials) {
+  std::vector<std::pair<std::string, bool>> added;
+  for (const char* s : specials) added.emplace_back(s, true);
+  return Tokenizer::load(write_scratch(name, hand_written_tokenizer_json(added).dump()));
+}
+
+}  // namespace
+
+const Tokenizer& kimi_format_tokenizer() {
+  static const Tokenizer tok = tokenizer_with_specials(
+      "tokenizer.json", {"<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>",
+                         "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+                         "<|tool_call_argument_begin|>", "<|tool_call_end|>"});
+  return tok;
+}
+
+const Tokenizer& k3_format_tokenizer() {
+  static const Tokenizer tok =
+      tokenizer_with_specials("tokenizer.json", {"<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"});
   return tok;
 }
 
