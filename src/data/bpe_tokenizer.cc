@@ -403,4 +403,23 @@ void BpeTokenizer::encode(std::string_view text, bool include_special, std::vect
       [&](int32_t id) { out.push_back(id); });
 }
 
+std::string byte_level_string(std::string_view bytes) {
+  static const std::vector<uint32_t> code_point = [] {  // byte -> its character: byte_level_decoder inverted
+    std::vector<uint32_t> cp(256);
+    for (const auto& [c, b] : byte_level_decoder()) cp[b] = c;
+    return cp;
+  }();
+  std::string out;
+  for (const char ch : bytes) {
+    const uint32_t c = code_point[uint8_t(ch)];  // < 0x200: one or two UTF-8 bytes
+    if (c < 0x80) {
+      out += char(c);
+    } else {
+      out += char(0xC0 | (c >> 6));
+      out += char(0x80 | (c & 0x3F));
+    }
+  }
+  return out;
+}
+
 }  // namespace myriad

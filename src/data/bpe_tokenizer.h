@@ -47,6 +47,10 @@ inline constexpr const char* kKimiPattern =
     R"(|\s+(?!\S))"
     R"(|\s+)";
 
+// Bytes as GPT-2's ByteLevel characters (bytes_to_unicode): how Hugging Face files and llama.cpp's "gpt2"
+// vocabularies write a byte-level token ("Ġthe" for " the").
+std::string byte_level_string(std::string_view bytes);
+
 class BpeTokenizer {
  public:
   enum class Format { kTiktoken, kHuggingFace };
@@ -65,6 +69,9 @@ class BpeTokenizer {
   const std::string& surface(int32_t id) const { return surface_[size_t(id)]; }  // bytes it decodes to
   const std::string& piece(int32_t id) const { return pieces_[size_t(id)]; }
   const AddedTokens& added() const { return added_; }
+  const ByteBpe& bpe() const { return bpe_; }
+  const Pretokenizer& pretokenizer() const { return pre_; }  // tiktoken: Kimi's pattern, one isolated split
+  bool nfc() const { return nfc_; }
   int32_t byte_token(uint8_t b) const { return bpe_.byte_token(b); }
   const std::string& bos_token() const { return bos_token_; }  // from tokenizer_config.json, "" when absent
   const std::string& eos_token() const { return eos_token_; }

@@ -1,6 +1,7 @@
 // Byte-level BPE merging. See byte_bpe.h.
 #include "data/byte_bpe.h"
 
+#include <algorithm>
 #include <climits>
 #include <queue>
 
@@ -31,6 +32,7 @@ ByteBpe ByteBpe::from_ranks(std::vector<std::string> token_bytes, const std::str
   ByteBpe bpe;
   bpe.token_bytes_ = std::move(token_bytes);
   bpe.whole_piece_first_ = true;
+  bpe.ranked_ = true;
   bpe.index_tokens(source);
   // Every way to cut a token into two tokens is a merge with the token's rank: exactly the pairs of adjacent
   // symbols whose concatenation tiktoken would find in its ranks.
@@ -143,6 +145,43 @@ void ByteBpe::encode_with_heap(std::string_view piece, std::vector<int32_t>& out
     push(int32_t(p));
   }
   for (int32_t i = 0; i >= 0; i = next[size_t(i)]) out.push_back(id[i]);
+}
+
+std::vector<ByteBpe::Merge> ByteBpe::merges() const {
+  std::vector<Merge> out;
+  if (!ranked_) {  // a merge listed twice kept its first rank: the list may have gaps
+    int32_t last = -1;
+    for (const auto& [key, info] : pairs_) last = std::max(last, info.rank);
+    out.assign(size_t(last + 1), Merge{-1, -1, -1});
+    for (const auto& [key, info] : pairs_)
+      out[size_t(info.rank)] = {int32_t(key >> 32), int32_t(uint32_t(key)), info.merged};
+    std::erase_if(out, [](const Merge& m) { return m.left < 0; });
+    return out;
+  }
+  std::vector<int32_t> symbols;
+  for (size_t id = 0; id < token_bytes_.size(); ++id) {
+    const std::string& t = token_bytes_[id];
+    if (t.size() < 2) continue;
+    symbols.clear();
+    for (const char c : t) symbols.push_back(byte_token_[uint8_t(c)]);
+    // BPE on the token's own bytes with the merges ranked below it: the lowest rank first, leftmost on ties
+    while (symbols.size() > 2) {
+      int32_t best = -1;
+      size_t at = 0;
+      for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+        const PairInfo* p = pair(symbols[i], symbols[i + 1]);
+        if (p && p->rank < int32_t(id) && (best < 0 || p->rank < best)) {
+          best = p->rank;
+          at = i;
+        }
+      }
+      if (best < 0) break;
+      symbols[at] = best;  // a ranked vocabulary's merged id is its rank
+      symbols.erase(symbols.begin() + int64_t(at) + 1);
+    }
+    if (symbols.size() == 2 && pair(symbols[0], symbols[1])) out.push_back({symbols[0], symbols[1], int32_t(id)});
+  }
+  return out;
 }
 
 }  // namespace myriad

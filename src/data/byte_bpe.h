@@ -49,6 +49,11 @@ class ByteBpe {
   void encode_with_heap(std::string_view piece, std::vector<int32_t>& out) const;
 
   int32_t byte_token(uint8_t b) const { return byte_token_[b]; }
+  // The merges as a Hugging Face merges list, in rank order (what llama.cpp's BPE reads): from_merges, as given;
+  // from_ranks, one per multi-byte token in rank order: the last merge BPE makes when it encodes the token's bytes
+  // with the lower-ranked merges only (a token BPE cannot build so has none), as llama.cpp's converter derives
+  // them from tiktoken ranks. Encoding with these merges gives tiktoken's ids.
+  std::vector<Merge> merges() const;
   // Id of the token whose bytes are exactly `bytes`, or -1.
   int32_t find(std::string_view bytes) const;
   const std::vector<std::string>& token_bytes() const { return token_bytes_; }
@@ -70,6 +75,7 @@ class ByteBpe {
   std::unordered_map<uint64_t, PairInfo> pairs_;
   int32_t byte_token_[256] = {};
   bool whole_piece_first_ = true;
+  bool ranked_ = false;  // from_ranks
 };
 
 }  // namespace myriad

@@ -228,6 +228,21 @@ void Pretokenizer::for_each_piece(std::string_view text, const std::function<voi
   run(0, text, on_piece);
 }
 
+std::vector<std::string> Pretokenizer::signature() const {
+  std::vector<std::string> out;
+  for (const PretokenizeStep& st : steps_) {
+    if (st.kind == PretokenizeStep::Kind::kByteLevel) {
+      out.push_back(std::string("bytelevel") + (st.add_prefix_space ? " prefix" : "") + (st.regex ? " regex" : ""));
+      continue;
+    }
+    std::string head = "split";
+    if (st.behavior != SplitBehavior::kIsolated || st.invert)
+      head += "/" + std::to_string(int(st.behavior)) + (st.invert ? "/invert" : "");
+    out.push_back(head + " " + st.regex->pattern());
+  }
+  return out;
+}
+
 std::vector<std::string> Pretokenizer::pieces(std::string_view text) const {
   std::vector<std::string> out;
   for_each_piece(text, [&](std::string_view p) { out.emplace_back(p); });

@@ -86,6 +86,10 @@ class Pretokenizer {
   std::vector<std::string> pieces(std::string_view text) const;  // for tests
 
   bool empty() const { return steps_.empty(); }
+  // The steps, one line each, for recognising a known pre-tokenizer (GGUF export names them): "split PATTERN"
+  // (isolated, not inverted; another behavior or invert: "split/B[/invert] PATTERN"), "bytelevel" (+ " prefix"
+  // with add_prefix_space, + " regex" with use_regex). PATTERN as the file wrote it.
+  std::vector<std::string> signature() const;
 
  private:
   void run(size_t step, std::string_view text, const std::function<void(std::string_view)>& on_piece) const;

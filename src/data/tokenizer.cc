@@ -576,6 +576,10 @@ int32_t Tokenizer::end_of_text_id() const {
   return impl().end_of_text;
 }
 
+const BpeTokenizer* Tokenizer::bpe() const {
+  return impl().bpe.get();
+}
+
 const std::vector<int32_t>& Tokenizer::stop_ids() const {
   return impl().stop_ids;
 }

@@ -146,6 +146,10 @@ class Tokenizer {
   // kinds' eos_token (empty when tokenizer_config.json names none).
   const std::vector<int32_t>& stop_ids() const;
 
+  // The byte-level BPE behind the tiktoken and Hugging Face kinds (its vocabulary, merges, pre-tokenizer), or
+  // null for SentencePiece.
+  const BpeTokenizer* bpe() const;
+
   bool loaded() const { return impl_ != nullptr; }
   // The serialized model (tokenizer.model's bytes) and its hash "fnv1a64:<16 hex digits>".
   const std::string& model_bytes() const;

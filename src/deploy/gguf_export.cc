@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "data/bpe_tokenizer.h"
 #include "data/tokenizer.h"
 #include "deploy/prune.h"
 #include "infer/weight_layout.h"
@@ -309,11 +310,81 @@ void write_hparams(const ModelConfig& c, GgufArch arch, GgufWriter& w) {
   }
 }
 
-// myriad's SentencePiece as llama.cpp's "llama" tokenizer.
+// The byte-level pre-tokenizers llama.cpp knows by name (tokenizer.ggml.pre; it runs its own copy of each
+// pattern), as published tokenizer.json files write their steps; tiktoken files are Kimi's ("kimi-k2").
+const char* bpe_pre_name(const BpeTokenizer& b) {
+  if (b.format() == BpeTokenizer::Format::kTiktoken) return "kimi-k2";
+  static const char* const kLlama3 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  static const char* const kQwen2 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  static const char* const kDeepSeekV3 =
+      R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const std::vector<std::pair<const char*, std::vector<std::string>>> known = {
+      {"llama-bpe", {std::string("split ") + kLlama3, "bytelevel"}},
+      {"deepseek-v3",
+       {R"(split \p{N}{1,3})", "split [一-龥぀-ゟ゠-ヿ]+", std::string("split ") + kDeepSeekV3, "bytelevel"}},
+      {"qwen2", {std::string("split ") + kQwen2, "bytelevel"}}};
+  const std::vector<std::string> sig = b.pretokenizer().signature();
+  for (const auto& [name, steps] : known)
+    if (sig == steps) return name;
+  std::string steps;
+  for (const std::string& st : sig) steps += (steps.empty() ? "" : "; ") + st;
+  throw_error(ErrorKind::kUnsupported, "GGUF export: the tokenizer's pre-tokenizer (", steps,
+              ") is none of those llama.cpp knows by name (Llama 3's, DeepSeek-V3's, Qwen 2's; Kimi's tiktoken)");
+}
+
+// A tiktoken or Hugging Face byte-level BPE as llama.cpp's "gpt2" tokenizer: every token as its ByteLevel string,
+// the merges (tiktoken's derived from the ranks, ByteBpe::merges), the added tokens by their text (CONTROL when
+// special, USER_DEFINED otherwise), ids without a token "[PAD<id>]" UNUSED, up to the config's vocab_size.
+void write_bpe_vocabulary(const Tokenizer& tok, const ModelConfig& c, GgufWriter& w) {
+  const BpeTokenizer& b = *tok.bpe();
+  const int64_t n = c.vocab_size;
+  std::vector<std::string> tokens(static_cast<size_t>(n));
+  std::vector<int32_t> types(static_cast<size_t>(n), 5);
+  const std::vector<std::string>& bytes = b.bpe().token_bytes();
+  for (int64_t id = 0; id < n; ++id) {
+    tokens[size_t(id)] = "[PAD" + std::to_string(id) + "]";
+    if (id < int64_t(bytes.size()) && !bytes[size_t(id)].empty()) {
+      tokens[size_t(id)] = byte_level_string(bytes[size_t(id)]);
+      types[size_t(id)] = 1;
+    }
+  }
+  for (const AddedToken& a : b.added().tokens()) {
+    if (a.id < 0 || a.id >= n) continue;
+    tokens[size_t(a.id)] = a.content;
+    types[size_t(a.id)] = a.special ? 3 : 4;
+  }
+  std::vector<std::string> merges;
+  for (const ByteBpe::Merge& m : b.bpe().merges())
+    merges.push_back(byte_level_string(bytes[size_t(m.left)]) + " " + byte_level_string(bytes[size_t(m.right)]));
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string("tokenizer.ggml.pre", bpe_pre_name(b));
+  w.add_string_array("tokenizer.ggml.tokens", tokens);
+  w.add_i32_array("tokenizer.ggml.token_type", types);
+  w.add_string_array("tokenizer.ggml.merges", merges);
+  auto special_id = [&](const std::optional<int64_t>& from_config, const std::string& name) -> int64_t {
+    if (from_config) return *from_config;
+    const AddedToken* a = name.empty() ? nullptr : b.added().find(name);
+    return a ? a->id : -1;
+  };
+  if (const int64_t bos = special_id(c.bos_token_id, b.bos_token()); bos >= 0)
+    w.add_u32("tokenizer.ggml.bos_token_id", uint32_t(bos));
+  if (const int64_t eos = special_id(c.eos_token_id, b.eos_token()); eos >= 0)
+    w.add_u32("tokenizer.ggml.eos_token_id", uint32_t(eos));
+  if (c.pad_token_id) w.add_u32("tokenizer.ggml.padding_token_id", uint32_t(*c.pad_token_id));
+  w.add_bool("tokenizer.ggml.add_bos_token", false);  // the chat formats write what a prompt starts with
+  w.add_bool("tokenizer.ggml.add_eos_token", false);
+}
+
+// The vocabulary: myriad's SentencePiece as llama.cpp's "llama" tokenizer, the byte-level BPEs as "gpt2".
 void write_vocabulary(const Tokenizer& tok, const ModelConfig& c, GgufWriter& w) {
-  MYRIAD_REQUIRE(tok.kind() == TokenizerKind::kSentencePiece, kUnsupported, "GGUF export: the model's ",
-                 tokenizer_kind_name(tok.kind()),
-                 " tokenizer cannot be exported yet (myriad's own SentencePiece tokenizer can)");
+  if (tok.kind() != TokenizerKind::kSentencePiece) {
+    MYRIAD_REQUIRE(tok.vocab_size() <= c.vocab_size, kConfig, "GGUF export: the tokenizer has ", tok.vocab_size(),
+                   " tokens, more than the config's vocab_size ", c.vocab_size);
+    write_bpe_vocabulary(tok, c, w);
+    return;
+  }
   MYRIAD_REQUIRE(tok.vocab_size() == c.vocab_size, kConfig, "GGUF export: the tokenizer has ", tok.vocab_size(),
                  " tokens, the config's vocab_size is ", c.vocab_size);
   sentencepiece::SentencePieceProcessor sp;

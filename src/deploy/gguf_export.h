@@ -39,7 +39,12 @@
 // at 1e-5).
 //
 // The vocabulary: myriad's SentencePiece as llama.cpp's "llama" tokenizer (pieces, scores, token types: byte
-// fallback tokens BYTE, the reserved specials CONTROL). Other tokenizer kinds are refused (kUnsupported).
+// fallback tokens BYTE, the reserved specials CONTROL). The byte-level BPEs as its "gpt2" tokenizer: tokens as
+// ByteLevel strings, merges (a tiktoken vocabulary's derived from its ranks, as llama.cpp's converter derives
+// them), added tokens CONTROL / USER_DEFINED, ids without a token "[PAD<id>]" UNUSED up to vocab_size, and the
+// pre-tokenizer by llama.cpp's name: kimi-k2 (tiktoken), llama-bpe, deepseek-v3 or qwen2 (tokenizer.json steps
+// equal to those models'; anything else is refused naming the steps). llama.cpp applies no normalizer: a Qwen 2
+// tokenizer's NFC step is not carried (text already in NFC tokenizes the same).
 // The file is written atomically, one tensor in memory at a time.
 #pragma once
 

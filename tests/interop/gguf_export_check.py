@@ -21,6 +21,11 @@ each exported as f32, q8_0 and q4_0. For every file:
     quantizer), which also checks which tensors are quantized (a kept-f32 tensor would have another type);
   - the vocabulary: every id's piece and type against myriad's tokenizer (byte tokens BYTE, reserved specials
     CONTROL, ids of a text's pieces from `myriad tokenizer encode --pieces`).
+The published tokenizer kinds (tests/interop/tokenizer_fixtures.py: Kimi's tiktoken, DeepSeek-V3's, Llama 3's and
+Qwen 2's tokenizer.json, written by PyPI's tiktoken / tokenizers) exported as llama.cpp's "gpt2" vocabulary: the
+pre-tokenizer's name, every token's ByteLevel string against the reference's bytes, added tokens CONTROL, and the
+merges: each "a b" names two tokens whose bytes make a third of a later rank, and a textbook BPE over the file's
+merges rebuilds every multi-byte token from its bytes (tiktoken's tokens it cannot reach in rank order aside).
 Then the refusals: tiny.json with what neither kimi format carries (SwiGLU with AttnRes skip and the low-rank KDA
 gate, RoPE MLA) exits non-zero with one message naming each reason of both formats, and nothing is written.
 
@@ -378,5 +383,99 @@ check(len(msg.splitlines()) == 1, f"one error line: {msg[:160]}...")
 p = run("export", "gguf", "--model", models["kimi-linear"][0], "--out", out, "--type", "q5_k", ok=False)
 check(p.returncode != 0 and "q5_k" in p.stderr and not os.path.exists(out), "--type q5_k refused by name")
 check(not [f for f in os.listdir(work) if ".tmp" in f], "no temporary files left")
+
+
+# ---------------------------------------------------------------------------------------------- BPE vocabularies
+import tokenizer_fixtures as fx  # noqa: E402
+
+BYTE_CHAR = {}
+_printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+_extra = 0
+for _b in range(256):  # GPT-2's bytes_to_unicode
+    if _b in _printable:
+        BYTE_CHAR[_b] = chr(_b)
+    else:
+        BYTE_CHAR[_b] = chr(256 + _extra)
+        _extra += 1
+
+
+def byte_level(bs):
+    return "".join(BYTE_CHAR[b] for b in bs)
+
+
+def textbook_bpe(word, ranks):
+    """Merges adjacent symbols by the lowest merge rank, leftmost first, until none applies."""
+    syms = list(word)
+    while len(syms) > 1:
+        best = min(((ranks.get((syms[i], syms[i + 1]), 1 << 60), i) for i in range(len(syms) - 1)))
+        if best[0] == 1 << 60:
+            break
+        i = best[1]
+        syms[i:i + 2] = [syms[i] + syms[i + 1]]
+    return syms
+
+
+lines = fx.training_lines(os.path.join(root, "..", "shared"))[:4000] + fx.MULTILINGUAL * 10
+vocab_fixtures = {}
+ll = os.path.join(work, "tok-llama3")
+ref = fx.build_llama3(ll, lines)
+vocab_fixtures["llama-bpe"] = (ll, ref.get_vocab_size(with_added_tokens=True), lambda i, r=ref: r.id_to_token(i))
+for pre, build, name in (("deepseek-v3", fx.build_deepseek, "deepseek"), ("qwen2", fx.build_qwen, "qwen")):
+    d = os.path.join(work, "tok-" + name)
+    ref = build(d, lines)
+    vocab_fixtures[pre] = (d, ref.get_vocab_size(with_added_tokens=True), lambda i, r=ref: r.id_to_token(i))
+kimi_enc = fx.build_kimi(os.path.join(work, "tok-kimi"), ll)
+vocab_fixtures["kimi-k2"] = (os.path.join(work, "tok-kimi"), kimi_enc.n_vocab, None)
+for pre, (tok_dir, n, id_to_token) in vocab_fixtures.items():
+    d = os.path.join(work, "vocab-" + pre)
+    cfg = kimi_linear_config()
+    cfg.update(vocab_size=n, hidden_size=32, intermediate_size=64, moe_intermediate_size=16)
+    json.dump(cfg, open(os.path.join(work, "vocab.json"), "w"))
+    run("init", "--config", os.path.join(work, "vocab.json"), "--out", d)
+    shutil.copytree(tok_dir, os.path.join(d, "tokenizer"))
+    out = os.path.join(work, f"vocab-{pre}.gguf")
+    run("export", "gguf", "--model", d, "--out", out)
+    r = gguf.GGUFReader(out)
+    check(field(r, gguf.Keys.Tokenizer.MODEL) == "gpt2" and field(r, gguf.Keys.Tokenizer.PRE) == pre,
+          f"{pre}: tokenizer.ggml.model gpt2, pre {field(r, gguf.Keys.Tokenizer.PRE)}")
+    tokens, types = field(r, gguf.Keys.Tokenizer.LIST), field(r, gguf.Keys.Tokenizer.TOKEN_TYPE)
+    merges = field(r, gguf.Keys.Tokenizer.MERGES)
+    check(len(tokens) == len(types) == n, f"{pre}: {n} tokens and types")
+    if id_to_token:  # Hugging Face: the vocabulary's own strings (ByteLevel), added tokens by content
+        wrong = [i for i in range(n) if tokens[i] != id_to_token(i)]
+    else:  # tiktoken: each rank's bytes as ByteLevel characters, the specials by name
+        specials = {i: s for s, i in kimi_enc._special_tokens.items()}
+        wrong = [i for i in range(n) if tokens[i] != (specials[i] if i in specials
+                                                      else byte_level(kimi_enc.decode_single_token_bytes(i)))]
+        control = [i for i in range(n) if (types[i] == gguf.TokenType.CONTROL) != (i in specials)]
+        check(not control, f"{pre}: the {len(specials)} specials and only they are CONTROL {control[:3]}")
+    check(not wrong, f"{pre}: every token's string is the reference's {wrong[:3]}")
+    index = {t: i for i, t in enumerate(tokens)}
+    pairs = [m.split(" ") for m in merges]
+    bad = [m for m, (a, b) in zip(merges, pairs) if a not in index or b not in index or a + b not in index or
+           index[a + b] <= max(index[a], index[b]) and not id_to_token]
+    check(merges and not bad, f"{pre}: {len(merges)} merges, each of two tokens into a token {bad[:3]}")
+    ranks = {(a, b): k for k, (a, b) in enumerate(pairs)}
+    made = {a + b for a, b in pairs}
+    unbuilt = [t for t in made if textbook_bpe(t, ranks) != [t]]
+    check(not unbuilt, f"{pre}: BPE over the file's merges rebuilds each of the {len(made)} merged tokens "
+                       f"{unbuilt[:3]}")
+    if not id_to_token:  # every multi-byte rank that tiktoken's BPE reaches has its merge
+        reachable = [i for i in range(kimi_enc.n_vocab - 256) if len(kimi_enc.decode_single_token_bytes(i)) > 1 and
+                     kimi_enc._encode_single_piece(kimi_enc.decode_single_token_bytes(i)) == [i]]
+        missing = [i for i in reachable if tokens[i] not in made]
+        check(not missing, f"{pre}: the {len(reachable)} multi-byte tokens tiktoken's BPE builds all have a merge "
+                           f"{missing[:3]}")
+
+d = os.path.join(work, "vocab-gpt2")
+fx.build_gpt2(os.path.join(work, "tok-gpt2"), lines)
+cfg = kimi_linear_config()
+cfg.update(vocab_size=2500, hidden_size=32, intermediate_size=64, moe_intermediate_size=16)
+json.dump(cfg, open(os.path.join(work, "vocab.json"), "w"))
+run("init", "--config", os.path.join(work, "vocab.json"), "--out", d)
+shutil.copytree(os.path.join(work, "tok-gpt2"), os.path.join(d, "tokenizer"))
+p = run("export", "gguf", "--model", d, "--out", os.path.join(work, "gpt2.gguf"), ok=False)
+check(p.returncode != 0 and "bytelevel prefix regex" in p.stderr and not os.path.exists(os.path.join(work, "gpt2.gguf")),
+      f"a pre-tokenizer llama.cpp has no name for is refused naming its steps: {p.stderr.strip()[:120]}")
 
 check.finish("gguf export")

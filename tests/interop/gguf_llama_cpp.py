@@ -130,4 +130,60 @@ for arch, cfg in (("kimi-linear", kimi_linear()), ("kimi-k3", kimi_k3()), ("kimi
               f"positions: {measure} {value:.1e} (bound {tol:g}), argmax agreement {agree:.0%}")
         del llm
 
+
+# ---------------------------------------------------------------------------------------------- vocabularies
+# The published tokenizer kinds exported as llama.cpp's "gpt2" vocabulary: each fixture written by PyPI's tokenizers
+# or tiktoken (tests/interop/tokenizer_fixtures.py, as the tokenizer test builds them), a model with it exported,
+# and llama.cpp's own tokenization of multilingual text (special tokens parsed) against the reference library's ids.
+import tokenizer_fixtures as fx  # noqa: E402
+
+lines = fx.training_lines(os.path.join(root, "..", "shared"))
+texts = fx.MULTILINGUAL + ["Hello world!  It's 12345 apples, isn't it?\n\n\tdef f(x):\n        return x ** 2\n",
+                           "UPPER lower MiXeD 3.14159 1,000,000 don't WE'LL \u00e9t\u00e9 \u2603\u2603"]
+fixtures = {}
+for name, build in (("llama3", fx.build_llama3), ("deepseek", fx.build_deepseek), ("qwen", fx.build_qwen)):
+    d = os.path.join(work, "tok-" + name)
+    ref = build(d, lines)
+    fixtures[name] = (d, ref.get_vocab_size(with_added_tokens=True),
+                      lambda t, ref=ref: ref.encode(t).ids)  # tokenizers parses added tokens by default
+kimi_enc = fx.build_kimi(os.path.join(work, "tok-kimi"), fixtures["llama3"][0])
+fixtures["kimi"] = (os.path.join(work, "tok-kimi"), kimi_enc.n_vocab,
+                    lambda t: kimi_enc.encode(t, allowed_special="all"))
+specials = {"llama3": "<|im_start|>x<|im_end|>", "deepseek": "<\uff5cbegin\u2581of\u2581sentence\uff5c>hi",
+            "qwen": "<|im_start|>user\nhi<|im_end|>", "kimi": "<|im_user|>user<|im_middle|>hi<|im_end|>"}
+for name, (tok_dir, vocab, reference) in fixtures.items():
+    d = os.path.join(work, "vocab-" + name)
+    os.makedirs(d)
+    cfg = kimi_linear()
+    cfg.update(vocab_size=vocab, hidden_size=32, intermediate_size=64, moe_intermediate_size=16)
+    cfg.pop("pad_token_id")
+    cfg.pop("bos_token_id")
+    cfg.pop("eos_token_id")
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    run("init", "--config", os.path.join(d, "config.json"), "--out", os.path.join(d, "model"), "--seed", "1")
+    shutil.copytree(tok_dir, os.path.join(d, "model", "tokenizer"))
+    f = os.path.join(d, "model.gguf")
+    out = run("export", "gguf", "--model", os.path.join(d, "model"), "--out", f).stdout.strip()
+    llm = llama_cpp.Llama(model_path=f, vocab_only=True, verbose=False)
+    bad = [t[:30] for t in texts + [specials[name]]
+           if llm.tokenize(t.encode("utf-8"), add_bos=False, special=True) != reference(t)]
+    if name != "kimi":
+        check(not bad, f"{name} vocabulary ({vocab} ids) in llama.cpp: its tokenization of {len(texts) + 1} "
+                       f"multilingual texts = the reference library's ids {bad[:3]}")
+    else:
+        # Kimi's pattern cuts some texts differently in different regex engines: tiktoken's (Rust's fancy-regex, and
+        # myriad's PCRE2, which the tokenizer test holds to it) split a Devanagari vowel sign from a following comma,
+        # Python's `regex` and llama.cpp's hand-written "kimi-k2" pre-tokenizer keep "\u093e," together. So the
+        # exported merges are checked piece by piece (the pieces Python's regex cuts, each BPE-encoded by tiktoken
+        # without a split, _encode_single_piece), and the whole texts are reported.
+        import regex
+        pieces = [p for t in texts for p in regex.findall(kimi_enc._pat_str, t)]
+        bad_pieces = [p for p in pieces if llm.tokenize(p.encode("utf-8"), add_bos=False, special=False)
+                      != kimi_enc._encode_single_piece(p.encode("utf-8"))]
+        check(not bad_pieces, f"kimi vocabulary ({vocab} ids, merges derived from tiktoken's ranks) in llama.cpp: "
+                              f"{len(pieces)} pieces of the texts tokenized to tiktoken's BPE ids {bad_pieces[:3]}")
+        print(f"     whole texts: {len(texts) + 1 - len(bad)} of {len(texts) + 1} identical (llama.cpp's kimi-k2 "
+              f"pre-tokenizer differs on {bad})")
+    del llm
+
 check.finish("gguf in llama.cpp")
