@@ -228,10 +228,10 @@ std::vector<Piece> myriad_pieces(std::span<const ChatMessage> messages, std::spa
 }
 
 std::vector<Piece> template_pieces(ChatFormat format, std::span<const ChatMessage> messages,
-                                   std::span<const ToolSpec> tools, bool generation_prompt) {
+                                   std::span<const ToolSpec> tools, bool generation_prompt, ToolChoice tool_choice) {
   if (format == ChatFormat::kMyriad) return myriad_pieces(messages, tools, generation_prompt);
   if (format == ChatFormat::kKimi) return kimi_pieces(messages, tools, generation_prompt);
-  if (format == ChatFormat::kK3) return k3_pieces(messages, tools, generation_prompt);
+  if (format == ChatFormat::kK3) return k3_pieces(messages, tools, generation_prompt, tool_choice);
   refuse_tools(format, messages, tools);
   switch (format) {
     case ChatFormat::kDeepSeekV3:
@@ -315,9 +315,9 @@ std::string tool_call_text(const ToolCall& call) {
 }
 
 ChatTokens encode_chat(const Tokenizer& tok, std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
-                       bool generation_prompt) {
+                       bool generation_prompt, ToolChoice tool_choice) {
   ChatTokens out;
-  for (const Piece& p : template_pieces(chat_format_of(tok), messages, tools, generation_prompt)) {
+  for (const Piece& p : template_pieces(chat_format_of(tok), messages, tools, generation_prompt, tool_choice)) {
     if (p.special) {
       out.ids.push_back(tok.id_of(p.text));
     } else {
@@ -330,9 +330,9 @@ ChatTokens encode_chat(const Tokenizer& tok, std::span<const ChatMessage> messag
 }
 
 std::string render_chat(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools, bool generation_prompt,
-                        ChatFormat format) {
+                        ChatFormat format, ToolChoice tool_choice) {
   std::string out;
-  for (const Piece& p : template_pieces(format, messages, tools, generation_prompt)) out += p.text;
+  for (const Piece& p : template_pieces(format, messages, tools, generation_prompt, tool_choice)) out += p.text;
   return out;
 }
 

@@ -107,6 +107,10 @@ struct ToolSpec {
 // list as Python's json.dumps would. Leaves them unset when the text has no such list of the same length.
 void keep_declared_order(std::vector<ToolSpec>& tools, std::string_view raw_json);
 
+// A request's tool_choice where the format writes it into the conversation (k3: a system message before the
+// generation prompt). The other formats ignore it: the server forces or bans their tool-call marker instead.
+enum class ToolChoice : uint8_t { kAuto, kNone, kRequired };
+
 struct ChatTokens {
   std::vector<int32_t> ids;
   // Per token: 1 for the tokens of an assistant turn after its <|assistant|> (content, calls and the closing
@@ -118,12 +122,14 @@ struct ChatTokens {
 // unknown role, tool calls on a message that is not the assistant's, or a call whose arguments are not an object.
 // The format is chat_format_of(tok).
 ChatTokens encode_chat(const Tokenizer& tok, std::span<const ChatMessage> messages,
-                       std::span<const ToolSpec> tools = {}, bool generation_prompt = true);
+                       std::span<const ToolSpec> tools = {}, bool generation_prompt = true,
+                       ToolChoice tool_choice = ToolChoice::kAuto);
 
 // The same conversation as text (each special token as its text): for display and logs. Not for encoding:
 // encode(render_chat(...)) would parse special-token text inside the contents.
 std::string render_chat(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools = {},
-                        bool generation_prompt = true, ChatFormat format = ChatFormat::kMyriad);
+                        bool generation_prompt = true, ChatFormat format = ChatFormat::kMyriad,
+                        ToolChoice tool_choice = ToolChoice::kAuto);
 
 // Stop strings that end a chat reply besides <|endoftext|>: the start of another turn.
 std::vector<std::string> chat_stop_strings(ChatFormat format = ChatFormat::kMyriad);

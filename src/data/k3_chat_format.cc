@@ -122,7 +122,7 @@ void write_call(Writer& w, const ToolCall& call, size_t index) {
 }  // namespace
 
 std::vector<ChatPiece> k3_pieces(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
-                                 bool generation_prompt) {
+                                 bool generation_prompt, ToolChoice tool_choice) {
   Writer w;
   if (!tools.empty()) {
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
@@ -200,6 +200,12 @@ std::vector<ChatPiece> k3_pieces(std::span<const ChatMessage> messages, std::spa
                   "': must be one of system, developer, user, assistant, tool");
     }
   }
+  if (tool_choice == ToolChoice::kRequired)
+    w.message({{"role", "system"}, {"type", "tool-choice"}},
+              "The system is invoked with `tool_choice=required`.\nYou MUST call tools in the next message.");
+  else if (tool_choice == ToolChoice::kNone)
+    w.message({{"role", "system"}, {"type", "tool-choice"}},
+              "The system is invoked with `tool_choice=none`.\nYou MUST NOT call any tools in the next message.");
   if (generation_prompt) {
     w.open("message", {{"role", "assistant"}});
     w.open("think");
@@ -281,10 +287,13 @@ AssistantReply parse_k3_reply(const Tokenizer& tok, std::span<const int32_t> ids
     return str("expected ", k == Item::Kind::kOpen ? "<|open|>" : "<|close|>", name, "<|sep|> at item ", at);
   };
   AssistantReply r;
+  // A reply cut short (max_tokens) inside the think or the response channel is what was written so far.
   r.reasoning = take_text();
+  if (at == items.size()) return r;
   for (auto [kind, name] : {std::pair{Item::Kind::kClose, "think"}, {Item::Kind::kOpen, "response"}})
     if (std::string why = expect(kind, name); !why.empty()) return malformed(why);
   r.content = take_text();
+  if (at == items.size()) return r;
   if (std::string why = expect(Item::Kind::kClose, "response"); !why.empty()) return malformed(why);
   if (is(Item::Kind::kOpen, "tools")) {
     ++at;

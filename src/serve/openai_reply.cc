@@ -62,7 +62,6 @@ Reply::Reply(const ParsedRequest& p, const Tokenizer& tok, std::string model)
       created_(unix_now()) {
   reset_delta_logprobs();
   all_logprobs_ = delta_logprobs_;
-  holding_ = structured_;
   if (tool_calls_ && !p.forced.empty()) {  // the forced start of a call: part of the reply, not of the content
     ids_ = p.forced;
     holding_ = true;
@@ -71,9 +70,45 @@ Reply::Reply(const ParsedRequest& p, const Tokenizer& tok, std::string model)
   }
 }
 
+void Reply::add_structured(const TokenEvent& e) {
+  const int32_t open = tok_.id_of("<|open|>"), close = tok_.id_of("<|close|>"), sep = tok_.id_of("<|sep|>");
+  auto hold_from = [&](size_t at) {
+    k3_at_ = K3At::kHeld;
+    k3_held_from_ = at;
+  };
+  if (k3_at_ == K3At::kHeld) return;
+  if (e.token == open || e.token == close) {
+    k3_tag_ = e.token == open ? 1 : -1;
+    k3_tag_text_.clear();
+    k3_tag_start_ = text_.size();
+  } else if (k3_tag_ != 0 && e.token == sep) {
+    const std::string name = k3_tag_text_.substr(0, k3_tag_text_.find(' '));
+    const bool opening = k3_tag_ > 0;
+    k3_tag_ = 0;
+    if (k3_at_ == K3At::kThink && !opening && name == "think")
+      k3_at_ = K3At::kBetween;
+    else if (k3_at_ == K3At::kBetween && opening && name == "response")
+      k3_at_ = K3At::kResponse;
+    else if (k3_at_ == K3At::kResponse && !opening && name == "response")
+      k3_at_ = K3At::kBetween;
+    else if (!(k3_at_ == K3At::kBetween && !opening && name == "message"))
+      hold_from(k3_tag_start_);  // the calls, or something out of the grammar: read when the reply ends
+  } else if (k3_tag_ != 0) {
+    k3_tag_text_ += e.text;
+  } else if (k3_at_ == K3At::kThink) {
+    delta_reasoning_ += e.text;
+  } else if (k3_at_ == K3At::kResponse) {
+    delta_text_ += e.text;
+  } else if (e.text.find_first_not_of(" \t\r\n") != std::string::npos) {  // text between the channels
+    hold_from(text_.size());
+  }
+}
+
 void Reply::add(const TokenEvent& e) {
   if (e.token >= 0) ids_.push_back(e.token);
-  if (tool_calls_ && !holding_ && !structured_ && e.token == tok_.id_of(tool_calls_marker(chat_format_of(tok_)))) {
+  if (structured_) {
+    add_structured(e);
+  } else if (tool_calls_ && !holding_ && e.token == tok_.id_of(tool_calls_marker(chat_format_of(tok_)))) {
     // The text before the marker (in this event) is content; the marker and what follows are held.
     const std::string marker = tool_calls_marker(chat_format_of(tok_));
     const size_t at = e.text.find(marker);
@@ -88,7 +123,7 @@ void Reply::add(const TokenEvent& e) {
   }
   text_ += e.text;
   if (e.finish != FinishReason::kNone) {
-    if (holding_) finish_tool_calls();
+    if (holding_ || structured_) finish_tool_calls();
     usage_ = json{{"prompt_tokens", e.prompt_tokens},
                   {"completion_tokens", e.completion_tokens},
                   {"total_tokens", e.prompt_tokens + e.completion_tokens},
@@ -141,17 +176,16 @@ void Reply::finish_tool_calls() {
   if (format == ChatFormat::kMyriad) ends.push_back(tok_.id_of("<|tool_result|>"));
   while (!ids.empty() && std::find(ends.begin(), ends.end(), ids.back()) != ends.end()) ids.pop_back();
   AssistantReply r = parse_assistant_reply(tok_, ids);
-  if (!r.error.empty()) {  // malformed: all of it is text, as generated
+  if (!r.error.empty()) {  // malformed: all of it is text, as generated (k3: what was not streamed yet)
+    if (structured_ && k3_at_ == K3At::kHeld) delta_text_ += text_.substr(k3_held_from_);
     delta_text_ += held_;
     held_.clear();
     return;
   }
-  if (structured_) {
+  if (structured_) {  // the channels were streamed as they came
     parsed_ = true;
     reasoning_ = r.reasoning;
-    reasoning_pending_ = !reasoning_.empty();
     content_ = r.content;
-    delta_text_ += r.content;                // held from the start: none of it was sent
     if (!tool_calls_) r.tool_calls.clear();  // calls the request did not offer tools for: not returned
   }
   if (r.tool_calls.empty()) {
@@ -184,7 +218,7 @@ const char* Reply::reason(const char* engine_reason) const {
 }
 
 std::optional<json> Reply::take_delta_chunk() {
-  if (delta_text_.empty() && !has_delta_logprobs_ && !reasoning_pending_) {
+  if (delta_text_.empty() && !has_delta_logprobs_ && delta_reasoning_.empty()) {
     if (tool_chunks_.empty()) return std::nullopt;
     json c = chunk(std::move(tool_chunks_.front()));
     tool_chunks_.erase(tool_chunks_.begin());
@@ -192,9 +226,9 @@ std::optional<json> Reply::take_delta_chunk() {
   }
   json choice =
       chat_ ? json{{"index", 0}, {"delta", json{{"content", delta_text_}}}} : json{{"index", 0}, {"text", delta_text_}};
-  if (reasoning_pending_) {
-    choice["delta"]["reasoning_content"] = reasoning_;
-    reasoning_pending_ = false;
+  if (!delta_reasoning_.empty() && chat_) {
+    choice["delta"]["reasoning_content"] = delta_reasoning_;
+    delta_reasoning_.clear();
   }
   choice["logprobs"] = has_delta_logprobs_ ? delta_logprobs_ : json(nullptr);
   choice["finish_reason"] = nullptr;

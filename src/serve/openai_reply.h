@@ -50,21 +50,29 @@ class Reply {
   json chunk(json choice) const;
   void reset_delta_logprobs();
 
-  // Tool calls (ParsedRequest::tool_calls): from the format's first tool-call marker on (k3: from the start), the
-  // text is held back; when the reply
-  // finishes it is read by the template's grammar (parse_assistant_reply): calls become message.tool_calls (and
+  // Tool calls (ParsedRequest::tool_calls): from the format's tool-call marker on, the text is held back; when the
+  // reply finishes it is read by the template's grammar (parse_assistant_reply): calls become message.tool_calls (and
   // streamed deltas: each call's id, type and name, then its arguments) with finish_reason "tool_calls"; a
   // malformed reply is returned as text, as it came.
   void finish_tool_calls();
   const char* reason(const char* engine_reason) const;
 
   const bool chat_, logprobs_, include_usage_, tool_calls_, parallel_;
-  // k3: a reply is tagged channels (think, response, tools): all of it is held and read when it finishes; the
-  // response channel is the content, the think channel reasoning_content (sent then, when streaming)
+  // k3: a reply is tagged channels. It streams by channel as it comes (the think channel's text as
+  // reasoning_content deltas, the response channel's as content); from a tools tag on (or anything out of the
+  // grammar) it is held. When it finishes it is read whole (parse_assistant_reply): calls, and for the whole
+  // response the content and reasoning; a malformed reply's held part is sent as content.
+  void add_structured(const TokenEvent& e);
+  enum class K3At : uint8_t { kThink, kResponse, kBetween, kHeld };
   const bool structured_;
-  bool parsed_ = false;             // structured: the reply was read (content_ holds the response channel)
-  std::string reasoning_;           // structured: the think channel
-  bool reasoning_pending_ = false;  // streaming: reasoning_ goes with the next delta
+  K3At k3_at_ = K3At::kThink;
+  int k3_tag_ = 0;               // inside a tag: +1 after <|open|>, -1 after <|close|>
+  std::string k3_tag_text_;      // the tag's name and attributes so far
+  size_t k3_tag_start_ = 0;      // where in text_ the tag began
+  size_t k3_held_from_ = 0;      // kHeld: where in text_ holding began
+  std::string delta_reasoning_;  // streaming: the think channel's text since the last chunk
+  bool parsed_ = false;          // structured: the reply was read (content_ holds the response channel)
+  std::string reasoning_;        // structured: the think channel
   const Tokenizer& tok_;
   const std::string model_, id_;
   const int64_t created_;

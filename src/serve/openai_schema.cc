@@ -248,10 +248,15 @@ void parse_tool_choice(const json& b, const std::vector<ToolSpec>& tools, const 
       throw bad_request("'tool_choice' needs 'tools'", "tool_choice");
     return;
   }
-  if (chat_format_of(tok) == ChatFormat::kK3) {  // its calls open with a tag of several tokens: nothing to force
-    if (choice && !(choice->is_string() && choice->get<std::string>() == "auto"))
-      throw bad_request("in the k3 chat format only tool_choice \"auto\" is implemented", "tool_choice");
-    p.tool_calls = true;
+  if (chat_format_of(tok) == ChatFormat::kK3) {  // K3's renderer writes none / required as a system message
+    const std::string c = !choice ? "auto" : choice->is_string() ? choice->get<std::string>() : "";
+    if (c != "auto" && c != "none" && c != "required")
+      throw bad_request(
+          "in the k3 chat format tool_choice is \"auto\", \"none\" or \"required\" (K3's renderer has "
+          "no named choice)",
+          "tool_choice");
+    p.tool_calls = c != "none";
+    p.rendered_choice = c == "none" ? ToolChoice::kNone : c == "required" ? ToolChoice::kRequired : ToolChoice::kAuto;
     return;
   }
   const int32_t open = tok.id_of(tool_calls_marker(chat_format_of(tok)));
@@ -414,7 +419,7 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
     if (format == ChatFormat::kKimi && !tools.empty()) keep_declared_order(tools, raw_body);
     parse_tool_choice(b, tools, tok, calls_before, p);
     try {
-      p.gen.prompt = encode_chat(tok, messages, tools).ids;
+      p.gen.prompt = encode_chat(tok, messages, tools, true, p.rendered_choice).ids;
     } catch (const Error& e) {
       throw bad_request(e.what(), "messages");
     }

@@ -76,6 +76,8 @@ struct ParsedRequest {
   bool tool_calls = false;
   std::vector<int32_t> forced;
   bool parallel_tool_calls = true;
+  // k3: none / required are written into the conversation (a system message) instead of forced tokens
+  ToolChoice rendered_choice = ToolChoice::kAuto;
 };
 
 // "model", when given, must be the served model (404 model_not_found).

@@ -40,10 +40,10 @@ import sys
 import gguf
 import gguf.quants
 import numpy as np
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from interop_checks import Checks, myriad_runner  # noqa: E402
+from interop_checks import Checks, myriad_runner, randomize_constant_inits  # noqa: E402
 
 myriad, root, work = sys.argv[1:4]
 shutil.rmtree(work, ignore_errors=True)
@@ -84,17 +84,6 @@ run("tokenizer", "train", "--data", os.path.join(work, "text.txt"), "--vocab", "
 tok_meta = json.load(open(os.path.join(tok_dir, "tokenizer.json")))
 
 
-def randomize_constant_inits(path):
-    """The tensors `myriad init` sets to constants (AttnRes queries' norms 1 and projections 0, the router's
-    correction bias 0) made random, so a fused product or a dropped bias cannot match by accident."""
-    W = load_file(path)
-    rng = np.random.default_rng(11)
-    for k in W:
-        if k.endswith(("_res_norm.weight", "_res_proj.weight", "e_score_correction_bias")):
-            W[k] = (W[k] + rng.normal(0, 0.3, W[k].shape)).astype(W[k].dtype)  # softmax scores of O(1)
-    save_file(W, path)
-
-
 models = {}
 for arch, cfg in (("kimi-linear", kimi_linear_config()), ("kimi-k3", tiny), ("deepseek2", deepseek2_config())):
     d = os.path.join(work, arch)
@@ -104,7 +93,7 @@ for arch, cfg in (("kimi-linear", kimi_linear_config()), ("kimi-k3", tiny), ("de
     run("init", "--config", cfg_path, "--out", os.path.join(d, "model"), "--seed", "5")
     shutil.copytree(tok_dir, os.path.join(d, "model", "tokenizer"))
     models[arch] = (os.path.join(d, "model"), cfg)
-    randomize_constant_inits(os.path.join(d, "model", "model.safetensors"))
+    randomize_constant_inits(os.path.join(d, "model", "model.safetensors"), 11)
 
 
 # ---------------------------------------------------------------------------------------------- expectations

@@ -27,7 +27,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from interop_checks import Checks, myriad_runner  # noqa: E402
+from interop_checks import Checks, myriad_runner, randomize_constant_inits  # noqa: E402
 
 try:
     import llama_cpp
@@ -35,7 +35,7 @@ except ImportError:
     print("llama_cpp is not installed (make interop-llama builds it); skipped")
     sys.exit(0)
 
-from safetensors.numpy import load_file, save_file  # noqa: E402
+from safetensors.numpy import load_file  # noqa: E402
 
 myriad, root, work = sys.argv[1:4]
 shutil.rmtree(work, ignore_errors=True)
@@ -74,17 +74,6 @@ def kimi_k3_variant():
     return c
 
 
-def randomize_constant_inits(path):
-    """What `myriad init` sets to constants (AttnRes norms 1 and projections 0, the correction bias 0) made random,
-    so llama.cpp's AttnRes scores and biased expert choice are exercised."""
-    W = load_file(path)
-    rng = np.random.default_rng(7)
-    for k in W:
-        if k.endswith(("_res_norm.weight", "_res_proj.weight", "e_score_correction_bias")):
-            W[k] = (W[k] + rng.normal(0, 0.3, W[k].shape)).astype(W[k].dtype)  # softmax scores of O(1)
-    save_file(W, path)
-
-
 def deepseek2():
     c = kimi_linear()
     c.pop("linear_attn_config")
@@ -105,7 +94,7 @@ for arch, cfg in (("kimi-linear", kimi_linear()), ("kimi-k3", kimi_k3()), ("kimi
     os.makedirs(d)
     json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
     run("init", "--config", os.path.join(d, "config.json"), "--out", os.path.join(d, "model"), "--seed", "3")
-    randomize_constant_inits(os.path.join(d, "model", "model.safetensors"))
+    randomize_constant_inits(os.path.join(d, "model", "model.safetensors"), 7)
     shutil.copytree(os.path.join(work, "tok"), os.path.join(d, "model", "tokenizer"))
     out = os.path.join(d, "logits.safetensors")
     run("logits", "--model", os.path.join(d, "model"), "--tokens", ",".join(map(str, tokens)), "--out", out)

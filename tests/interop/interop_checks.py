@@ -1,4 +1,5 @@
-"""What the interop scripts (tests/interop/*.py) share: printed checks that count failures, and running myriad."""
+"""What the interop scripts (tests/interop/*.py) share: printed checks that count failures, running myriad, and
+randomizing what `myriad init` leaves constant."""
 
 import subprocess
 import sys
@@ -32,3 +33,17 @@ def myriad_runner(binary):
         return p
 
     return run
+
+
+def randomize_constant_inits(path, seed):
+    """The tensors `myriad init` sets to constants in a model.safetensors (AttnRes queries' norms 1 and projections 0,
+    the router's correction bias 0) moved by N(0, 0.3), so that a fused product, AttnRes's scores or a dropped bias
+    cannot match by accident (softmax scores of O(1))."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+    W = load_file(path)
+    rng = np.random.default_rng(seed)
+    for k in W:
+        if k.endswith(("_res_norm.weight", "_res_proj.weight", "e_score_correction_bias")):
+            W[k] = (W[k] + rng.normal(0, 0.3, W[k].shape)).astype(W[k].dtype)
+    save_file(W, path)

@@ -370,10 +370,21 @@ def check_served_in_k3s_format(kimi_enc):
         status, j = post("/v1/chat/completions", {"messages": conv, "tools": tools, "max_tokens": 6})
         if status != 200 or j["choices"][0]["finish_reason"] not in ("length", "stop", "tool_calls"):
             sys.exit(f"FAIL a chat completion in K3's format: {status} {j}")
-        status, j = post("/v1/chat/completions", {"messages": conv, "tools": tools, "tool_choice": "required"})
-        if status != 400 or "tool_choice" not in json.dumps(j):
+        # tool_choice required: K3's system message before the generation prompt (the prompt grows by exactly it)
+        choice_msg = ('<|open|>message role="system" type="tool-choice"<|sep|>The system is invoked with '
+                      '`tool_choice=required`.\nYou MUST call tools in the next message.<|close|>message<|sep|>'
+                      '<|end_of_msg|>')
+        status, j = post("/v1/chat/completions", {"messages": conv, "tools": tools, "tool_choice": "required",
+                                                  "max_tokens": 2})
+        if status != 200 or j["usage"]["prompt_tokens"] != len(want) + len(k3_enc.encode(choice_msg,
+                                                                                            allowed_special="all")):
             sys.exit(f"FAIL tool_choice required in K3's format: {status} {j}")
-        print("ok a chat completion with tools in K3's format; tool_choice other than auto is a 400")
+        status, j = post("/v1/chat/completions", {"messages": conv, "tools": tools,
+                                                  "tool_choice": {"type": "function", "function": {"name": "x"}}})
+        if status != 400 or "tool_choice" not in json.dumps(j):
+            sys.exit(f"FAIL a named tool_choice in K3's format: {status} {j}")
+        print("ok chat completions with tools in K3's format; tool_choice required renders K3's system message, a "
+              "named one is a 400")
 
 
 def main():

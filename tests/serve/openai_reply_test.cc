@@ -54,7 +54,8 @@ class ReplyToolsTest : public testing::Test {
     for (const json& c : chunks) {
       const json& d = c["choices"][0]["delta"];
       if (d.contains("content")) m["content"] = m["content"].get<std::string>() + d["content"].get<std::string>();
-      if (d.contains("reasoning_content")) m["reasoning_content"] = d["reasoning_content"];
+      if (d.contains("reasoning_content"))
+        m["reasoning_content"] = m.value("reasoning_content", "") + d["reasoning_content"].get<std::string>();
       if (!d.contains("tool_calls")) continue;
       for (const json& t : d["tool_calls"]) {
         const size_t i = t["index"].get<size_t>();
@@ -185,11 +186,31 @@ TEST_F(ReplyToolsTest, K3ChannelsBecomeContentReasoningAndCalls) {
   EXPECT_EQ(pm["message"]["content"], "Checking.");
   EXPECT_FALSE(pm["message"].contains("tool_calls"));
   EXPECT_EQ(pm["finish_reason"], "stop");
-  // Not of the form (the think channel never closed): all of it is the content, as generated.
+  // The channels stream as they come: the reasoning before the content, each in pieces.
+  Reply streamed(chat_with_tools(), k3, "m");
+  const std::vector<json> chunks = feed(streamed, reply, &k3);
+  size_t reasoning_chunks = 0, first_content = chunks.size();
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const json& d = chunks[i]["choices"][0]["delta"];
+    if (d.contains("reasoning_content")) ++reasoning_chunks;
+    if (d.contains("content") && !d["content"].get<std::string>().empty()) first_content = std::min(first_content, i);
+  }
+  EXPECT_GE(reasoning_chunks, 1u);
+  EXPECT_LT(first_content, chunks.size() - 2);  // content before the end, then the calls' two chunks
+  // Cut short by max_tokens while thinking: the reasoning so far, no content.
+  Reply cut(chat_with_tools(), k3, "m");
+  const json cm = merge(feed(cut, "thinking forever", &k3));
+  EXPECT_EQ(cut.full("length")["choices"][0]["message"]["reasoning_content"], "thinking forever");
+  EXPECT_EQ(cut.full("length")["choices"][0]["message"]["content"], "");
+  EXPECT_EQ(cm["reasoning_content"], "thinking forever");
+  // Out of the grammar (text between the channels): the whole reply is the content, as generated; streamed, what
+  // had not gone out as reasoning.
+  const std::string bad_reply = "x<|close|>think<|sep|>oops";
   Reply bad(chat_with_tools(), k3, "m");
-  const json bm = merge(feed(bad, "thinking forever", &k3));
-  EXPECT_EQ(bad.full("length")["choices"][0]["message"]["content"], "thinking forever");
-  EXPECT_EQ(bm["content"], "thinking forever");
+  const json bm = merge(feed(bad, bad_reply, &k3));
+  EXPECT_EQ(bad.full("stop")["choices"][0]["message"]["content"], bad_reply);
+  EXPECT_EQ(bm["reasoning_content"], "x");
+  EXPECT_EQ(bm["content"], "oops");
 }
 
 }  // namespace

@@ -321,6 +321,17 @@ TEST_F(ChatFormatTest, KimiRendersK2sDocumentedStreamWithTheDefaultSystemTurn) {
   EXPECT_EQ(chat_stop_strings(ChatFormat::kKimi).front(), "<|im_end|>");
 }
 
+// Each marker is one special token in ids exactly where the rendered text has it (as many times), so no content
+// became a special token.
+void expect_markers_as_written(const Tokenizer& tok, const std::vector<int32_t>& ids, const std::string& text,
+                               const std::vector<std::string>& markers) {
+  for (const std::string& marker : markers) {
+    int64_t written = 0;
+    for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + 1)) ++written;
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), tok.id_of(marker)), written) << marker;
+  }
+}
+
 // The kimi tokens of tool calls, besides the turn markers.
 const std::vector<std::string> kKimiSpecials = {"<|im_end|>",
                                                 "<|im_user|>",
@@ -373,12 +384,7 @@ TEST_F(ChatFormatTest, KimiToolCallsFollowK2InstructsTemplate) {
   EXPECT_EQ(render_chat(conv, tools, true, ChatFormat::kKimi), want);
   const ChatTokens t = encode_chat(tok, conv, tools);
   EXPECT_EQ(tok.decode(t.ids), want);
-  for (const std::string& marker : kKimiSpecials)  // every marker a single special token, none from the contents
-    EXPECT_EQ(std::count(t.ids.begin(), t.ids.end(), tok.id_of(marker)), [&] {
-      size_t n = 0;
-      for (size_t at = want.find(marker); at != std::string::npos; at = want.find(marker, at + 1)) ++n;
-      return int64_t(n);
-    }()) << marker;
+  expect_markers_as_written(tok, t.ids, want, kKimiSpecials);
   // The mask: the assistants' contents, calls and ends; never the tool results.
   std::string masked;
   for (size_t i = 0; i < t.ids.size(); ++i)
@@ -528,12 +534,7 @@ TEST_F(ChatFormatTest, K3FollowsItsRenderer) {
   EXPECT_EQ(render_chat(conv, tools, true, ChatFormat::kK3), want);
   const ChatTokens t = encode_chat(tok, conv, tools);
   EXPECT_EQ(tok.decode(t.ids), want);
-  for (const std::string& marker : kK3Specials)  // only the template's tags are special tokens
-    EXPECT_EQ(std::count(t.ids.begin(), t.ids.end(), tok.id_of(marker)), [&] {
-      size_t n = 0;
-      for (size_t at = want.find(marker); at != std::string::npos; at = want.find(marker, at + 1)) ++n;
-      return int64_t(n);
-    }()) << marker;
+  expect_markers_as_written(tok, t.ids, want, kK3Specials);
   // Results without ids: in the order given, each named by the call at its position.
   std::vector<ChatMessage> noid = {{"user", "hi"}, {"assistant", ""}, {"tool", "r1"}, {"tool", "r2"}};
   noid[1].tool_calls = {call("", "f", json::object(), "{}"), call("", "g", {{"x", 1}})};
@@ -547,6 +548,17 @@ TEST_F(ChatFormatTest, K3FollowsItsRenderer) {
                 "<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|><|open|>message "
                 "role=\"tool\" tool=\"f\" index=\"1\"<|sep|>r1<|close|>message<|sep|><|end_of_msg|><|open|>message "
                 "role=\"tool\" tool=\"g\" index=\"2\"<|sep|>r2<|close|>message<|sep|><|end_of_msg|>");
+  // tool_choice none / required: a system message before the generation prompt.
+  const std::vector<ChatMessage> hi = {{"user", "hi"}};
+  for (const auto& [choice, text] :
+       {std::pair{ToolChoice::kRequired, "`tool_choice=required`.\nYou MUST call tools in the next message."},
+        std::pair{ToolChoice::kNone, "`tool_choice=none`.\nYou MUST NOT call any tools in the next message."}})
+    EXPECT_EQ(render_chat(hi, {}, true, ChatFormat::kK3, choice),
+              std::string(kK3Effort) +
+                  "<|open|>message role=\"user\"<|sep|>hi<|close|>message<|sep|><|end_of_msg|><|open|>message "
+                  "role=\"system\" type=\"tool-choice\"<|sep|>The system is invoked with " +
+                  text +
+                  "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>");
   // A result with no call to name it is refused, naming the message.
   const std::vector<ChatMessage> orphan = {{"user", "hi"}, {"tool", "r"}};
   try {
@@ -598,9 +610,8 @@ TEST_F(ChatFormatTest, K3RepliesParseIntoReasoningContentAndCalls) {
   EXPECT_EQ(back.tool_calls[0].arguments, json({{"x", 1}, {"y", "z"}}));
   // Malformed: all of it is text, with the reason.
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {"still thinking", "expected <|close|>think"},
       {"x<|close|>think<|sep|>Hi", "expected <|open|>response"},
-      {"x<|close|>think<|sep|><|open|>response<|sep|>Hi", "expected <|close|>response"},
+      {"x<|close|>think<|sep|><|open|>response<|sep|>Hi<|close|>think<|sep|>", "expected <|close|>response"},
       {"x<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|><|open|>call "
        "tool=\"f\" index=\"1\"<|sep|><|open|>argument key=\"n\" type=\"number\"<|sep|>ten<|close|>argument<|sep|>"
        "<|close|>call<|sep|><|close|>tools<|sep|>",
@@ -615,6 +626,12 @@ TEST_F(ChatFormatTest, K3RepliesParseIntoReasoningContentAndCalls) {
     EXPECT_TRUE(m.tool_calls.empty()) << text;
     EXPECT_EQ(m.content, tok.decode(ids)) << text;
   }
+  // Cut short by max_tokens inside a channel: what was written so far.
+  const AssistantReply thinking = parse_assistant_reply(tok, tok.encode("still thinking", Specials::kParse));
+  EXPECT_TRUE(thinking.error.empty() && thinking.reasoning == "still thinking" && thinking.content.empty());
+  const AssistantReply cut = parse_assistant_reply(
+      tok, tok.encode("t<|close|>think<|sep|><|open|>response<|sep|>Half an ans", Specials::kParse));
+  EXPECT_TRUE(cut.error.empty() && cut.reasoning == "t" && cut.content == "Half an ans") << cut.error;
   EXPECT_EQ(chat_stop_strings(ChatFormat::kK3), std::vector<std::string>{"<|end_of_msg|>"});
   // SFT's mask: everything the model writes after the generation prompt (which opens the think channel).
   const ChatTokens sft = encode_chat(tok, std::vector<ChatMessage>{{"user", "u"}, {"assistant", "a"}}, {}, false);
