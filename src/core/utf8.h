@@ -26,6 +26,14 @@ inline size_t utf8_sequence_length(const unsigned char* s, size_t n) {
   return 0;
 }
 
+// Whether all of s is well-formed UTF-8.
+inline bool is_valid_utf8(std::string_view s) {
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  for (size_t i = 0, len = 0; i < s.size(); i += len)
+    if ((len = utf8_sequence_length(b + i, s.size() - i)) == 0) return false;
+  return true;
+}
+
 // The code point of `s` when s is exactly one well-formed UTF-8 character, else UINT32_MAX.
 inline uint32_t utf8_code_point(std::string_view s) {
   const auto* b = reinterpret_cast<const unsigned char*>(s.data());

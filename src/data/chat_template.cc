@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "data/chat_format_support.h"
 #include "data/k3_chat_format.h"
 
@@ -465,9 +466,27 @@ AssistantReply parse_myriad_reply(const Tokenizer& tok, std::span<const int32_t>
   return r;
 }
 
-}  // namespace
+bool json_is_utf8(const nlohmann::json& v) {
+  if (v.is_string()) return is_valid_utf8(v.get_ref<const std::string&>());
+  if (v.is_array()) return std::all_of(v.begin(), v.end(), json_is_utf8);
+  if (v.is_object())
+    for (const auto& [key, value] : v.items())
+      if (!is_valid_utf8(key) || !json_is_utf8(value)) return false;
+  return true;
+}
 
-AssistantReply parse_assistant_reply(const Tokenizer& tok, std::span<const int32_t> ids) {
+// Why the reply's calls cannot be calls, or "": a model can write any bytes, and a name or an argument that is not
+// UTF-8 names no tool and cannot travel as JSON.
+std::string ill_formed_call(const AssistantReply& r) {
+  for (size_t k = 0; k < r.tool_calls.size(); ++k) {
+    const ToolCall& c = r.tool_calls[k];
+    if (!is_valid_utf8(c.id) || !is_valid_utf8(c.name)) return str("tool call ", k, "'s name is not valid UTF-8");
+    if (!json_is_utf8(c.arguments)) return str("tool call ", k, "'s arguments are not valid UTF-8");
+  }
+  return "";
+}
+
+AssistantReply parse_format_reply(const Tokenizer& tok, std::span<const int32_t> ids) {
   switch (chat_format_of(tok)) {
     case ChatFormat::kMyriad:
       return parse_myriad_reply(tok, ids);
@@ -480,6 +499,18 @@ AssistantReply parse_assistant_reply(const Tokenizer& tok, std::span<const int32
   }
   AssistantReply r;  // no tool calls in the format: all of it is text
   r.content = tok.decode(ids);
+  return r;
+}
+
+}  // namespace
+
+AssistantReply parse_assistant_reply(const Tokenizer& tok, std::span<const int32_t> ids) {
+  AssistantReply r = parse_format_reply(tok, ids);
+  if (std::string why = ill_formed_call(r); !why.empty()) {
+    r = AssistantReply();
+    r.content = tok.decode(ids);
+    r.error = std::move(why);
+  }
   return r;
 }
 

@@ -93,13 +93,6 @@ std::string release(std::string& held, std::string& pending_bytes, bool& stopped
   return out;
 }
 
-bool is_valid_utf8(std::string_view s) {
-  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
-  for (size_t i = 0, len = 0; i < s.size(); i += len)
-    if ((len = utf8_sequence_length(b + i, s.size() - i)) == 0) return false;
-  return true;
-}
-
 }  // namespace
 
 std::string take_complete_utf8(std::string& bytes, bool final) {

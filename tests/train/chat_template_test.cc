@@ -454,6 +454,10 @@ TEST_F(ChatFormatTest, KimiRepliesParseBackIntoCallsAndMalformedOnesAreText) {
       {"<|tool_calls_section_begin|><|tool_call_begin|>functions.:0<|tool_call_argument_begin|>{}<|tool_call_end|>"
        "<|tool_calls_section_end|>",
        "no function name"},
+      // A model writes any bytes; a name that is not UTF-8 names no tool and cannot travel as JSON.
+      {"<|tool_calls_section_begin|><|tool_call_begin|>functions.f\xb9\xb9:0<|tool_call_argument_begin|>{}"
+       "<|tool_call_end|><|tool_calls_section_end|>",
+       "name is not valid UTF-8"},
       {"<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_end|><|tool_calls_section_end|>",
        "lacks"}};
   for (const auto& [text, why] : bad) {
@@ -616,6 +620,10 @@ TEST_F(ChatFormatTest, K3RepliesParseIntoReasoningContentAndCalls) {
        "tool=\"f\" index=\"1\"<|sep|><|open|>argument key=\"n\" type=\"number\"<|sep|>ten<|close|>argument<|sep|>"
        "<|close|>call<|sep|><|close|>tools<|sep|>",
        "is not a number"},
+      {"x<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|><|open|>call "
+       "tool=\"f\" index=\"1\"<|sep|><|open|>argument key=\"s\" type=\"string\"<|sep|>\xff<|close|>argument<|sep|>"
+       "<|close|>call<|sep|><|close|>tools<|sep|>",
+       "arguments are not valid UTF-8"},
       {"x<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|>trailing", "unexpected content"},
       {"x<|close|>think", "not closed by <|sep|>"},
       {"x<|sep|>", "without a tag"}};
