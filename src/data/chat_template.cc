@@ -6,33 +6,56 @@
 #include "core/error.h"
 #include "core/utf8.h"
 #include "data/chat_format_support.h"
+#include "data/deepseek_chat_format.h"
 #include "data/k3_chat_format.h"
 
 namespace myriad {
 
 namespace {
 
-using Piece = ChatPiece;
+bool is_space(char c) {
+  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
 
-void check_arguments(const ToolCall& call, size_t i, size_t k) {
+}  // namespace
+
+void check_tool_call(const ToolCall& call, size_t i, size_t k) {
   MYRIAD_REQUIRE(call.arguments.is_object(), kValue, "messages[", i, "].tool_calls[", k,
                  "].arguments: must be a JSON object, got ", call.arguments.type_name());
   MYRIAD_REQUIRE(!call.name.empty(), kValue, "messages[", i, "].tool_calls[", k, "].name: must not be empty");
 }
 
-void refuse_tools(ChatFormat format, std::span<const ChatMessage> messages, std::span<const ToolSpec> tools) {
-  MYRIAD_REQUIRE(tools.empty(), kUnsupported, "tools: tool calling in the ", chat_format_name(format),
-                 " chat format is not implemented (the myriad, kimi and k3 formats have it)");
-  for (size_t i = 0; i < messages.size(); ++i)
-    MYRIAD_REQUIRE(messages[i].tool_calls.empty() && messages[i].role != "tool", kUnsupported, "messages[", i,
-                   "]: tool calls and tool results in the ", chat_format_name(format),
-                   " chat format are not implemented (the myriad, kimi and k3 formats have them)");
-}
-
-void check_role(const ChatMessage& m, size_t i) {
+void check_chat_role(const ChatMessage& m, size_t i) {
   MYRIAD_REQUIRE(
       m.role == "system" || m.role == "developer" || m.role == "user" || m.role == "assistant" || m.role == "tool",
       kValue, "messages[", i, "].role = '", m.role, "': must be one of system, developer, user, assistant, tool");
+}
+
+bool all_space(const Tokenizer& tok, std::span<const int32_t> ids) {
+  return std::all_of(ids.begin(), ids.end(), [&](int32_t id) {
+    const std::string t = tok.token_bytes(id);
+    return std::all_of(t.begin(), t.end(), is_space);
+  });
+}
+
+std::string read_arguments(const std::string& body, size_t k, nlohmann::json& out) {
+  out = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (out.is_discarded()) return str("tool call ", k, "'s arguments are not valid JSON: '", body, "'");
+  if (!out.is_object()) return str("tool call ", k, "'s arguments are not a JSON object: '", body, "'");
+  return "";
+}
+
+namespace {
+
+using Piece = ChatPiece;
+
+void refuse_tools(ChatFormat format, std::span<const ChatMessage> messages, std::span<const ToolSpec> tools) {
+  MYRIAD_REQUIRE(tools.empty(), kUnsupported, "tools: tool calling in the ", chat_format_name(format),
+                 " chat format is not implemented (the myriad, kimi, k3 and deepseek-v3 formats have it)");
+  for (size_t i = 0; i < messages.size(); ++i)
+    MYRIAD_REQUIRE(messages[i].tool_calls.empty() && messages[i].role != "tool", kUnsupported, "messages[", i,
+                   "]: tool calls and tool results in the ", chat_format_name(format),
+                   " chat format are not implemented (the myriad, kimi, k3 and deepseek-v3 formats have them)");
 }
 
 template <class Json>
@@ -87,7 +110,7 @@ std::vector<Piece> kimi_pieces(std::span<const ChatMessage> messages, std::span<
   std::vector<std::string> pending;  // ids of calls whose results have not come yet, in order
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
-    check_role(m, i);
+    check_chat_role(m, i);
     MYRIAD_REQUIRE(m.tool_calls.empty() || m.role == "assistant", kValue, "messages[", i, "].tool_calls: only ",
                    "assistant messages carry tool calls (this one's role is '", m.role, "')");
     if (m.role == "user") {
@@ -100,7 +123,7 @@ std::vector<Piece> kimi_pieces(std::span<const ChatMessage> messages, std::span<
       if (!m.tool_calls.empty()) {
         special("<|tool_calls_section_begin|>", true);
         for (size_t k = 0; k < m.tool_calls.size(); ++k) {
-          check_arguments(m.tool_calls[k], i, k);
+          check_tool_call(m.tool_calls[k], i, k);
           const std::string id = "functions." + m.tool_calls[k].name + ":" + std::to_string(calls++);
           pending.push_back(id);
           special("<|tool_call_begin|>", true);
@@ -132,37 +155,12 @@ std::vector<Piece> kimi_pieces(std::span<const ChatMessage> messages, std::span<
   return out;
 }
 
-// DeepSeek-V3: <｜begin▁of▁sentence｜>{system}<｜User｜>{user}<｜Assistant｜>{assistant}<｜end▁of▁sentence｜>.
-std::vector<Piece> deepseek_pieces(std::span<const ChatMessage> messages, bool generation_prompt) {
-  std::vector<Piece> out;
-  out.push_back({"<｜begin▁of▁sentence｜>", true, false});
-  std::string system;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    check_role(messages[i], i);
-    if (messages[i].role == "system" || messages[i].role == "developer")
-      system += (system.empty() ? "" : "\n\n") + messages[i].content;
-  }
-  if (!system.empty()) out.push_back({system, false, false});
-  for (const ChatMessage& m : messages) {
-    if (m.role == "user") {
-      out.push_back({"<｜User｜>", true, false});
-      if (!m.content.empty()) out.push_back({m.content, false, false});
-    } else if (m.role == "assistant") {
-      out.push_back({"<｜Assistant｜>", true, false});
-      if (!m.content.empty()) out.push_back({m.content, false, true});
-      out.push_back({"<｜end▁of▁sentence｜>", true, true});
-    }
-  }
-  if (generation_prompt) out.push_back({"<｜Assistant｜>", true, false});
-  return out;
-}
-
 // ChatML: <|im_start|>{role}\n{content}<|im_end|>\n.
 std::vector<Piece> chatml_pieces(std::span<const ChatMessage> messages, bool generation_prompt) {
   std::vector<Piece> out;
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
-    check_role(m, i);
+    check_chat_role(m, i);
     const bool assistant = m.role == "assistant";
     out.push_back({"<|im_start|>", true, false});
     out.push_back({(m.role == "developer" ? std::string("system") : m.role) + "\n", false, false});
@@ -209,7 +207,7 @@ std::vector<Piece> myriad_pieces(std::span<const ChatMessage> messages, std::spa
       special("<|assistant|>");
       text(m.content, true);
       for (size_t k = 0; k < m.tool_calls.size(); ++k) {
-        check_arguments(m.tool_calls[k], i, k);
+        check_tool_call(m.tool_calls[k], i, k);
         special("<|tool_call|>", true);
         text(tool_call_text(m.tool_calls[k]), true);
         special("<|/tool_call|>", true);
@@ -233,17 +231,9 @@ std::vector<Piece> template_pieces(ChatFormat format, std::span<const ChatMessag
   if (format == ChatFormat::kMyriad) return myriad_pieces(messages, tools, generation_prompt);
   if (format == ChatFormat::kKimi) return kimi_pieces(messages, tools, generation_prompt);
   if (format == ChatFormat::kK3) return k3_pieces(messages, tools, generation_prompt, tool_choice);
+  if (format == ChatFormat::kDeepSeekV3) return deepseek_pieces(messages, tools, generation_prompt);
   refuse_tools(format, messages, tools);
-  switch (format) {
-    case ChatFormat::kDeepSeekV3:
-      return deepseek_pieces(messages, generation_prompt);
-    default:
-      return chatml_pieces(messages, generation_prompt);
-  }
-}
-
-bool is_space(char c) {
-  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+  return chatml_pieces(messages, generation_prompt);
 }
 
 }  // namespace
@@ -354,21 +344,6 @@ std::vector<std::string> chat_stop_strings(ChatFormat format) {
 }
 
 namespace {
-
-bool all_space(const Tokenizer& tok, std::span<const int32_t> ids) {
-  return std::all_of(ids.begin(), ids.end(), [&](int32_t id) {
-    const std::string t = tok.token_bytes(id);
-    return std::all_of(t.begin(), t.end(), is_space);
-  });
-}
-
-// The arguments of call k: a JSON object, or why not.
-std::string read_arguments(const std::string& body, size_t k, nlohmann::json& out) {
-  out = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (out.is_discarded()) return str("tool call ", k, "'s arguments are not valid JSON: '", body, "'");
-  if (!out.is_object()) return str("tool call ", k, "'s arguments are not a JSON object: '", body, "'");
-  return "";
-}
 
 // Kimi: CONTENT <|tool_calls_section_begin|> (<|tool_call_begin|> ID <|tool_call_argument_begin|> ARGS
 // <|tool_call_end|>)* <|tool_calls_section_end|>, whitespace between the parts; ID functions.NAME:IDX.
@@ -494,6 +469,8 @@ AssistantReply parse_format_reply(const Tokenizer& tok, std::span<const int32_t>
       return parse_kimi_reply(tok, ids);
     case ChatFormat::kK3:
       return parse_k3_reply(tok, ids);
+    case ChatFormat::kDeepSeekV3:
+      return parse_deepseek_reply(tok, ids);
     default:
       break;
   }
@@ -515,13 +492,27 @@ AssistantReply parse_assistant_reply(const Tokenizer& tok, std::span<const int32
 }
 
 bool has_tool_calls(ChatFormat f) {
-  return f == ChatFormat::kMyriad || f == ChatFormat::kKimi || f == ChatFormat::kK3;
+  return f != ChatFormat::kChatMl;
 }
 
 const char* tool_calls_marker(ChatFormat f) {
-  MYRIAD_REQUIRE(f == ChatFormat::kMyriad || f == ChatFormat::kKimi, kUnsupported, "the ", chat_format_name(f),
-                 " chat format has no single token that starts tool calls (myriad and kimi have one)");
-  return f == ChatFormat::kKimi ? "<|tool_calls_section_begin|>" : "<|tool_call|>";
+  switch (f) {
+    case ChatFormat::kMyriad:
+      return "<|tool_call|>";
+    case ChatFormat::kKimi:
+      return "<|tool_calls_section_begin|>";
+    case ChatFormat::kDeepSeekV3:
+      return "<｜tool▁calls▁begin｜>";
+    default:
+      throw_error(ErrorKind::kUnsupported, "the ", chat_format_name(f),
+                  " chat format has no single token that starts tool calls (myriad, kimi and deepseek-v3 have one)");
+  }
+}
+
+const char* tool_results_marker(ChatFormat f) {
+  return f == ChatFormat::kMyriad       ? "<|tool_result|>"
+         : f == ChatFormat::kDeepSeekV3 ? "<｜tool▁outputs▁begin｜>"
+                                        : nullptr;
 }
 
 std::vector<int32_t> forced_call_start(const Tokenizer& tok, const std::string& name, size_t calls_before) {
@@ -531,6 +522,12 @@ std::vector<int32_t> forced_call_start(const Tokenizer& tok, const std::string& 
   if (f == ChatFormat::kKimi) {
     out.push_back(tok.id_of("<|tool_call_begin|>"));
     head = "functions." + name + ":" + std::to_string(calls_before);
+  } else if (f == ChatFormat::kDeepSeekV3) {
+    out.push_back(tok.id_of("<｜tool▁call▁begin｜>"));
+    const std::vector<int32_t> type = tok.encode("function", Specials::kAsText);
+    out.insert(out.end(), type.begin(), type.end());
+    out.push_back(tok.id_of("<｜tool▁sep｜>"));
+    head = name + "\n```json\n";
   } else {
     head = "{\"name\":" + nlohmann::json(name).dump() + ",\"arguments\":";
   }

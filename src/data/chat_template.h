@@ -43,12 +43,12 @@
 //     <|tool_call_end|>)* <|tool_calls_section_end|>, IDX counting the conversation's calls from 0, ARGS as TOOLS.
 //     A tool result is <|im_system|>tool<|im_middle|>## Return of ID\nTEXT<|im_end|>, ID the oldest unanswered
 //     call's (functions.unknown:N without one). Generation prompt: <|im_assistant|>assistant<|im_middle|>.
-//   deepseek-v3 (<｜User｜>): <｜begin▁of▁sentence｜>, the system contents, then <｜User｜>TEXT and
-//     <｜Assistant｜>TEXT<｜end▁of▁sentence｜> per turn. Generation prompt: <｜Assistant｜>.
+//   deepseek-v3 (<｜User｜> <｜Assistant｜>): DeepSeek-V3-0324's template, with calls and results, and tools declared
+//     in the system prompt; see data/deepseek_chat_format.h.
 //   chatml (<|im_start|>): <|im_start|>ROLE\nTEXT<|im_end|>\n per turn. Generation prompt: <|im_start|>assistant\n.
 // Role names and the newlines are text; only the markers are special tokens; contents are encoded with
 // Specials::kAsText as in myriad's format. A reply ends at the format's end of turn (chat_stop_strings). Tool
-// calls and declarations exist in the myriad, kimi and k3 formats; deepseek-v3 and chatml refuse tools and tool
+// calls and declarations exist in the myriad, kimi, k3 and deepseek-v3 formats; chatml refuses tools and tool
 // messages with kUnsupported naming the format.
 #pragma once
 
@@ -154,14 +154,19 @@ AssistantReply parse_assistant_reply(const Tokenizer& tok, std::span<const int32
 // The text of one call as the template writes it: {"name":...,"arguments":{...}}.
 std::string tool_call_text(const ToolCall& call);
 
-// Whether the format has tool calls (myriad, kimi, k3).
+// Whether the format has tool calls (myriad, kimi, k3, deepseek-v3).
 bool has_tool_calls(ChatFormat f);
-// The special token that opens a reply's tool calls: <|tool_call|> (myriad), <|tool_calls_section_begin|> (kimi).
-// Throws kUnsupported naming the format for the others (k3 opens them with a tag of several tokens).
+// The special token that opens a reply's tool calls: <|tool_call|> (myriad), <|tool_calls_section_begin|> (kimi),
+// <｜tool▁calls▁begin｜> (deepseek-v3). Throws kUnsupported naming the format for the others (k3 opens them with a tag
+// of several tokens).
 const char* tool_calls_marker(ChatFormat f);
+// The special token that starts tool results where the model could write it right after its calls, so that a
+// reply with calls must stop there: <|tool_result|> (myriad), <｜tool▁outputs▁begin｜> (deepseek-v3); else nullptr.
+const char* tool_results_marker(ChatFormat f);
 // The tokens that start a call of `name` in a reply (tool_choice naming a function): the marker, then myriad's
 // {"name":NAME,"arguments": or kimi's <|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>, IDX =
-// calls_before (the conversation's calls so far). The format is chat_format_of(tok).
+// calls_before (the conversation's calls so far), or deepseek-v3's <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
+// "\n```json\n". The format is chat_format_of(tok).
 std::vector<int32_t> forced_call_start(const Tokenizer& tok, const std::string& name, size_t calls_before);
 
 }  // namespace myriad

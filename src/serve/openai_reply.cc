@@ -173,7 +173,8 @@ void Reply::finish_tool_calls() {
   const ChatFormat format = chat_format_of(tok_);
   std::vector<int32_t> ends = tok_.stop_ids();  // the engine's end of sequence (myriad: <|endoftext|>, </s>)
   for (const std::string& s : chat_stop_strings(format)) ends.push_back(tok_.id_of(s));
-  if (format == ChatFormat::kMyriad) ends.push_back(tok_.id_of("<|tool_result|>"));
+  if (const char* results = tool_results_marker(format); results && tok_.has_special(results))
+    ends.push_back(tok_.id_of(results));
   while (!ids.empty() && std::find(ends.begin(), ends.end(), ids.back()) != ends.end()) ids.pop_back();
   AssistantReply r = parse_assistant_reply(tok_, ids);
   if (!r.error.empty()) {  // malformed: all of it is text, as generated (k3: what was not streamed yet)

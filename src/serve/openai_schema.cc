@@ -412,11 +412,12 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
     }
     if (!tools.empty() && !has_tool_calls(format))
       throw bad_request(str("tool calling in the ", chat_format_name(format),
-                            " chat format is not implemented (the myriad, kimi and k3 formats have it)"),
+                            " chat format is not implemented (the myriad, kimi, k3 and deepseek-v3 formats have it)"),
                         "tools");
     size_t calls_before = 0;
     for (const ChatMessage& msg : messages) calls_before += msg.tool_calls.size();
-    if (format == ChatFormat::kKimi && !tools.empty()) keep_declared_order(tools, raw_body);
+    if ((format == ChatFormat::kKimi || format == ChatFormat::kDeepSeekV3) && !tools.empty())
+      keep_declared_order(tools, raw_body);
     parse_tool_choice(b, tools, tok, calls_before, p);
     try {
       p.gen.prompt = encode_chat(tok, messages, tools, true, p.rendered_choice).ids;
@@ -426,7 +427,7 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
     p.gen.prompt.insert(p.gen.prompt.end(), p.forced.begin(), p.forced.end());
     for (std::string& s : chat_stop_strings(format)) p.gen.stop.push_back(std::move(s));
     // the model must not write the results itself (a kimi result is a new turn: its stop strings end it already)
-    if (p.tool_calls && format == ChatFormat::kMyriad) p.gen.stop.push_back("<|tool_result|>");
+    if (const char* results = tool_results_marker(format); p.tool_calls && results) p.gen.stop.push_back(results);
   } else {
     const json* v = field(b, "prompt");
     if (!v) throw bad_request("'prompt' is missing", "prompt");

@@ -83,6 +83,15 @@ const Tokenizer& k3_format_tokenizer() {
   return tok;
 }
 
+const Tokenizer& deepseek_format_tokenizer() {
+  static const Tokenizer tok = tokenizer_with_specials(
+      "tokenizer.json",
+      {"<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<｜tool▁calls▁begin｜>",
+       "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>",
+       "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>", "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>"});
+  return tok;
+}
+
 const std::string& tiny_model_dir() {
   static const std::string dir = [] {
     const std::string model = scratch_dir() + "/tiny-model";

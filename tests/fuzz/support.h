@@ -50,10 +50,11 @@ void check_tokenizer_file(const std::string& name, std::string_view bytes);
 // A SentencePiece tokenizer trained once per process on the built-in corpus (vocab 400, as the unit tests).
 const Tokenizer& test_tokenizer();
 
-// Byte-level tokenizers (a hand-written tokenizer.json) whose special tokens are those of the kimi and k3 chat
-// formats, so that chat_format_of picks that format.
+// Byte-level tokenizers (a hand-written tokenizer.json) whose special tokens are those of the kimi, k3 and deepseek-v3
+// chat formats, so that chat_format_of picks that format.
 const Tokenizer& kimi_format_tokenizer();
 const Tokenizer& k3_format_tokenizer();
+const Tokenizer& deepseek_format_tokenizer();
 
 // The tiny model's directory (configs/tiny.json at the tokenizer's vocabulary, random weights) in scratch_dir().
 const std::string& tiny_model_dir();

@@ -213,5 +213,41 @@ TEST_F(ReplyToolsTest, K3ChannelsBecomeContentReasoningAndCalls) {
   EXPECT_EQ(bm["content"], "oops");
 }
 
+// DeepSeek-V3's calls: the content streams up to <｜tool▁calls▁begin｜>, the calls come whole at the end; the
+// <｜tool▁outputs▁begin｜> the reply stops at (when the engine keeps the stop token) is not part of them.
+TEST_F(ReplyToolsTest, DeepSeekCallsAfterStreamedContent) {
+  const std::filesystem::path dir =
+      std::filesystem::path(testing::TempDir()) / ("myriad_ds_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::vector<std::pair<std::string, bool>> added;
+  for (const char* s : {"<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>",
+                        "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
+                        "<｜tool▁call▁end｜>", "<｜tool▁sep｜>", "<｜tool▁outputs▁begin｜>"})
+    added.emplace_back(s, true);
+  std::ofstream(dir / "tokenizer.json") << myriad::hand_written_tokenizer_json(added).dump();
+  const Tokenizer ds = Tokenizer::load(dir.string());
+  std::filesystem::remove_all(dir);
+  const std::string reply =
+      "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+      "{\"city\": \"Rome\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜tool▁outputs▁begin｜>";
+  Reply r(chat_with_tools(), ds, "m");
+  const std::vector<json> chunks = feed(r, reply, &ds);
+  const json merged = merge(chunks);
+  const json full = r.full("stop");
+  const json& msg = full["choices"][0]["message"];
+  EXPECT_EQ(full["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(msg["content"], "Checking.");
+  ASSERT_EQ(msg["tool_calls"].size(), 1u);
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Rome\"}");  // as the model wrote them
+  EXPECT_EQ(merged["content"], "Checking.");
+  ASSERT_EQ(merged["tool_calls"].size(), 1u);
+  EXPECT_EQ(merged["tool_calls"][0]["arguments"], "{\"city\": \"Rome\"}");
+  // The content went out before the calls were read.
+  ASSERT_FALSE(chunks.empty());
+  EXPECT_TRUE(chunks.front()["choices"][0]["delta"].contains("content"));
+  EXPECT_FALSE(chunks.front()["choices"][0]["delta"].contains("tool_calls"));
+}
+
 }  // namespace
 }  // namespace myriad::serve

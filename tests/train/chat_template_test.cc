@@ -41,6 +41,14 @@ ChatMessage calling(std::string content, std::vector<ToolCall> calls) {
   return m;
 }
 
+// The text of the tokens SFT predicts (the assistant mask).
+std::string masked_text(const Tokenizer& tok, const ChatTokens& t) {
+  std::string masked;
+  for (size_t i = 0; i < t.ids.size(); ++i)
+    if (t.assistant[i]) masked += tok.token_bytes(t.ids[i]);
+  return masked;
+}
+
 TEST_F(ChatTemplateTest, ExactFormat) {
   const std::vector<ChatMessage> conv = {
       {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "2+2?"}};
@@ -314,10 +322,7 @@ TEST_F(ChatFormatTest, KimiRendersK2sDocumentedStreamWithTheDefaultSystemTurn) {
             "<|im_system|>system<|im_middle|>Be brief.<|im_end|><|im_user|>user<|im_middle|>hi<|im_end|>"
             "<|im_assistant|>assistant<|im_middle|>hello<|im_end|>");
   const ChatTokens m = encode_chat(tok, two, {}, false);
-  std::string masked;
-  for (size_t i = 0; i < m.ids.size(); ++i)
-    if (m.assistant[i]) masked += tok.token_bytes(m.ids[i]);
-  EXPECT_EQ(masked, "hello<|im_end|>");
+  EXPECT_EQ(masked_text(tok, m), "hello<|im_end|>");
   EXPECT_EQ(chat_stop_strings(ChatFormat::kKimi).front(), "<|im_end|>");
 }
 
@@ -332,6 +337,17 @@ void expect_markers_as_written(const Tokenizer& tok, const std::vector<int32_t>&
   }
 }
 
+// The conversation renders to `want` in the tokenizer's format (with the generation prompt) and encodes to tokens
+// that decode to it, each marker a special token where written; returns the tokens.
+ChatTokens expect_stream(const Tokenizer& tok, const std::vector<ChatMessage>& conv, const std::vector<ToolSpec>& tools,
+                         const std::string& want, const std::vector<std::string>& markers) {
+  EXPECT_EQ(render_chat(conv, tools, true, chat_format_of(tok)), want);
+  const ChatTokens t = encode_chat(tok, conv, tools);
+  EXPECT_EQ(tok.decode(t.ids), want);
+  expect_markers_as_written(tok, t.ids, want, markers);
+  return t;
+}
+
 // The kimi tokens of tool calls, besides the turn markers.
 const std::vector<std::string> kKimiSpecials = {"<|im_end|>",
                                                 "<|im_user|>",
@@ -343,6 +359,17 @@ const std::vector<std::string> kKimiSpecials = {"<|im_end|>",
                                                 "<|tool_call_begin|>",
                                                 "<|tool_call_argument_begin|>",
                                                 "<|tool_call_end|>"};
+
+// Each reply is malformed with a reason that says `why`: no calls, and the whole reply is the content.
+void expect_malformed(const Tokenizer& tok, const std::vector<std::pair<std::string, std::string>>& replies) {
+  for (const auto& [text, why] : replies) {
+    const std::vector<int32_t> ids = tok.encode(text, Specials::kParse);
+    const AssistantReply m = parse_assistant_reply(tok, ids);
+    EXPECT_NE(m.error.find(why), std::string::npos) << text << " -> " << m.error;
+    EXPECT_TRUE(m.tool_calls.empty()) << text;
+    EXPECT_EQ(m.content, tok.decode(ids)) << text;
+  }
+}
 
 ToolCall call(std::string id, std::string name, json args, std::string text = "") {
   ToolCall c{std::move(id), std::move(name), std::move(args)};
@@ -381,15 +408,9 @@ TEST_F(ChatFormatTest, KimiToolCallsFollowK2InstructsTemplate) {
       "sunny<|im_end|><|im_system|>tool<|im_middle|>## Return of functions.get_weather:1\nrain<|im_end|>"
       "<|im_assistant|>assistant<|im_middle|>Tokyo sunny, Paris rain.<|im_end|><|im_user|>user<|im_middle|>And "
       "Rome?<|im_end|><|im_assistant|>assistant<|im_middle|>";
-  EXPECT_EQ(render_chat(conv, tools, true, ChatFormat::kKimi), want);
-  const ChatTokens t = encode_chat(tok, conv, tools);
-  EXPECT_EQ(tok.decode(t.ids), want);
-  expect_markers_as_written(tok, t.ids, want, kKimiSpecials);
+  const ChatTokens t = expect_stream(tok, conv, tools, want, kKimiSpecials);
   // The mask: the assistants' contents, calls and ends; never the tool results.
-  std::string masked;
-  for (size_t i = 0; i < t.ids.size(); ++i)
-    if (t.assistant[i]) masked += tok.token_bytes(t.ids[i]);
-  EXPECT_EQ(masked,
+  EXPECT_EQ(masked_text(tok, t),
             "Let me check.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
             R"(<|tool_call_argument_begin|>{"city": "Tokyo"}<|tool_call_end|><|tool_call_begin|>)"
             R"(functions.get_weather:1<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>)"
@@ -460,13 +481,7 @@ TEST_F(ChatFormatTest, KimiRepliesParseBackIntoCallsAndMalformedOnesAreText) {
        "name is not valid UTF-8"},
       {"<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_end|><|tool_calls_section_end|>",
        "lacks"}};
-  for (const auto& [text, why] : bad) {
-    const std::vector<int32_t> ids = tok.encode(text, Specials::kParse);
-    const AssistantReply m = parse_assistant_reply(tok, ids);
-    EXPECT_NE(m.error.find(why), std::string::npos) << text << " -> " << m.error;
-    EXPECT_TRUE(m.tool_calls.empty()) << text;
-    EXPECT_EQ(m.content, tok.decode(ids)) << text;
-  }
+  expect_malformed(tok, bad);
   // tool_choice naming a function: the reply starts inside the call, numbered after the conversation's calls.
   EXPECT_EQ(tok.decode(forced_call_start(tok, "get_weather", 3)),
             "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:3<|tool_call_argument_begin|>");
@@ -535,10 +550,7 @@ TEST_F(ChatFormatTest, K3FollowsItsRenderer) {
       "<|open|>response<|sep|>Tokyo sunny, Paris rain.<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>"
       "<|open|>message role=\"user\"<|sep|>Thanks<|close|>message<|sep|><|end_of_msg|>"
       "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>";
-  EXPECT_EQ(render_chat(conv, tools, true, ChatFormat::kK3), want);
-  const ChatTokens t = encode_chat(tok, conv, tools);
-  EXPECT_EQ(tok.decode(t.ids), want);
-  expect_markers_as_written(tok, t.ids, want, kK3Specials);
+  const ChatTokens t = expect_stream(tok, conv, tools, want, kK3Specials);
   // Results without ids: in the order given, each named by the call at its position.
   std::vector<ChatMessage> noid = {{"user", "hi"}, {"assistant", ""}, {"tool", "r1"}, {"tool", "r2"}};
   noid[1].tool_calls = {call("", "f", json::object(), "{}"), call("", "g", {{"x", 1}})};
@@ -627,13 +639,7 @@ TEST_F(ChatFormatTest, K3RepliesParseIntoReasoningContentAndCalls) {
       {"x<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|>trailing", "unexpected content"},
       {"x<|close|>think", "not closed by <|sep|>"},
       {"x<|sep|>", "without a tag"}};
-  for (const auto& [text, why] : bad) {
-    const std::vector<int32_t> ids = tok.encode(text, Specials::kParse);
-    const AssistantReply m = parse_assistant_reply(tok, ids);
-    EXPECT_NE(m.error.find(why), std::string::npos) << text << " -> " << m.error;
-    EXPECT_TRUE(m.tool_calls.empty()) << text;
-    EXPECT_EQ(m.content, tok.decode(ids)) << text;
-  }
+  expect_malformed(tok, bad);
   // Cut short by max_tokens inside a channel: what was written so far.
   const AssistantReply thinking = parse_assistant_reply(tok, tok.encode("still thinking", Specials::kParse));
   EXPECT_TRUE(thinking.error.empty() && thinking.reasoning == "still thinking" && thinking.content.empty());
@@ -643,12 +649,147 @@ TEST_F(ChatFormatTest, K3RepliesParseIntoReasoningContentAndCalls) {
   EXPECT_EQ(chat_stop_strings(ChatFormat::kK3), std::vector<std::string>{"<|end_of_msg|>"});
   // SFT's mask: everything the model writes after the generation prompt (which opens the think channel).
   const ChatTokens sft = encode_chat(tok, std::vector<ChatMessage>{{"user", "u"}, {"assistant", "a"}}, {}, false);
-  std::string masked;
-  for (size_t i = 0; i < sft.ids.size(); ++i)
-    if (sft.assistant[i]) masked += tok.token_bytes(sft.ids[i]);
-  EXPECT_EQ(masked,
+  EXPECT_EQ(masked_text(tok, sft),
             "<|close|>think<|sep|><|open|>response<|sep|>a<|close|>response<|sep|><|close|>message<|sep|>"
             "<|end_of_msg|>");
+}
+
+const std::vector<std::string> kDeepSeekSpecials = {
+    "<｜begin▁of▁sentence｜>",  "<｜end▁of▁sentence｜>",  "<｜User｜>",
+    "<｜Assistant｜>",          "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
+    "<｜tool▁call▁begin｜>",    "<｜tool▁call▁end｜>",    "<｜tool▁sep｜>",
+    "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>", "<｜tool▁output▁begin｜>",
+    "<｜tool▁output▁end｜>"};
+
+// The expected streams: DeepSeek-V3-0324's chat template (its tokenizer_config.json, as the GGUF files made from
+// it carry it) rendered by jinja2 3.1 with transformers' settings (trim_blocks, lstrip_blocks) for the same
+// messages, arguments given as OpenAI's strings.
+TEST_F(ChatFormatTest, DeepSeekToolCallsFollowV3Template) {
+  const Tokenizer tok = make(kDeepSeekSpecials);
+  ASSERT_EQ(chat_format_of(tok), ChatFormat::kDeepSeekV3);
+  std::vector<ChatMessage> conv = {{"system", "S"}, {"user", "U1"}, {"assistant", ""}};
+  conv.back().tool_calls = {call("a", "get_weather", {{"city", "Paris"}}, R"({"city": "Paris"})"),
+                            call("b", "add", {{"a", 1}, {"b", 2}})};  // written by json.dumps: {"a": 1, "b": 2}
+  conv.push_back({"tool", "18C"});
+  conv.push_back({"tool", "3"});
+  conv.push_back({"assistant", "Done."});
+  conv.push_back({"user", "U2"});
+  conv.push_back({"assistant", "Let me check."});
+  conv.back().tool_calls = {call("c", "f", json::object(), "{}")};
+  conv.push_back({"tool", "ok"});
+  const std::string want =
+      "<｜begin▁of▁sentence｜>S<｜User｜>U1<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<"
+      "｜tool▁sep｜>"
+      "get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+      "add\n```json\n{\"a\": 1, \"b\": 2}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>"
+      "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>18C<｜tool▁output▁end｜>\n<｜tool▁output▁begin｜>3"
+      "<｜tool▁output▁end｜><｜tool▁outputs▁end｜>Done.<｜end▁of▁sentence｜><｜User｜>U2<｜Assistant｜>Let me check."
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜>"
+      "<｜tool▁calls▁end｜><｜end▁of▁sentence｜><｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>ok<｜tool▁output▁end｜>"
+      "<｜tool▁outputs▁end｜>";
+  // Ending on results: no <｜Assistant｜>, the model writes on after <｜tool▁outputs▁end｜>.
+  const ChatTokens t = expect_stream(tok, conv, {}, want, kDeepSeekSpecials);
+  EXPECT_EQ(
+      masked_text(tok, t),
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}"
+      "\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>add\n```json\n{\"a\": 1, \"b\": 2}\n```"
+      "<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>Done.<｜end▁of▁sentence｜>Let me check."
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜>"
+      "<｜tool▁calls▁end｜><｜end▁of▁sentence｜>");
+  // After an assistant turn the prompt is <｜Assistant｜>; a user turn after results leaves them open (as the
+  // template does); consecutive user turns each open an assistant turn.
+  const std::vector<ChatMessage> shorter(conv.begin(), conv.begin() + 6);
+  EXPECT_EQ(render_chat(shorter, {}, true, ChatFormat::kDeepSeekV3),
+            want.substr(0, want.find("<｜User｜>U2")) + "<｜Assistant｜>");
+  const std::vector<ChatMessage> again = {
+      {"user", "U"}, calling("", {call("x", "f", json::object(), "{}")}), {"tool", "r"}, {"user", "again"}};
+  EXPECT_EQ(render_chat(again, {}, true, ChatFormat::kDeepSeekV3),
+            "<｜begin▁of▁sentence｜><｜User｜>U<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function"
+            "<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>"
+            "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>r<｜tool▁output▁end｜><｜User｜>again<｜Assistant｜>");
+  const std::vector<ChatMessage> users = {{"user", "a"}, {"user", "b"}, {"assistant", "c"}};
+  EXPECT_EQ(render_chat(users, {}, true, ChatFormat::kDeepSeekV3),
+            "<｜begin▁of▁sentence｜><｜User｜>a<｜Assistant｜><｜User｜>b<｜Assistant｜>c<｜end▁of▁sentence｜><"
+            "｜Assistant｜>");
+
+  // Tools: appended to the system prompt in the words of vLLM's DeepSeek-V3 tool template, keys as written.
+  const std::string body =
+      R"({"tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather", )"
+      R"("parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]})";
+  std::vector<ToolSpec> tools = tool_specs_from_json(json::parse(body)["tools"]);
+  keep_declared_order(tools, body);
+  const std::vector<ChatMessage> ask = {{"system", "S"}, {"user", "U"}};
+  const std::string declared =
+      "<｜begin▁of▁sentence｜>S\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+      "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+      R"({"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": )"
+      R"({"type": "object", "properties": {"city": {"type": "string"}}}}})"
+      "\n</tools>\n\nFor function call returns, you should first print <｜tool▁calls▁begin｜>\n\nFor each function "
+      "call, you should return object like:\n<｜tool▁call▁begin｜>function<｜tool▁sep｜><function_name>\n```json\n"
+      "<function_arguments_in_json_format>\n```<｜tool▁call▁end｜>\n\nAt the end of function call returns, you "
+      "should print <｜tool▁calls▁end｜><｜end▁of▁sentence｜><｜User｜>U<｜Assistant｜>";
+  expect_stream(tok, ask, tools, declared, kDeepSeekSpecials);
+
+  // tool_choice naming a function: the reply starts inside its call.
+  EXPECT_EQ(tok.decode(forced_call_start(tok, "get_weather", 3)),
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n");
+  EXPECT_EQ(std::string(tool_calls_marker(ChatFormat::kDeepSeekV3)), "<｜tool▁calls▁begin｜>");
+  EXPECT_EQ(std::string(tool_results_marker(ChatFormat::kDeepSeekV3)), "<｜tool▁outputs▁begin｜>");
+}
+
+TEST_F(ChatFormatTest, DeepSeekRepliesParseBackIntoCallsAndMalformedOnesAreText) {
+  const Tokenizer tok = make(kDeepSeekSpecials);
+  const std::string reply =
+      "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+      "{\"city\": \"東京\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>add\n"
+      "```json\n{\"a\": 1}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+  const AssistantReply r = parse_assistant_reply(tok, tok.encode(reply, Specials::kParse));
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(r.content, "Checking.");
+  ASSERT_EQ(r.tool_calls.size(), 2u);
+  EXPECT_EQ(r.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(r.tool_calls[0].arguments, json({{"city", "東京"}}));
+  EXPECT_EQ(r.tool_calls[0].arguments_text, "{\"city\": \"東京\"}");
+  EXPECT_EQ(r.tool_calls[1].name, "add");
+  EXPECT_EQ(r.tool_calls[1].arguments, json({{"a", 1}}));
+  // Written back as history, the reply is the same tokens (arguments as the model wrote them).
+  std::vector<ChatMessage> conv = {{"user", "u"}, calling(r.content, r.tool_calls)};
+  const std::string rendered = render_chat(conv, {}, false, ChatFormat::kDeepSeekV3);
+  EXPECT_EQ(rendered, "<｜begin▁of▁sentence｜><｜User｜>u<｜Assistant｜>" + reply + "<｜end▁of▁sentence｜>");
+  EXPECT_TRUE(parse_assistant_reply(tok, tok.encode("just text", Specials::kParse)).tool_calls.empty());
+  const std::string call_f = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜>";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"a<｜tool▁calls▁begin｜>" + call_f, "not closed"},
+      {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{x}\n```<｜tool▁call▁end｜>"
+       "<｜tool▁calls▁end｜>",
+       "not valid JSON"},
+      {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n[1]\n```<｜tool▁call▁end｜>"
+       "<｜tool▁calls▁end｜>",
+       "not a JSON object"},
+      {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+       "not in a ```json fence"},
+      {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f {}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+       "no function name on a line"},
+      {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>code<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜>"
+       "<｜tool▁calls▁end｜>",
+       "not 'function'"},
+      {"<｜tool▁calls▁begin｜>" + call_f + "<｜tool▁calls▁end｜> and more", "text after"},
+      {"x<｜tool▁call▁end｜>", "before <｜tool▁calls▁begin｜>"},
+      {"<｜tool▁calls▁begin｜>oops<｜tool▁calls▁end｜>", "expected <｜tool▁call▁begin｜>"},
+      {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function\nf<｜tool▁call▁end｜><｜tool▁calls▁end｜>", "lacks"}};
+  expect_malformed(tok, bad);
+  // A vocabulary with the turns but not DeepSeek's tool tokens: replies are text, tools are refused by name.
+  const Tokenizer plain = make({"<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"});
+  EXPECT_EQ(parse_assistant_reply(plain, plain.encode("<｜tool▁calls▁begin｜>x", Specials::kParse)).content,
+            "<｜tool▁calls▁begin｜>x");
+  ToolSpec t;
+  t.name = "f";
+  try {
+    encode_chat(plain, std::vector<ChatMessage>{{"user", "u"}}, std::vector<ToolSpec>{t});
+    FAIL() << "tools accepted without the tool tokens";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("<｜tool▁calls▁begin｜>"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(ChatFormatTest, DeepSeekAndChatMlFollowTheirTemplates) {
