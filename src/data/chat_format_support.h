@@ -1,4 +1,4 @@
-// What the chat formats (chat_template.cc, k3_chat_format.cc, deepseek_chat_format.cc) share: the piece a rendered
+// What the chat formats (chat_template.cc and the <format>_chat_format.cc files) share: the piece a rendered
 // conversation is made of, the checks of a message, reading a reply's arguments, and JSON written as the formats'
 // templates write it.
 #pragma once
@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "data/chat_template.h"
 
@@ -20,6 +21,15 @@ struct ChatPiece {
   bool assistant = false;
 };
 
+// A rendered conversation as it is written: special tokens by their text, and text (empty text adds nothing).
+struct ChatPieces {
+  std::vector<ChatPiece> list;
+  void special(const char* s, bool assistant = false) { list.push_back({s, true, assistant}); }
+  void text(std::string s, bool assistant = false) {
+    if (!s.empty()) list.push_back({std::move(s), false, assistant});
+  }
+};
+
 // The checks every format makes of a message: its role (kValue naming messages[i]) and call k's name and
 // arguments (an object).
 void check_chat_role(const ChatMessage& m, size_t i);
@@ -29,6 +39,12 @@ void check_tool_call(const ToolCall& call, size_t i, size_t k);
 bool all_space(const Tokenizer& tok, std::span<const int32_t> ids);
 // Reads the arguments of a reply's call k into `out`: "" when they are a JSON object, else why not.
 std::string read_arguments(const std::string& body, size_t k, nlohmann::json& out);
+
+// A reply whose calls are JSON objects {"name": ..., "arguments": {...}} between two special tokens (myriad's
+// <|tool_call|> ... <|/tool_call|>, ChatML's <tool_call> ... </tool_call>): the content up to the first call, then
+// the calls with nothing but whitespace between and after; anything else makes it malformed (with the reason).
+AssistantReply parse_json_calls(const Tokenizer& tok, std::span<const int32_t> ids, const char* open_marker,
+                                const char* close_marker);
 
 // JSON as Python's json.dumps writes it with ensure_ascii=False (what Hugging Face's `tojson` filter gives a
 // template): ", " between items, ": " after keys, non-ASCII as is; keys in the json's own order.

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/utf8.h"
 #include "data/chat_format_support.h"
+#include "data/chatml_chat_format.h"
 #include "data/deepseek_chat_format.h"
 #include "data/k3_chat_format.h"
 
@@ -45,18 +46,48 @@ std::string read_arguments(const std::string& body, size_t k, nlohmann::json& ou
   return "";
 }
 
+AssistantReply parse_json_calls(const Tokenizer& tok, std::span<const int32_t> ids, const char* open_marker,
+                                const char* close_marker) {
+  const int32_t open = tok.id_of(open_marker), close = tok.id_of(close_marker);
+  AssistantReply r;
+  const auto first_call = std::find(ids.begin(), ids.end(), open);
+  r.content = tok.decode(std::span<const int32_t>(ids.begin(), first_call));
+  auto malformed = [&](std::string why) {
+    AssistantReply bad;
+    bad.content = tok.decode(ids);
+    bad.error = std::move(why);
+    return bad;
+  };
+  if (std::find(ids.begin(), first_call, close) != first_call)
+    return malformed(str(close_marker, " without a ", open_marker, " before it"));
+  for (auto it = first_call; it != ids.end();) {
+    if (*it != open) {  // between or after calls: whitespace only
+      if (!all_space(tok, std::span<const int32_t>(it, it + 1)))
+        return malformed(str("text after tool call ", r.tool_calls.size(), ": '",
+                             tok.decode(std::span<const int32_t>(it, ids.end())), "'"));
+      ++it;
+      continue;
+    }
+    const auto end = std::find(it + 1, ids.end(), close);
+    const size_t k = r.tool_calls.size();
+    if (end == ids.end()) return malformed(str("tool call ", k, " is not closed by ", close_marker));
+    const std::string body = tok.decode(std::span<const int32_t>(it + 1, end));
+    const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return malformed(str("tool call ", k, " is not valid JSON: '", body, "'"));
+    if (!j.is_object() || !j.contains("name") || !j["name"].is_string() || j["name"].get<std::string>().empty())
+      return malformed(str("tool call ", k, " has no \"name\" string: '", body, "'"));
+    if (!j.contains("arguments") || !j["arguments"].is_object())
+      return malformed(str("tool call ", k, "'s \"arguments\" is not a JSON object: '", body, "'"));
+    if (j.size() != 2) return malformed(str("tool call ", k, " has fields besides name and arguments: '", body, "'"));
+    r.tool_calls.push_back({"call_" + std::to_string(k), j["name"].get<std::string>(), j["arguments"]});
+    it = end + 1;
+  }
+  return r;
+}
+
 namespace {
 
 using Piece = ChatPiece;
-
-void refuse_tools(ChatFormat format, std::span<const ChatMessage> messages, std::span<const ToolSpec> tools) {
-  MYRIAD_REQUIRE(tools.empty(), kUnsupported, "tools: tool calling in the ", chat_format_name(format),
-                 " chat format is not implemented (the myriad, kimi, k3 and deepseek-v3 formats have it)");
-  for (size_t i = 0; i < messages.size(); ++i)
-    MYRIAD_REQUIRE(messages[i].tool_calls.empty() && messages[i].role != "tool", kUnsupported, "messages[", i,
-                   "]: tool calls and tool results in the ", chat_format_name(format),
-                   " chat format are not implemented (the myriad, kimi, k3 and deepseek-v3 formats have them)");
-}
 
 template <class Json>
 std::string python_json_of(const Json& v) {
@@ -85,26 +116,22 @@ std::string kimi_tool_declaration(std::span<const ToolSpec> tools) {
 // tools declared first; calls numbered through the conversation (functions.NAME:IDX), results answered in order.
 std::vector<Piece> kimi_pieces(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
                                bool generation_prompt) {
-  std::vector<Piece> out;
-  auto special = [&](const char* s, bool assistant = false) { out.push_back({s, true, assistant}); };
-  auto text = [&](std::string s, bool assistant = false) {
-    if (!s.empty()) out.push_back({std::move(s), false, assistant});
-  };
+  ChatPieces out;
   auto open = [&](const char* marker, const std::string& role) {
-    special(marker);
-    text(role);
-    special("<|im_middle|>");
+    out.special(marker);
+    out.text(role);
+    out.special("<|im_middle|>");
   };
   if (!tools.empty()) {
     open("<|im_system|>", "tool_declare");
-    text(kimi_tool_declaration(tools));
-    special("<|im_end|>");
+    out.text(kimi_tool_declaration(tools));
+    out.special("<|im_end|>");
   }
   if (messages.empty() || (messages[0].role != "system" && messages[0].role != "developer")) {
     open("<|im_system|>", "system");
-    text("You are Kimi, an AI assistant created by Moonshot AI.");
-    special("<|im_end|>");
-    text("\n");  // the template's own line break after this turn
+    out.text("You are Kimi, an AI assistant created by Moonshot AI.");
+    out.special("<|im_end|>");
+    out.text("\n");  // the template's own line break after this turn
   }
   size_t calls = 0;                  // calls so far: each call's index in its id
   std::vector<std::string> pending;  // ids of calls whose results have not come yet, in order
@@ -115,27 +142,27 @@ std::vector<Piece> kimi_pieces(std::span<const ChatMessage> messages, std::span<
                    "assistant messages carry tool calls (this one's role is '", m.role, "')");
     if (m.role == "user") {
       open("<|im_user|>", "user");
-      text(m.content);
-      special("<|im_end|>");
+      out.text(m.content);
+      out.special("<|im_end|>");
     } else if (m.role == "assistant") {
       open("<|im_assistant|>", "assistant");
-      text(m.content, true);
+      out.text(m.content, true);
       if (!m.tool_calls.empty()) {
-        special("<|tool_calls_section_begin|>", true);
+        out.special("<|tool_calls_section_begin|>", true);
         for (size_t k = 0; k < m.tool_calls.size(); ++k) {
           check_tool_call(m.tool_calls[k], i, k);
           const std::string id = "functions." + m.tool_calls[k].name + ":" + std::to_string(calls++);
           pending.push_back(id);
-          special("<|tool_call_begin|>", true);
-          text(id, true);
-          special("<|tool_call_argument_begin|>", true);
+          out.special("<|tool_call_begin|>", true);
+          out.text(id, true);
+          out.special("<|tool_call_argument_begin|>", true);
           const ToolCall& call = m.tool_calls[k];
-          text(call.arguments_text.empty() ? python_json(call.arguments) : call.arguments_text, true);
-          special("<|tool_call_end|>", true);
+          out.text(call.arguments_text.empty() ? python_json(call.arguments) : call.arguments_text, true);
+          out.special("<|tool_call_end|>", true);
         }
-        special("<|tool_calls_section_end|>", true);
+        out.special("<|tool_calls_section_end|>", true);
       }
-      special("<|im_end|>", true);
+      out.special("<|im_end|>", true);
     } else if (m.role == "tool") {
       std::string id = "functions.unknown:" + std::to_string(calls);  // a result without a call: as the template
       if (!pending.empty()) {
@@ -143,45 +170,21 @@ std::vector<Piece> kimi_pieces(std::span<const ChatMessage> messages, std::span<
         pending.erase(pending.begin());
       }
       open("<|im_system|>", "tool");
-      text("## Return of " + id + "\n" + m.content);
-      special("<|im_end|>");
+      out.text("## Return of " + id + "\n" + m.content);
+      out.special("<|im_end|>");
     } else {
       open("<|im_system|>", "system");
-      text(m.content);
-      special("<|im_end|>");
+      out.text(m.content);
+      out.special("<|im_end|>");
     }
   }
   if (generation_prompt) open("<|im_assistant|>", "assistant");
-  return out;
-}
-
-// ChatML: <|im_start|>{role}\n{content}<|im_end|>\n.
-std::vector<Piece> chatml_pieces(std::span<const ChatMessage> messages, bool generation_prompt) {
-  std::vector<Piece> out;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const ChatMessage& m = messages[i];
-    check_chat_role(m, i);
-    const bool assistant = m.role == "assistant";
-    out.push_back({"<|im_start|>", true, false});
-    out.push_back({(m.role == "developer" ? std::string("system") : m.role) + "\n", false, false});
-    if (!m.content.empty()) out.push_back({m.content, false, assistant});
-    out.push_back({"<|im_end|>", true, assistant});
-    out.push_back({"\n", false, false});
-  }
-  if (generation_prompt) {
-    out.push_back({"<|im_start|>", true, false});
-    out.push_back({"assistant\n", false, false});
-  }
-  return out;
+  return out.list;
 }
 
 std::vector<Piece> myriad_pieces(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
                                  bool generation_prompt) {
-  std::vector<Piece> out;
-  auto special = [&](const char* s, bool assistant = false) { out.push_back({s, true, assistant}); };
-  auto text = [&](std::string s, bool assistant = false) {
-    if (!s.empty()) out.push_back({std::move(s), false, assistant});
-  };
+  ChatPieces out;
   if (!tools.empty()) {
     std::string line = "tools:";
     for (const ToolSpec& t : tools) {
@@ -190,40 +193,40 @@ std::vector<Piece> myriad_pieces(std::span<const ChatMessage> messages, std::spa
       for (size_t a = 0; a < args.size(); ++a) line += (a ? "," : "") + args[a];
       line += ")";
     }
-    special("<|system|>");
-    text(line);
+    out.special("<|system|>");
+    out.text(line);
   }
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     MYRIAD_REQUIRE(m.tool_calls.empty() || m.role == "assistant", kValue, "messages[", i, "].tool_calls: only ",
                    "assistant messages carry tool calls (this one's role is '", m.role, "')");
     if (m.role == "system" || m.role == "developer") {
-      special("<|system|>");
-      text(m.content);
+      out.special("<|system|>");
+      out.text(m.content);
     } else if (m.role == "user") {
-      special("<|user|>");
-      text(m.content);
+      out.special("<|user|>");
+      out.text(m.content);
     } else if (m.role == "assistant") {
-      special("<|assistant|>");
-      text(m.content, true);
+      out.special("<|assistant|>");
+      out.text(m.content, true);
       for (size_t k = 0; k < m.tool_calls.size(); ++k) {
         check_tool_call(m.tool_calls[k], i, k);
-        special("<|tool_call|>", true);
-        text(tool_call_text(m.tool_calls[k]), true);
-        special("<|/tool_call|>", true);
+        out.special("<|tool_call|>", true);
+        out.text(tool_call_text(m.tool_calls[k]), true);
+        out.special("<|/tool_call|>", true);
       }
-      special("<|endoftext|>", true);
+      out.special("<|endoftext|>", true);
     } else if (m.role == "tool") {
-      special("<|tool_result|>");
-      text(m.content);
-      special("<|/tool_result|>");
+      out.special("<|tool_result|>");
+      out.text(m.content);
+      out.special("<|/tool_result|>");
     } else {
       throw_error(ErrorKind::kValue, "messages[", i, "].role = '", m.role,
                   "': must be one of system, developer, user, assistant, tool");
     }
   }
-  if (generation_prompt) special("<|assistant|>");
-  return out;
+  if (generation_prompt) out.special("<|assistant|>");
+  return out.list;
 }
 
 std::vector<Piece> template_pieces(ChatFormat format, std::span<const ChatMessage> messages,
@@ -232,8 +235,7 @@ std::vector<Piece> template_pieces(ChatFormat format, std::span<const ChatMessag
   if (format == ChatFormat::kKimi) return kimi_pieces(messages, tools, generation_prompt);
   if (format == ChatFormat::kK3) return k3_pieces(messages, tools, generation_prompt, tool_choice);
   if (format == ChatFormat::kDeepSeekV3) return deepseek_pieces(messages, tools, generation_prompt);
-  refuse_tools(format, messages, tools);
-  return chatml_pieces(messages, generation_prompt);
+  return chatml_pieces(messages, tools, generation_prompt);
 }
 
 }  // namespace
@@ -305,10 +307,43 @@ std::string tool_call_text(const ToolCall& call) {
   return "{\"name\":" + nlohmann::json(call.name).dump() + ",\"arguments\":" + call.arguments.dump() + "}";
 }
 
+namespace {
+
+// The special tokens a format writes tool declarations, calls and results with (beyond its turns).
+std::vector<const char*> tool_tokens(ChatFormat f) {
+  switch (f) {
+    case ChatFormat::kKimi:
+      return {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+              "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
+    case ChatFormat::kDeepSeekV3:
+      return {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",    "<｜tool▁call▁begin｜>",
+              "<｜tool▁call▁end｜>",    "<｜tool▁sep｜>",          "<｜tool▁outputs▁begin｜>",
+              "<｜tool▁outputs▁end｜>", "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>"};
+    case ChatFormat::kChatMl:
+      return {"<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"};
+    default:
+      return {};  // myriad's and k3's are among their turn tokens
+  }
+}
+
+}  // namespace
+
+void require_tool_tokens(const Tokenizer& tok) {
+  const ChatFormat format = chat_format_of(tok);
+  for (const char* t : tool_tokens(format))
+    MYRIAD_REQUIRE(tok.has_special(t), kUnsupported, "tools: the ", chat_format_name(format),
+                   " chat format writes tool calls and results with ", t, ", which this tokenizer does not have");
+}
+
 ChatTokens encode_chat(const Tokenizer& tok, std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
                        bool generation_prompt, ToolChoice tool_choice) {
+  const ChatFormat format = chat_format_of(tok);
+  const bool uses_tools = !tools.empty() || std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) {
+    return !m.tool_calls.empty() || m.role == "tool";
+  });
+  if (uses_tools) require_tool_tokens(tok);
   ChatTokens out;
-  for (const Piece& p : template_pieces(chat_format_of(tok), messages, tools, generation_prompt, tool_choice)) {
+  for (const Piece& p : template_pieces(format, messages, tools, generation_prompt, tool_choice)) {
     if (p.special) {
       out.ids.push_back(tok.id_of(p.text));
     } else {
@@ -403,42 +438,7 @@ AssistantReply parse_kimi_reply(const Tokenizer& tok, std::span<const int32_t> i
 }
 
 AssistantReply parse_myriad_reply(const Tokenizer& tok, std::span<const int32_t> ids) {
-  const int32_t open = tok.id_of("<|tool_call|>"), close = tok.id_of("<|/tool_call|>");
-  AssistantReply r;
-  const auto first_call = std::find(ids.begin(), ids.end(), open);
-  r.content = tok.decode(std::span<const int32_t>(ids.begin(), first_call));
-  auto malformed = [&](std::string why) {
-    AssistantReply bad;
-    bad.content = tok.decode(ids);
-    bad.error = std::move(why);
-    return bad;
-  };
-  if (std::find(ids.begin(), first_call, close) != first_call)
-    return malformed("<|/tool_call|> without a <|tool_call|> before it");
-  for (auto it = first_call; it != ids.end();) {
-    if (*it != open) {  // between or after calls: whitespace only
-      const std::string t = tok.token_bytes(*it);
-      if (!std::all_of(t.begin(), t.end(), is_space))
-        return malformed(str("text after tool call ", r.tool_calls.size(), ": '",
-                             tok.decode(std::span<const int32_t>(it, ids.end())), "'"));
-      ++it;
-      continue;
-    }
-    const auto end = std::find(it + 1, ids.end(), close);
-    const size_t k = r.tool_calls.size();
-    if (end == ids.end()) return malformed(str("tool call ", k, " is not closed by <|/tool_call|>"));
-    const std::string body = tok.decode(std::span<const int32_t>(it + 1, end));
-    const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) return malformed(str("tool call ", k, " is not valid JSON: '", body, "'"));
-    if (!j.is_object() || !j.contains("name") || !j["name"].is_string() || j["name"].get<std::string>().empty())
-      return malformed(str("tool call ", k, " has no \"name\" string: '", body, "'"));
-    if (!j.contains("arguments") || !j["arguments"].is_object())
-      return malformed(str("tool call ", k, "'s \"arguments\" is not a JSON object: '", body, "'"));
-    if (j.size() != 2) return malformed(str("tool call ", k, " has fields besides name and arguments: '", body, "'"));
-    r.tool_calls.push_back({"call_" + std::to_string(k), j["name"].get<std::string>(), j["arguments"]});
-    it = end + 1;
-  }
-  return r;
+  return parse_json_calls(tok, ids, "<|tool_call|>", "<|/tool_call|>");
 }
 
 bool json_is_utf8(const nlohmann::json& v) {
@@ -471,6 +471,8 @@ AssistantReply parse_format_reply(const Tokenizer& tok, std::span<const int32_t>
       return parse_k3_reply(tok, ids);
     case ChatFormat::kDeepSeekV3:
       return parse_deepseek_reply(tok, ids);
+    case ChatFormat::kChatMl:
+      return parse_chatml_reply(tok, ids);
     default:
       break;
   }
@@ -491,10 +493,6 @@ AssistantReply parse_assistant_reply(const Tokenizer& tok, std::span<const int32
   return r;
 }
 
-bool has_tool_calls(ChatFormat f) {
-  return f != ChatFormat::kChatMl;
-}
-
 const char* tool_calls_marker(ChatFormat f) {
   switch (f) {
     case ChatFormat::kMyriad:
@@ -503,9 +501,11 @@ const char* tool_calls_marker(ChatFormat f) {
       return "<|tool_calls_section_begin|>";
     case ChatFormat::kDeepSeekV3:
       return "<｜tool▁calls▁begin｜>";
+    case ChatFormat::kChatMl:
+      return "<tool_call>";
     default:
       throw_error(ErrorKind::kUnsupported, "the ", chat_format_name(f),
-                  " chat format has no single token that starts tool calls (myriad, kimi and deepseek-v3 have one)");
+                  " chat format has no single token that starts tool calls (k3 opens them with a tag)");
   }
 }
 
@@ -522,6 +522,8 @@ std::vector<int32_t> forced_call_start(const Tokenizer& tok, const std::string& 
   if (f == ChatFormat::kKimi) {
     out.push_back(tok.id_of("<|tool_call_begin|>"));
     head = "functions." + name + ":" + std::to_string(calls_before);
+  } else if (f == ChatFormat::kChatMl) {
+    head = "\n{\"name\": \"" + name + "\", \"arguments\": ";
   } else if (f == ChatFormat::kDeepSeekV3) {
     out.push_back(tok.id_of("<｜tool▁call▁begin｜>"));
     const std::vector<int32_t> type = tok.encode("function", Specials::kAsText);

@@ -45,11 +45,11 @@
 //     call's (functions.unknown:N without one). Generation prompt: <|im_assistant|>assistant<|im_middle|>.
 //   deepseek-v3 (<｜User｜> <｜Assistant｜>): DeepSeek-V3-0324's template, with calls and results, and tools declared
 //     in the system prompt; see data/deepseek_chat_format.h.
-//   chatml (<|im_start|>): <|im_start|>ROLE\nTEXT<|im_end|>\n per turn. Generation prompt: <|im_start|>assistant\n.
+//   chatml (<|im_start|>): <|im_start|>ROLE\nTEXT<|im_end|>\n per turn, calls and results as Qwen's templates write
+//     them; see data/chatml_chat_format.h. Generation prompt: <|im_start|>assistant\n.
 // Role names and the newlines are text; only the markers are special tokens; contents are encoded with
-// Specials::kAsText as in myriad's format. A reply ends at the format's end of turn (chat_stop_strings). Tool
-// calls and declarations exist in the myriad, kimi, k3 and deepseek-v3 formats; chatml refuses tools and tool
-// messages with kUnsupported naming the format.
+// Specials::kAsText as in myriad's format. A reply ends at the format's end of turn (chat_stop_strings). Every
+// format has tool calls and declarations.
 #pragma once
 
 #include <cstdint>
@@ -118,6 +118,10 @@ struct ChatTokens {
   std::vector<uint8_t> assistant;
 };
 
+// Throws kUnsupported naming the token when the tokenizer lacks one its format writes tool calls or results with
+// (a ChatML vocabulary without <tool_call>, say). encode_chat checks it for a conversation with tools or calls.
+void require_tool_tokens(const Tokenizer& tok);
+
 // The conversation's tokens, with the generation prompt when asked. Throws kValue naming messages[i] for an
 // unknown role, tool calls on a message that is not the assistant's, or a call whose arguments are not an object.
 // The format is chat_format_of(tok).
@@ -141,8 +145,8 @@ std::vector<std::string> chat_stop_strings(ChatFormat format = ChatFormat::kMyri
 // call's id; ARGS a JSON object) up to <|tool_calls_section_end|>, whitespace between. Anything else (an unclosed
 // call, bad JSON, text after the calls, a closing marker with nothing open) makes the reply malformed: `error`
 // says what and where, `content` is the whole reply as text and there are no calls (a model's malformed call is
-// text, never an exception). k3: see data/k3_chat_format.h (reasoning, content, calls). Formats without tool
-// calls: all of it is content.
+// text, never an exception). k3, deepseek-v3, chatml: see data/<format>_chat_format.h. A name or argument that is
+// not UTF-8 makes a call malformed too. A tokenizer without the format's call tokens: all of it is content.
 struct AssistantReply {
   std::string content;
   std::string reasoning;  // k3: the think channel
@@ -154,11 +158,9 @@ AssistantReply parse_assistant_reply(const Tokenizer& tok, std::span<const int32
 // The text of one call as the template writes it: {"name":...,"arguments":{...}}.
 std::string tool_call_text(const ToolCall& call);
 
-// Whether the format has tool calls (myriad, kimi, k3, deepseek-v3).
-bool has_tool_calls(ChatFormat f);
 // The special token that opens a reply's tool calls: <|tool_call|> (myriad), <|tool_calls_section_begin|> (kimi),
-// <｜tool▁calls▁begin｜> (deepseek-v3). Throws kUnsupported naming the format for the others (k3 opens them with a tag
-// of several tokens).
+// <｜tool▁calls▁begin｜> (deepseek-v3), <tool_call> (chatml). Throws kUnsupported naming the format for the others (k3
+// opens them with a tag of several tokens).
 const char* tool_calls_marker(ChatFormat f);
 // The special token that starts tool results where the model could write it right after its calls, so that a
 // reply with calls must stop there: <|tool_result|> (myriad), <｜tool▁outputs▁begin｜> (deepseek-v3); else nullptr.
@@ -166,7 +168,7 @@ const char* tool_results_marker(ChatFormat f);
 // The tokens that start a call of `name` in a reply (tool_choice naming a function): the marker, then myriad's
 // {"name":NAME,"arguments": or kimi's <|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>, IDX =
 // calls_before (the conversation's calls so far), or deepseek-v3's <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
-// "\n```json\n". The format is chat_format_of(tok).
+// "\n```json\n", or chatml's "\n{\"name\": \"NAME\", \"arguments\": ". The format is chat_format_of(tok).
 std::vector<int32_t> forced_call_start(const Tokenizer& tok, const std::string& name, size_t calls_before);
 
 }  // namespace myriad

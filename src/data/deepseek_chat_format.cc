@@ -27,35 +27,31 @@ std::string trimmed(std::string_view s) {
 
 std::vector<ChatPiece> deepseek_pieces(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
                                        bool generation_prompt) {
-  std::vector<ChatPiece> out;
-  auto special = [&](const char* s, bool assistant = false) { out.push_back({s, true, assistant}); };
-  auto text = [&](std::string s, bool assistant = false) {
-    if (!s.empty()) out.push_back({std::move(s), false, assistant});
-  };
-  special(kBos);
+  ChatPieces out;
+  out.special(kBos);
   std::string system;
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     check_chat_role(m, i);
     if (m.role == "system" || m.role == "developer") system += (system.empty() ? "" : "\n\n") + m.content;
   }
-  text(system);
+  out.text(system);
   if (!tools.empty()) {
     std::string list =
         "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
         "function signatures within <tools></tools> XML tags:\n<tools>";
     for (const ToolSpec& t : tools) list += "\n" + python_json(t.entry());
-    text(list + "\n</tools>\n\nFor function call returns, you should first print ");
-    special(kCallsBegin);
-    text("\n\nFor each function call, you should return object like:\n");
-    special(kCallBegin);
-    text("function");
-    special(kSep);
-    text("<function_name>\n```json\n<function_arguments_in_json_format>\n```");
-    special(kCallEnd);
-    text("\n\nAt the end of function call returns, you should print ");
-    special(kCallsEnd);
-    special(kEos);
+    out.text(list + "\n</tools>\n\nFor function call returns, you should first print ");
+    out.special(kCallsBegin);
+    out.text("\n\nFor each function call, you should return object like:\n");
+    out.special(kCallBegin);
+    out.text("function");
+    out.special(kSep);
+    out.text("<function_name>\n```json\n<function_arguments_in_json_format>\n```");
+    out.special(kCallEnd);
+    out.text("\n\nAt the end of function call returns, you should print ");
+    out.special(kCallsEnd);
+    out.special(kEos);
   }
   bool in_results = false, first_result = true, last_user = false;
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -65,48 +61,48 @@ std::vector<ChatPiece> deepseek_pieces(std::span<const ChatMessage> messages, st
     if (m.role == "user") {
       in_results = false;  // as the template: a user turn after results does not close them
       last_user = true;
-      special("<｜User｜>");
-      text(m.content);
-      special("<｜Assistant｜>");
+      out.special("<｜User｜>");
+      out.text(m.content);
+      out.special("<｜Assistant｜>");
     } else if (m.role == "assistant") {
       last_user = false;
-      if (in_results) special("<｜tool▁outputs▁end｜>");  // the prompt: the model writes on after it
+      if (in_results) out.special("<｜tool▁outputs▁end｜>");  // the prompt: the model writes on after it
       in_results = false;
-      text(m.content, true);
+      out.text(m.content, true);
       if (!m.tool_calls.empty()) {
         first_result = true;
-        special(kCallsBegin, true);
+        out.special(kCallsBegin, true);
         for (size_t k = 0; k < m.tool_calls.size(); ++k) {
           const ToolCall& call = m.tool_calls[k];
           check_tool_call(call, i, k);
-          if (k) text("\n", true);
-          special(kCallBegin, true);
-          text("function", true);
-          special(kSep, true);
-          text(call.name + "\n```json\n" +
-                   (call.arguments_text.empty() ? python_json(call.arguments) : call.arguments_text) + "\n```",
-               true);
-          special(kCallEnd, true);
+          if (k) out.text("\n", true);
+          out.special(kCallBegin, true);
+          out.text("function", true);
+          out.special(kSep, true);
+          out.text(call.name + "\n```json\n" +
+                       (call.arguments_text.empty() ? python_json(call.arguments) : call.arguments_text) + "\n```",
+                   true);
+          out.special(kCallEnd, true);
         }
-        special(kCallsEnd, true);
+        out.special(kCallsEnd, true);
       }
-      special(kEos, true);
+      out.special(kEos, true);
     } else if (m.role == "tool") {
       last_user = false;
       in_results = true;
       if (first_result)
-        special("<｜tool▁outputs▁begin｜>");
+        out.special("<｜tool▁outputs▁begin｜>");
       else
-        text("\n");
+        out.text("\n");
       first_result = false;
-      special("<｜tool▁output▁begin｜>");
-      text(m.content);
-      special("<｜tool▁output▁end｜>");
+      out.special("<｜tool▁output▁begin｜>");
+      out.text(m.content);
+      out.special("<｜tool▁output▁end｜>");
     }
   }
-  if (in_results) special("<｜tool▁outputs▁end｜>");
-  if (generation_prompt && !last_user && !in_results) special("<｜Assistant｜>");
-  return out;
+  if (in_results) out.special("<｜tool▁outputs▁end｜>");
+  if (generation_prompt && !last_user && !in_results) out.special("<｜Assistant｜>");
+  return out.list;
 }
 
 AssistantReply parse_deepseek_reply(const Tokenizer& tok, std::span<const int32_t> ids) {

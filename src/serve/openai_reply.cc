@@ -62,6 +62,14 @@ Reply::Reply(const ParsedRequest& p, const Tokenizer& tok, std::string model)
       created_(unix_now()) {
   reset_delta_logprobs();
   all_logprobs_ = delta_logprobs_;
+  if (structured_) {
+    k3_open_ = tok.id_of("<|open|>");
+    k3_close_ = tok.id_of("<|close|>");
+    k3_sep_ = tok.id_of("<|sep|>");
+  } else if (tool_calls_) {
+    calls_marker_text_ = tool_calls_marker(chat_format_of(tok));
+    calls_marker_ = tok.id_of(calls_marker_text_);
+  }
   if (tool_calls_ && !p.forced.empty()) {  // the forced start of a call: part of the reply, not of the content
     ids_ = p.forced;
     holding_ = true;
@@ -71,17 +79,16 @@ Reply::Reply(const ParsedRequest& p, const Tokenizer& tok, std::string model)
 }
 
 void Reply::add_structured(const TokenEvent& e) {
-  const int32_t open = tok_.id_of("<|open|>"), close = tok_.id_of("<|close|>"), sep = tok_.id_of("<|sep|>");
   auto hold_from = [&](size_t at) {
     k3_at_ = K3At::kHeld;
     k3_held_from_ = at;
   };
   if (k3_at_ == K3At::kHeld) return;
-  if (e.token == open || e.token == close) {
-    k3_tag_ = e.token == open ? 1 : -1;
+  if (e.token == k3_open_ || e.token == k3_close_) {
+    k3_tag_ = e.token == k3_open_ ? 1 : -1;
     k3_tag_text_.clear();
     k3_tag_start_ = text_.size();
-  } else if (k3_tag_ != 0 && e.token == sep) {
+  } else if (k3_tag_ != 0 && e.token == k3_sep_) {
     const std::string name = k3_tag_text_.substr(0, k3_tag_text_.find(' '));
     const bool opening = k3_tag_ > 0;
     k3_tag_ = 0;
@@ -108,10 +115,9 @@ void Reply::add(const TokenEvent& e) {
   if (e.token >= 0) ids_.push_back(e.token);
   if (structured_) {
     add_structured(e);
-  } else if (tool_calls_ && !holding_ && e.token == tok_.id_of(tool_calls_marker(chat_format_of(tok_)))) {
+  } else if (tool_calls_ && !holding_ && e.token == calls_marker_) {
     // The text before the marker (in this event) is content; the marker and what follows are held.
-    const std::string marker = tool_calls_marker(chat_format_of(tok_));
-    const size_t at = e.text.find(marker);
+    const size_t at = e.text.find(calls_marker_text_);
     const std::string before = at == std::string::npos ? e.text : e.text.substr(0, at);
     delta_text_ += before;
     held_ += e.text.substr(before.size());

@@ -65,6 +65,9 @@ class Reply {
   void add_structured(const TokenEvent& e);
   enum class K3At : uint8_t { kThink, kResponse, kBetween, kHeld };
   const bool structured_;
+  // Looked up once: the format's tool-call marker (a request with tools, formats but k3) and k3's tag tokens.
+  int32_t calls_marker_ = -1, k3_open_ = -1, k3_close_ = -1, k3_sep_ = -1;
+  const char* calls_marker_text_ = "";
   K3At k3_at_ = K3At::kThink;
   int k3_tag_ = 0;               // inside a tag: +1 after <|open|>, -1 after <|close|>
   std::string k3_tag_text_;      // the tag's name and attributes so far

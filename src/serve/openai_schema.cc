@@ -410,14 +410,17 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
     } catch (const Error& e) {
       throw bad_request(e.what(), "messages");
     }
-    if (!tools.empty() && !has_tool_calls(format))
-      throw bad_request(str("tool calling in the ", chat_format_name(format),
-                            " chat format is not implemented (the myriad, kimi, k3 and deepseek-v3 formats have it)"),
-                        "tools");
+    if (!tools.empty()) {
+      try {
+        require_tool_tokens(tok);
+      } catch (const Error& e) {
+        throw bad_request(e.what(), "tools");
+      }
+    }
     size_t calls_before = 0;
     for (const ChatMessage& msg : messages) calls_before += msg.tool_calls.size();
-    if ((format == ChatFormat::kKimi || format == ChatFormat::kDeepSeekV3) && !tools.empty())
-      keep_declared_order(tools, raw_body);
+    if (format != ChatFormat::kMyriad && format != ChatFormat::kK3 && !tools.empty())
+      keep_declared_order(tools, raw_body);  // the formats that write the tools list as the request did
     parse_tool_choice(b, tools, tok, calls_before, p);
     try {
       p.gen.prompt = encode_chat(tok, messages, tools, true, p.rendered_choice).ids;

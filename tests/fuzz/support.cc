@@ -92,6 +92,13 @@ const Tokenizer& deepseek_format_tokenizer() {
   return tok;
 }
 
+const Tokenizer& chatml_format_tokenizer() {
+  static const Tokenizer tok = tokenizer_with_specials(
+      "tokenizer.json",
+      {"<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"});
+  return tok;
+}
+
 const std::string& tiny_model_dir() {
   static const std::string dir = [] {
     const std::string model = scratch_dir() + "/tiny-model";

@@ -55,6 +55,7 @@ const Tokenizer& test_tokenizer();
 const Tokenizer& kimi_format_tokenizer();
 const Tokenizer& k3_format_tokenizer();
 const Tokenizer& deepseek_format_tokenizer();
+const Tokenizer& chatml_format_tokenizer();
 
 // The tiny model's directory (configs/tiny.json at the tokenizer's vocabulary, random weights) in scratch_dir().
 const std::string& tiny_model_dir();

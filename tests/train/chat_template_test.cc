@@ -792,6 +792,91 @@ TEST_F(ChatFormatTest, DeepSeekRepliesParseBackIntoCallsAndMalformedOnesAreText)
   }
 }
 
+const std::vector<std::string> kChatMlSpecials = {"<|im_start|>", "<|im_end|>",      "<tool_call>",
+                                                  "</tool_call>", "<tool_response>", "</tool_response>"};
+
+// The expected streams: Qwen2.5-Instruct's and Qwen3's chat templates (as llama.cpp bundles them,
+// models/templates/Qwen-Qwen2.5-7B-Instruct.jinja and Qwen-Qwen3-0.6B.jinja) rendered by jinja2 3.1 with
+// transformers' settings give the same text for these messages (a system message first; without one Qwen2.5 adds
+// its own identity, Qwen3 nothing, as here).
+TEST_F(ChatFormatTest, ChatMlToolCallsFollowQwensTemplates) {
+  const Tokenizer tok = make(kChatMlSpecials);
+  ASSERT_EQ(chat_format_of(tok), ChatFormat::kChatMl);
+  const std::string body =
+      R"({"tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather", )"
+      R"("parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]})";
+  std::vector<ToolSpec> tools = tool_specs_from_json(json::parse(body)["tools"]);
+  keep_declared_order(tools, body);
+  std::vector<ChatMessage> conv = {{"system", "S"}, {"user", "U1"}, {"assistant", ""}};
+  conv.back().tool_calls = {call("a", "get_weather", {{"city", "Paris"}}), call("b", "add", {{"a", 1}, {"b", 2}})};
+  conv.push_back({"tool", "18C"});
+  conv.push_back({"tool", "3"});
+  conv.push_back({"assistant", "Done."});
+  conv.push_back({"user", "U2"});
+  conv.push_back(calling("Let me check.", {call("c", "f", json::object(), "{}")}));
+  conv.push_back({"tool", "ok"});
+  const std::string declared =
+      "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
+      "function signatures within <tools></tools> XML tags:\n<tools>\n"
+      R"({"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {"type": )"
+      R"("object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}})"
+      "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+      "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+      "<args-json-object>}\n</tool_call><|im_end|>\n";
+  const std::string turns =
+      "<|im_start|>user\nU1<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", "
+      "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": "
+      "1, \"b\": 2}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n18C\n</tool_response>\n"
+      "<tool_response>\n3\n</tool_response><|im_end|>\n<|im_start|>assistant\nDone.<|im_end|>\n<|im_start|>user\n"
+      "U2<|im_end|>\n<|im_start|>assistant\nLet me check.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n"
+      "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nok\n</tool_response><|im_end|>\n"
+      "<|im_start|>assistant\n";
+  const ChatTokens t = expect_stream(tok, conv, tools, "<|im_start|>system\nS\n\n" + declared + turns, kChatMlSpecials);
+  EXPECT_EQ(masked_text(tok, t),
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+            "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call><|im_end|>Done."
+            "<|im_end|>Let me check.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call><|im_end|>");
+  // Without a system message the tools turn stands alone; without tools, calls and results are written the same.
+  const std::vector<ChatMessage> no_system(conv.begin() + 1, conv.end());
+  expect_stream(tok, no_system, tools, "<|im_start|>system\n" + declared + turns, kChatMlSpecials);
+  expect_stream(tok, no_system, {}, turns, kChatMlSpecials);
+  // tool_choice naming a function: the reply starts inside its call.
+  EXPECT_EQ(tok.decode(forced_call_start(tok, "get_weather", 3)),
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ");
+  EXPECT_EQ(std::string(tool_calls_marker(ChatFormat::kChatMl)), "<tool_call>");
+}
+
+TEST_F(ChatFormatTest, ChatMlRepliesParseBackIntoCallsAndMalformedOnesAreText) {
+  const Tokenizer tok = make(kChatMlSpecials);
+  const std::string reply =
+      "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"東京\"}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>";
+  const AssistantReply r = parse_assistant_reply(tok, tok.encode(reply, Specials::kParse));
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(r.content, "Checking.");  // the line break before the first call is the template's
+  ASSERT_EQ(r.tool_calls.size(), 2u);
+  EXPECT_EQ(r.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(r.tool_calls[0].arguments, json({{"city", "東京"}}));
+  EXPECT_EQ(r.tool_calls[1].arguments, json({{"a", 1}}));
+  // Written back as history, the same text.
+  const std::vector<ChatMessage> conv = {{"user", "u"}, calling(r.content, r.tool_calls)};
+  EXPECT_EQ(render_chat(conv, {}, false, ChatFormat::kChatMl),
+            "<|im_start|>user\nu<|im_end|>\n<|im_start|>assistant\n" + reply + "<|im_end|>\n");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"a<tool_call>{\"name\": \"f\", \"arguments\": {}}", "not closed by </tool_call>"},
+      {"<tool_call>{\"name\": \"f\", \"arguments\": {</tool_call>", "not valid JSON"},
+      {"<tool_call>{\"arguments\": {}}</tool_call>", "no \"name\" string"},
+      {"<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>", "is not a JSON object"},
+      {"<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call> then text", "text after tool call 1"},
+      {"<tool_call>{\"name\": \"f\", \"arguments\": {}, \"x\": 1}</tool_call>", "fields besides"},
+      {"x</tool_call>", "</tool_call> without a <tool_call>"}};
+  expect_malformed(tok, bad);
+  // Without <tool_call> in the vocabulary a reply is text.
+  const Tokenizer plain = make({"<|im_start|>", "<|im_end|>"});
+  EXPECT_EQ(parse_assistant_reply(plain, plain.encode("<tool_call>{}</tool_call>", Specials::kParse)).content,
+            "<tool_call>{}</tool_call>");
+}
+
 TEST_F(ChatFormatTest, DeepSeekAndChatMlFollowTheirTemplates) {
   const std::vector<ChatMessage> conv = {{"system", "S"}, {"user", "U1"}, {"assistant", "A1"}, {"user", "U2"}};
   EXPECT_EQ(render_chat(conv, {}, true, ChatFormat::kDeepSeekV3),
@@ -807,17 +892,18 @@ TEST_F(ChatFormatTest, DeepSeekAndChatMlFollowTheirTemplates) {
   EXPECT_EQ(ml.decode(encode_chat(ml, conv).ids), render_chat(conv, {}, true, ChatFormat::kChatMl));
 }
 
-TEST_F(ChatFormatTest, ToolsAndUnknownFormatsAreRefusedByName) {
+TEST_F(ChatFormatTest, ToolsWithoutTheFormatsTokensAndUnknownFormatsAreRefusedByName) {
   const Tokenizer ml = make({"<|im_start|>", "<|im_end|>"});
   const std::vector<ChatMessage> conv = {{"user", "hi"}};
   ToolSpec t;
   t.name = "f";
   try {
     encode_chat(ml, conv, std::vector<ToolSpec>{t});
-    FAIL() << "tools accepted in chatml";
+    FAIL() << "tools accepted by a chatml tokenizer without <tool_call>";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
     EXPECT_NE(std::string(e.what()).find("chatml"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("<tool_call>"), std::string::npos) << e.what();
   }
   const Tokenizer none = make({"<|eot|>"});
   try {
