@@ -387,6 +387,103 @@ def check_served_in_k3s_format(kimi_enc):
               "named one is a 400")
 
 
+def served_with_added_tokens(name, fixture, added, special):
+    """The served test model with a copy of a fixture's tokenizer.json to which `added` tokens were added (special
+    or not, as the published tokenizer has them); returns (model dir, the reference Tokenizer)."""
+    import shutil
+    from tokenizers import AddedToken, Tokenizer
+    ref = Tokenizer.from_file(os.path.join(WORK, fixture, "tokenizer.json"))
+    tokens = [AddedToken(t, special=special, normalized=False) for t in added]
+    ref.add_special_tokens(tokens) if special else ref.add_tokens(tokens)
+    model = os.path.join(WORK, name + "_model")
+    shutil.rmtree(model, ignore_errors=True)
+    shutil.copytree(os.path.join(WORK, "foreign_model"), model,
+                    ignore=shutil.ignore_patterns("tokenizer.json", "tokenizer_config.json"))
+    ref.save(os.path.join(model, "tokenizer.json"))
+    shutil.copy(os.path.join(WORK, fixture, "tokenizer_config.json"), model)
+    return model, ref
+
+
+def check_tool_calls_served(name, model, ref, conv, tools, rendered, forced):
+    """/tokenize of conv (and tools) gives the reference's ids of the template's text; a chat completion with tools
+    answers; tool_choice naming get_weather appends `forced` (the call's start, the reference's ids) to the prompt."""
+    want = ref.encode(rendered, add_special_tokens=False).ids
+    with served(model) as post:
+        status, j = post("/tokenize", {"messages": conv, "tools": tools} if tools else {"messages": conv})
+        if status != 200 or j.get("tokens") != want:
+            got = j.get("tokens", [])
+            at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+            sys.exit(f"FAIL /tokenize in the {name} format: {status}, first difference at token {at}: "
+                     f"{ref.decode(got[at:at + 8], skip_special_tokens=False)!r} vs "
+                     f"{ref.decode(want[at:at + 8], skip_special_tokens=False)!r}")
+        print(f"ok /tokenize of {'tools, ' if tools else ''}calls and results in the {name} chat format: {len(want)} "
+              "tokens, the tokenizers library's ids of the template's text")
+        tools = tools or [{"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}}}}]
+        status, j = post("/v1/chat/completions", {"messages": conv, "tools": tools, "max_tokens": 6})
+        if status != 200 or j["choices"][0]["finish_reason"] not in ("length", "stop", "tool_calls"):
+            sys.exit(f"FAIL tools in the {name} format: {status} {j}")
+        status, j = post("/tokenize", {"messages": conv, "tools": tools})
+        n = len(j["tokens"]) + len(ref.encode(forced, add_special_tokens=False).ids)
+        status, j = post("/v1/chat/completions", {"messages": conv, "tools": tools, "max_tokens": 2, "tool_choice": {
+            "type": "function", "function": {"name": "get_weather"}}})
+        if status != 200 or j["usage"]["prompt_tokens"] != n:
+            sys.exit(f"FAIL a named tool_choice in the {name} format: {status} {j}, want {n} prompt tokens")
+        print(f"ok chat completions with tools and a named tool_choice in the {name} chat format")
+
+
+def check_served_in_deepseek_and_chatml_formats():
+    """DeepSeek-V3's and Qwen's (ChatML) tool calls through `myriad serve`: the expected texts are DeepSeek-V3-0324's
+    chat template and Qwen2.5-Instruct's (Qwen3's gives the same here) rendered by jinja2 with transformers' settings
+    for the same requests, encoded by the tokenizers library with the tokens those models add (DeepSeek's special,
+    Qwen's <tool_call> family not special, as their tokenizer.json files have them)."""
+    def call(name, args):
+        return {"id": "c", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+    conv = [{"role": "system", "content": "S"}, {"role": "user", "content": "Weather in Paris? 東京"},
+            {"role": "assistant", "content": "", "tool_calls": [call("get_weather", {"city": "Paris"}),
+                                                                call("add", {"a": 1, "b": 2})]},
+            {"role": "tool", "content": "18C"}, {"role": "tool", "content": "3"},
+            {"role": "assistant", "content": "Done."}, {"role": "user", "content": "U2"},
+            {"role": "assistant", "content": "Let me check.", "tool_calls": [call("f", {})]},
+            {"role": "tool", "content": "ok"}]
+    ds_added = ["<｜User｜>", "<｜Assistant｜>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
+                "<｜tool▁call▁end｜>", "<｜tool▁sep｜>", "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>",
+                "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>"]
+    model, ref = served_with_added_tokens("deepseek", "deepseek", ds_added, special=True)
+    rendered = (
+        "<｜begin▁of▁sentence｜>S<｜User｜>Weather in Paris? 東京<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"
+        "function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>"
+        "function<｜tool▁sep｜>add\n```json\n{\"a\": 1, \"b\": 2}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+        "<｜end▁of▁sentence｜><｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>18C<｜tool▁output▁end｜>\n"
+        "<｜tool▁output▁begin｜>3<｜tool▁output▁end｜><｜tool▁outputs▁end｜>Done.<｜end▁of▁sentence｜><｜User｜>U2"
+        "<｜Assistant｜>Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```"
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜><｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>ok"
+        "<｜tool▁output▁end｜><｜tool▁outputs▁end｜>")
+    check_tool_calls_served("deepseek-v3", model, ref, conv, None, rendered,
+                            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n")
+
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    model, ref = served_with_added_tokens("qwen", "qwen", ["<tool_call>", "</tool_call>", "<tool_response>",
+                                                           "</tool_response>"], special=False)
+    rendered = (
+        "<|im_start|>system\nS\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+        '{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {"type": '
+        '"object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}\n</tools>\n\nFor each '
+        "function call, return a json object with function name and arguments within <tool_call></tool_call> XML "
+        'tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
+        "<|im_start|>user\nWeather in Paris? 東京<|im_end|>\n<|im_start|>assistant\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n<tool_call>\n{"name": "add", '
+        '"arguments": {"a": 1, "b": 2}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n18C\n'
+        "</tool_response>\n<tool_response>\n3\n</tool_response><|im_end|>\n<|im_start|>assistant\nDone.<|im_end|>\n"
+        "<|im_start|>user\nU2<|im_end|>\n<|im_start|>assistant\nLet me check.\n<tool_call>\n"
+        '{"name": "f", "arguments": {}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nok\n'
+        "</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    check_tool_calls_served("chatml", model, ref, conv, tools, rendered,
+                            '<tool_call>\n{"name": "get_weather", "arguments": ')
+
+
 def main():
     os.makedirs(WORK, exist_ok=True)
     lines = fx.training_lines(os.path.join(SOURCE, "..", "shared"))
@@ -414,6 +511,7 @@ def main():
     check_models_use_their_tokenizer(built["llama3"], enc)
     check_served_in_the_models_chat_format(enc)
     check_served_in_k3s_format(enc)
+    check_served_in_deepseek_and_chatml_formats()
     print("tokenizer interop: all identical")
 
 
