@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "ops/block_quant.h"
 #include "ops/kernels.h"
 #include "ops/ref/elementwise.h"
 #include "ops/ref/kda.h"
@@ -481,6 +482,97 @@ Check check_adamw(Device d, std::mt19937& rng) {
   return c;
 }
 
+// A block-quantized matrix W [R, Cols] of `type` with random codes and scales, on `d`, and its values in double
+// decoded from the format's definition (ops/block_quant.h), written here independently of the kernels.
+QuantMatrix random_quant_matrix(Device d, std::mt19937& rng, QuantType type, int64_t R, int64_t Cols, Vec* values) {
+  const int64_t G = Cols / kQuantGroup, code_cols = type == QuantType::kQ8 ? Cols : Cols / 2;
+  QuantMatrix q;
+  q.type = type;
+  q.rows = R;
+  q.cols = Cols;
+  q.codes = Tensor::empty({R, code_cols}, DType::kU8);
+  q.scales = Tensor::empty({R, G}, type == QuantType::kMxfp4 ? DType::kU8 : DType::kF16);
+  uint8_t* codes = q.codes.data<uint8_t>();
+  std::uniform_int_distribution<int> byte(0, 255), q8(-127, 127), exponent(120, 130);
+  std::uniform_real_distribution<double> mag(0.002, 0.02);
+  for (int64_t i = 0; i < R * code_cols; ++i)
+    codes[i] = type == QuantType::kQ8 ? uint8_t(int8_t(q8(rng))) : uint8_t(byte(rng));
+  std::vector<double> scale(sz(R * G));
+  for (int64_t i = 0; i < R * G; ++i) {
+    if (type == QuantType::kMxfp4) {
+      const int e = exponent(rng);
+      q.scales.data<uint8_t>()[i] = uint8_t(e);
+      scale[sz(i)] = std::ldexp(1.0, e - 127);
+    } else {  // q4 scales may be negative (quant/quant.h)
+      const double v = (type == QuantType::kQ4 && byte(rng) % 2 ? -1 : 1) * mag(rng);
+      const uint16_t h = f32_to_f16(float(v));
+      q.scales.data<uint16_t>()[i] = h;
+      scale[sz(i)] = double(f16_to_f32(h));
+    }
+  }
+  values->assign(sz(R * Cols), 0.0);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < Cols; ++c) {
+      const double s = scale[sz(r * G + c / kQuantGroup)];
+      double v;
+      if (type == QuantType::kQ8) {
+        v = double(int8_t(codes[r * Cols + c]));
+      } else {
+        const uint8_t b = codes[r * code_cols + c / 2], code = c % 2 ? uint8_t(b >> 4) : uint8_t(b & 15);
+        v = type == QuantType::kQ4 ? double(int(code) - 8) : double(kE2M1Values[code]);
+      }
+      (*values)[sz(r * Cols + c)] = s * v;
+    }
+  if (d != Device::kCPU) q.codes = q.codes.to(d), q.scales = q.scales.to(d);
+  return q;
+}
+
+Check check_quant_matmul(Device d, std::mt19937& rng) {
+  // y = x W^T against the double product of the decoded W, for every format, 1, 4 and 288 rows of x (the integer
+  // kernels below quant_gemm_rows(), dequant + sgemm from there), and quant_matmul_many over two matrices. x is
+  // built so that the integer path's q8 activations are exact (each group of 32 holds integers in [-127, 127]
+  // times a power of two, one of them +-127: the scale is that power of two), so the only error left is f32
+  // accumulation: kRed. The activations' own rounding is bounded and tested in tests/quant.
+  const int64_t R = 96, Cols = 256;
+  Check c("quant_matmul", "q8 q4 mxfp4 [96, 256], n 1/4/288, many", kRedR, kRedA,
+          "kRed: Cols-long f32 sums; x exact in q8");
+  auto exact_x = [&](int64_t n) {
+    Vec x(sz(n * Cols));
+    std::uniform_int_distribution<int> qi(-127, 127), pow2(-9, -5), lane(0, int(kQuantGroup) - 1);
+    for (int64_t g = 0; g < n * Cols / kQuantGroup; ++g) {
+      const double s = std::ldexp(1.0, pow2(rng));
+      for (int64_t i = 0; i < kQuantGroup; ++i) x[sz(g * kQuantGroup + i)] = s * qi(rng);
+      x[sz(g * kQuantGroup + lane(rng))] = (qi(rng) < 0 ? -127 : 127) * s;
+    }
+    return x;
+  };
+  auto product = [&](const Vec& x, const Vec& w, int64_t n) {
+    Vec y(sz(n * R), 0.0);
+    ref::gemm<double>(false, true, n, R, Cols, 1.0, x.data(), Cols, w.data(), Cols, 0.0, y.data(), R);
+    return y;
+  };
+  for (QuantType type : {QuantType::kQ8, QuantType::kQ4, QuantType::kMxfp4}) {
+    Vec w, w2;
+    const QuantMatrix q = random_quant_matrix(d, rng, type, R, Cols, &w);
+    const QuantMatrix q2 = random_quant_matrix(d, rng, type, R, Cols, &w2);
+    const std::string t = quant_type_name(type);
+    for (int64_t n : {1, 4, 288}) {
+      const Vec x = exact_x(n);
+      Buf xb(x, d), yb(n * R, d);
+      ops::quant_matmul(d, q, xb.data(), n, yb.data());
+      c.fwd(t + " n" + std::to_string(n), yb, product(x, w, n));
+    }
+    const Vec x = exact_x(3);
+    Buf xb(x, d), y1(3 * R, d), y2(3 * R, d);
+    const QuantMatrix* ws[] = {&q, &q2};
+    float* ys[] = {y1.data(), y2.data()};
+    ops::quant_matmul_many(d, ws, xb.data(), 3, ys);
+    c.fwd(t + " many[0]", y1, product(x, w, 3));
+    c.fwd(t + " many[1]", y2, product(x, w2, 3));
+  }
+  return c;
+}
+
 Check check_reductions(Device d, std::mt19937& rng) {
   const int64_t rows = 300, N = 70;
   Check c("sum_all/sum_rows", "[300, 70]", kRedR, kRedA, "kRed: sums over rows");
@@ -530,6 +622,7 @@ std::vector<SelfcheckLine> run_op_cases(Device device, const std::function<void(
       {"embedding", [&] { return check_embedding(device, rng); }},
       {"adamw", [&] { return check_adamw(device, rng); }},
       {"sum_all/sum_rows", [&] { return check_reductions(device, rng); }},
+      {"quant_matmul", [&] { return check_quant_matmul(device, rng); }},
   };
   std::vector<SelfcheckLine> lines;
   for (const auto& [name, fn] : checks) {

@@ -52,11 +52,11 @@ void LinearWeight::apply(const float* x, int64_t n, float* y, int64_t ldy) const
     return;
   }
   if (ldy == rows_) {
-    quant_matmul(q_, x, n, y);
+    ops::quant_matmul(q_.device(), q_, x, n, y);
     return;
   }
   std::vector<float> tmp(static_cast<size_t>(n * rows_));
-  quant_matmul(q_, x, n, tmp.data());
+  ops::quant_matmul(q_.device(), q_, x, n, tmp.data());
   for (int64_t i = 0; i < n; ++i) std::memcpy(y + i * ldy, tmp.data() + i * rows_, size_t(rows_) * sizeof(float));
 }
 
@@ -78,7 +78,7 @@ void LinearWeight::apply_many(std::span<const LinearWeight* const> ws, const flo
   thread_local std::vector<const QuantMatrix*> qs;
   qs.clear();
   for (const LinearWeight* w : ws) qs.push_back(&w->q_);
-  quant_matmul_many(qs, x, n, ys);
+  ops::quant_matmul_many(ws[0]->q_.device(), qs, x, n, ys);
 }
 
 Tensor LinearWeight::apply(const Tensor& x_in) const {

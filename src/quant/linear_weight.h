@@ -1,5 +1,5 @@
 // One linear layer's weight for the inference paths: a dense f32 matrix (sgemm) or a block-quantized one
-// (quant_matmul, never dequantized as a whole). Either way apply() computes y = x W^T for W [rows = out,
+// (ops::quant_matmul, never dequantized as a whole). Either way apply() computes y = x W^T for W [rows = out,
 // cols = in], so the decode code is written once for every storage format.
 #pragma once
 

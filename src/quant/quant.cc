@@ -1,6 +1,7 @@
-// Block quantization of weight matrices (q8, q4, mxfp4): names, quantize / dequantize, and reading the quantized
-// form of a weight from a checkpoint. The storage layout and the rules for choosing scales are in quant.h; the
-// matrix product is in quant_matmul.cc. Shapes: W [rows, cols] = [out, in], G = cols / 32 groups per row.
+// Block quantization of weight matrices (q8, q4, mxfp4): quantize / dequantize, and reading the quantized form of
+// a weight from a checkpoint. The storage layout and the rules for choosing scales are in quant.h; the formats'
+// names and checks and the matrix product are ops (ops/block_quant.h).
+// Shapes: W [rows, cols] = [out, in], G = cols / 32 groups per row.
 #include "quant/quant.h"
 
 #include <omp.h>
@@ -130,64 +131,6 @@ void quantize_group_mxfp4(const float* w, uint8_t* codes, uint8_t* exponent) {
 }
 
 }  // namespace
-
-const char* quant_type_name(QuantType t) {
-  switch (t) {
-    case QuantType::kQ8:
-      return "q8";
-    case QuantType::kQ4:
-      return "q4";
-    case QuantType::kMxfp4:
-      return "mxfp4";
-  }
-  return "?";
-}
-
-QuantType parse_quant_type(std::string_view name) {
-  if (name == "q8") return QuantType::kQ8;
-  if (name == "q4") return QuantType::kQ4;
-  if (name == "mxfp4") return QuantType::kMxfp4;
-  throw_error(ErrorKind::kValue, "quantization type '", name, "': expected one of q8, q4, mxfp4");
-}
-
-double quant_bits_per_weight(QuantType t) {
-  switch (t) {
-    case QuantType::kQ8:
-      return 8.0 + 16.0 / kQuantGroup;
-    case QuantType::kQ4:
-      return 4.0 + 16.0 / kQuantGroup;
-    case QuantType::kMxfp4:
-      return 4.0 + 8.0 / kQuantGroup;
-  }
-  return 0;
-}
-
-float e8m0_to_f32(uint8_t e) {
-  if (e == 255) return std::numeric_limits<float>::quiet_NaN();
-  return std::ldexp(1.0f, int(e) - 127);
-}
-
-void check_quant_matrix(const QuantMatrix& q, const char* op) {
-  MYRIAD_REQUIRE(q.rows >= 0 && q.cols > 0 && q.cols % kQuantGroup == 0, kShape, op, ": quantized matrix [", q.rows,
-                 ", ", q.cols, "]: cols must be a positive multiple of ", kQuantGroup);
-  const bool q8 = q.type == QuantType::kQ8;
-  const int64_t code_cols = q8 ? q.cols : q.cols / 2, groups = q.cols / kQuantGroup;
-  const DType scale_dtype = q.type == QuantType::kMxfp4 ? DType::kU8 : DType::kF16;
-  const char* t = quant_type_name(q.type);
-  MYRIAD_REQUIRE(q.codes.defined() && q.scales.defined(), kShape, op, ": ", t, " matrix without codes or scales");
-  MYRIAD_REQUIRE(q.codes.device() == Device::kCPU && q.scales.device() == Device::kCPU, kShape, op,
-                 ": quantized matrices live on the cpu");
-  // Checked on every product (decode runs hundreds a token): compared in place, the shapes built only for a message.
-  auto is_2d = [](const Tensor& x, int64_t r, int64_t c) {
-    return x.ndim() == 2 && x.shape()[0] == r && x.shape()[1] == c && x.is_contiguous();
-  };
-  MYRIAD_REQUIRE(q.codes.dtype() == DType::kU8 && is_2d(q.codes, q.rows, code_cols), kShape, op, ": ", t,
-                 " codes must be contiguous U8 ", shape_str({q.rows, code_cols}), ", got ", dtype_name(q.codes.dtype()),
-                 " ", shape_str(q.codes.shape()));
-  MYRIAD_REQUIRE(q.scales.dtype() == scale_dtype && is_2d(q.scales, q.rows, groups), kShape, op, ": ", t,
-                 " scales must be contiguous ", dtype_name(scale_dtype), " ", shape_str({q.rows, groups}), ", got ",
-                 dtype_name(q.scales.dtype()), " ", shape_str(q.scales.shape()));
-}
 
 QuantMatrix quantize(const Tensor& w, QuantType type) {
   MYRIAD_REQUIRE(w.defined() && w.ndim() == 2, kShape, "quantize: expected a 2-D [rows, cols] matrix, got ",

@@ -262,8 +262,33 @@ TEST(Quant, SpecialGroupsAndBadInput) {
   QuantMatrix q = quantize(random_matrix(4, 64, 6), QuantType::kQ4);
   q.cols = 128;
   std::vector<float> x(128), y(4);
-  expect_error([&] { quant_matmul(q, x.data(), 1, y.data()); }, ErrorKind::kShape, {"quant_matmul", "codes"});
+  expect_error([&] { ops::quant_matmul(Device::kCPU, q, x.data(), 1, y.data()); }, ErrorKind::kShape,
+               {"quant_matmul", "codes"});
   expect_error([&] { dequantize(q); }, ErrorKind::kShape, {"dequantize"});
+}
+
+// Block-quantized products are ops of the kernel table: a device without their kernel is refused by name.
+TEST(QuantMatmul, ADeviceWithoutTheKernelIsRefusedNamingTheOp) {
+  const QuantMatrix q = quantize(Tensor::full({4, 32}, 0.5f), QuantType::kQ8);
+  std::vector<float> x(32, 1.0f), y(4, -1.0f);
+  for (const char* op : {"quant_matmul", "quant_matmul_many"}) {
+    try {
+      if (std::string(op) == "quant_matmul") {
+        ops::quant_matmul(Device::kCUDA, q, x.data(), 1, y.data());
+      } else {
+        const QuantMatrix* ws[] = {&q};
+        float* ys[] = {y.data()};
+        ops::quant_matmul_many(Device::kCUDA, ws, x.data(), 1, ys);
+      }
+      ADD_FAILURE() << op << " on cuda did not throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+      EXPECT_NE(std::string(e.what()).find("op '" + std::string(op) + "' has no kernel for device cuda"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(y, std::vector<float>(4, -1.0f));  // nothing ran
 }
 
 // ---- quant_matmul ----
@@ -321,7 +346,7 @@ TEST(QuantMatmul, AgreesWithNaiveLoop) {
         for (QuantKernel k : kernels) {
           const bool exact_x = k == QuantKernel::kDequantGemm || (k == QuantKernel::kAuto && n >= quant_gemm_rows());
           std::vector<float> y(size_t(n * rows), -1e30f);
-          quant_matmul(q, x, n, y.data(), k);
+          ops::quant_matmul(Device::kCPU, q, x, n, y.data(), k);
           int bad = 0;
           for (int64_t e = 0; e < n * rows; ++e) {
             const double tol =
@@ -344,11 +369,11 @@ TEST(QuantMatmul, KernelsAgree) {
     const QuantMatrix q = quantize(random_matrix(70, 160, 40, 0.1f), t);
     const Tensor xt = random_matrix(5, 160, 41);
     std::vector<float> ys(5 * 70);
-    quant_matmul(q, xt.data<float>(), 5, ys.data(), QuantKernel::kScalar);
+    ops::quant_matmul(Device::kCPU, q, xt.data<float>(), 5, ys.data(), QuantKernel::kScalar);
     for (QuantKernel k : {QuantKernel::kAvx2, QuantKernel::kAvx512Vnni}) {
       if (!quant_kernel_available(k)) continue;
       std::vector<float> y(5 * 70);
-      quant_matmul(q, xt.data<float>(), 5, y.data(), k);
+      ops::quant_matmul(Device::kCPU, q, xt.data<float>(), 5, y.data(), k);
       for (size_t i = 0; i < y.size(); ++i)
         EXPECT_NEAR(y[i], ys[i], 1e-5 * (1 + std::fabs(ys[i]))) << quant_type_name(t) << " " << quant_kernel_name(k);
     }
@@ -367,10 +392,10 @@ TEST(QuantMatmul, ManyEqualsEachAlone) {
       const QuantMatrix* ws[] = {&a, &b, &e, &c};
       std::vector<float> ya(size_t(n * 70)), yb(size_t(n * 8)), yc(size_t(n * 300)), ye(1, -3.0f);
       float* ys[] = {ya.data(), yb.data(), ye.data(), yc.data()};
-      quant_matmul_many(ws, x.data<float>(), n, ys);
+      ops::quant_matmul_many(Device::kCPU, ws, x.data<float>(), n, ys);
       for (const auto& [w, y] : {std::pair{&a, &ya}, std::pair{&b, &yb}, std::pair{&c, &yc}}) {
         std::vector<float> alone(y->size());
-        quant_matmul(*w, x.data<float>(), n, alone.data());
+        ops::quant_matmul(Device::kCPU, *w, x.data<float>(), n, alone.data());
         EXPECT_EQ(*y, alone) << quant_type_name(t) << " n " << n << " rows " << w->rows;
       }
       EXPECT_EQ(ye[0], -3.0f);  // the empty matrix writes nothing
@@ -382,9 +407,10 @@ TEST(QuantMatmul, ManyEqualsEachAlone) {
   float* ys[] = {y0.data(), y1.data()};
   const QuantMatrix* mixed[] = {&q8, &q4};
   const QuantMatrix* widths[] = {&q8, &wide};
-  EXPECT_THROW(quant_matmul_many(mixed, x.data(), 1, ys), Error);
-  EXPECT_THROW(quant_matmul_many(widths, x.data(), 1, ys), Error);
-  EXPECT_THROW(quant_matmul_many(std::span<const QuantMatrix* const>(mixed, 1), x.data(), 1, ys), Error);
+  EXPECT_THROW(ops::quant_matmul_many(Device::kCPU, mixed, x.data(), 1, ys), Error);
+  EXPECT_THROW(ops::quant_matmul_many(Device::kCPU, widths, x.data(), 1, ys), Error);
+  EXPECT_THROW(ops::quant_matmul_many(Device::kCPU, std::span<const QuantMatrix* const>(mixed, 1), x.data(), 1, ys),
+               Error);
 }
 
 // NaN / inf in x make the outputs that read them NaN (never a silently finite number); n = 0 is a no-op.
@@ -396,14 +422,14 @@ TEST(QuantMatmul, NonFiniteInputAndEmpty) {
        {QuantKernel::kScalar, QuantKernel::kAvx2, QuantKernel::kAvx512Vnni, QuantKernel::kDequantGemm}) {
     if (!quant_kernel_available(k)) continue;
     std::vector<float> y(2 * 8);
-    quant_matmul(q, x.data(), 2, y.data(), k);
+    ops::quant_matmul(Device::kCPU, q, x.data(), 2, y.data(), k);
     for (int r = 0; r < 8; ++r) {
       EXPECT_TRUE(std::isfinite(y[size_t(r)])) << quant_kernel_name(k);
       EXPECT_FALSE(std::isfinite(y[size_t(8 + r)])) << quant_kernel_name(k);
     }
   }
   std::vector<float> y(1, 123.0f);
-  quant_matmul(q, x.data(), 0, y.data());
+  ops::quant_matmul(Device::kCPU, q, x.data(), 0, y.data());
   EXPECT_EQ(y[0], 123.0f);
 }
 

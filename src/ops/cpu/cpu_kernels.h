@@ -1,9 +1,12 @@
 // The CPU kernels of the kernel table: the semantics, shapes and conventions of each are documented at its
-// ops:: entry point in ops/kernels.h (same name, without the device argument). Included only inside src/ops.
+// ops:: entry point in ops/kernels.h or ops/block_quant.h (same name, without the device argument). Included only
+// inside src/ops.
 #pragma once
 
 #include <cstdint>
+#include <span>
 
+#include "ops/block_quant.h"
 #include "ops/kernels.h"
 
 namespace myriad::cpu {
@@ -96,5 +99,8 @@ void kda_recurrent_backward(float* dq, float* dk, float* dv, float* dg, float* d
                             const float* beta, const float* S0, KdaShape s);
 double sum_all(const float* x, int64_t n);
 void sum_rows_accumulate(float* out, const float* x, int64_t rows, int64_t N);
+// Block-quantized products (ops/block_quant.h; ops/cpu/quant_matmul.cc).
+void quant_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y, QuantKernel kernel);
+void quant_matmul_many(std::span<const QuantMatrix* const> ws, const float* x, int64_t n, std::span<float* const> ys);
 
 }  // namespace myriad::cpu

@@ -1,4 +1,5 @@
-// quant_matmul: y[n, rows] = x[n, cols] . W^T with W block-quantized (quant.h), without dequantizing W whole.
+// The CPU kernels of quant_matmul: y[n, rows] = x[n, cols] . W^T with W block-quantized (ops/block_quant.h),
+// without dequantizing W whole.
 //
 // Legend: N rows of x (tokens), R rows of W (outputs), Cols inputs, G = Cols / 32 groups per row.
 //
@@ -42,7 +43,8 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/threads.h"
-#include "quant/quant.h"
+#include "ops/block_quant.h"
+#include "ops/cpu/cpu_kernels.h"
 
 #if defined(__AVX2__) || defined(__F16C__)
 // NOTE: GCC 12's AVX-512 headers build "undefined" vectors by self-initialisation (_mm512_undefined_ps), which
@@ -702,6 +704,8 @@ void integer_path(QuantKernel kernel, std::span<const QuantMatrix* const> ws, co
 }
 }  // namespace
 
+namespace cpu {
+
 void quant_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y, QuantKernel kernel) {
   check_quant_matrix(w, "quant_matmul");
   MYRIAD_REQUIRE(n >= 0, kShape, "quant_matmul: n = ", n, " rows of x must be >= 0");
@@ -739,8 +743,6 @@ void quant_matmul_many(std::span<const QuantMatrix* const> ws, const float* x, i
   integer_path(QuantKernel::kAuto, ws, x, n, ys);
 }
 
-void quant_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y) {
-  quant_matmul(w, x, n, y, QuantKernel::kAuto);
-}
+}  // namespace cpu
 
 }  // namespace myriad
