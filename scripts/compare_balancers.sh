@@ -2,7 +2,8 @@
 # The three MoE balancers side by side (README "Balancers side by side"): configs/balancing-64.json (64 experts,
 # top-4) trained on tinyshakespeare with the same steps, seed and data for balancing qb, aux_loss and sign_update
 # at their config defaults (aux_loss_coef, bias_update_rate 0.001), then both with 10x their coefficient; prints
-# one table from the runs' metrics.jsonl. A benchmark, not a test (minutes on 2 cores).
+# one table from the runs' metrics.jsonl and writes OUT_DIR/compare.html (`myriad report` of all five runs: their
+# curves overlaid). A benchmark, not a test (minutes on 2 cores).
 #   scripts/compare_balancers.sh [DATA] [OUT_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,3 +50,4 @@ for b in sys.argv[2:]:
     dead = sum(m["dead_experts"] for m in steps[-1]["moe"])
     print(f"| {b} | {max(allv.values()):.2f} ({per}) | {max(lastv.values()):.2f} | {dead} | {val:.4f} |")
 PY
+"$myriad" report $(for b in $variants; do echo "$out/$b"; done) --out "$out/compare.html"

@@ -1,31 +1,42 @@
-// `myriad report RUN [--out FILE]`: the training report of a run directory (train/report.h), one self-contained
-// HTML page written atomically to RUN/report.html or FILE.
+// `myriad report RUN [RUN ...] [--out FILE]`: the training report of a run directory (report/report.h), one
+// self-contained HTML page written atomically to RUN/report.html or FILE; with several runs, one page comparing
+// them (report/compare.h), written to compare.html beside the first run or FILE.
 #include <cstdio>
 #include <string>
 
 #include "cli.h"
 #include "core/error.h"
+#include "report/compare.h"
 #include "report/report.h"
 
 namespace {
 
 int run_report(const myriad::cli::Args& args) {
   const auto& pos = args.positional();
-  MYRIAD_REQUIRE(!pos.empty(), kValue, "report needs a run directory: myriad report RUN [--out FILE]");
-  MYRIAD_REQUIRE(pos.size() == 1, kValue, "report takes one run directory, got ", pos.size(), " arguments ('", pos[1],
-                 "' is extra)");
-  const myriad::ReportSummary s = myriad::write_report(pos[0], args.get_or("out", ""));
-  std::printf("wrote %s (%lld records", s.path.c_str(), static_cast<long long>(s.records));
-  if (s.skipped_lines > 0)
-    std::printf(", %lld malformed line%s skipped", static_cast<long long>(s.skipped_lines),
-                s.skipped_lines == 1 ? "" : "s");
-  if (s.ignored_records > 0) std::printf(", %lld of unknown type ignored", static_cast<long long>(s.ignored_records));
+  MYRIAD_REQUIRE(!pos.empty(), kValue, "report needs a run directory: myriad report RUN [RUN ...] [--out FILE]");
+  int64_t records = 0, skipped = 0, ignored = 0;
+  std::string path;
+  if (pos.size() == 1) {
+    const myriad::ReportSummary s = myriad::write_report(pos[0], args.get_or("out", ""));
+    path = s.path, records = s.records, skipped = s.skipped_lines, ignored = s.ignored_records;
+  } else {
+    const myriad::ComparisonSummary s = myriad::write_comparison(pos, args.get_or("out", ""));
+    path = s.path, records = s.records, skipped = s.skipped_lines;
+  }
+  std::printf("wrote %s (%lld records", path.c_str(), static_cast<long long>(records));
+  if (skipped > 0)
+    std::printf(", %lld malformed line%s skipped", static_cast<long long>(skipped), skipped == 1 ? "" : "s");
+  if (ignored > 0) std::printf(", %lld of unknown type ignored", static_cast<long long>(ignored));
   std::printf(")\n");
   return 0;
 }
 
 }  // namespace
 
-MYRIAD_COMMAND("report", "write a run's training report: one self-contained HTML page with its curves and MoE loads",
-               "myriad report RUN [--out FILE]", {{"out", "FILE", "where to write the page (default RUN/report.html)"}},
+MYRIAD_COMMAND("report",
+               "write a run's training report (one self-contained HTML page with its curves and MoE loads), or a page "
+               "comparing several runs",
+               "myriad report RUN [RUN ...] [--out FILE]",
+               {{"out", "FILE",
+                 "where to write the page (default RUN/report.html; several runs: compare.html beside the first)"}},
                run_report);

@@ -1,10 +1,11 @@
 // Training report: metrics.jsonl (docs/training.md) -> one self-contained HTML page with inline SVG charts.
 //
-// This file is the page: its CSS, its sections (summary, configuration, stages, the charts, mixture of experts,
+// This file is the page: its sections (summary, configuration, stages, the charts, mixture of experts,
 // samples) and render_report / write_report. Its parts: metrics.h reads metrics.jsonl into bounded series
-// (curve.h), svg.h draws the charts and heatmaps, format.h formats text and numbers.
+// (curve.h), svg.h draws the charts and heatmaps, format.h formats text and numbers, page.h holds what every page
+// of the report layer shares (CSS, cards, figures, the step axis). Several runs side by side: compare.h.
 //
-// Leaves out: anything the page would have to fetch (no scripts, fonts, images or links), comparing runs.
+// Leaves out: anything the page would have to fetch (no scripts, fonts, images or links).
 #include "report/report.h"
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "report/curve.h"
 #include "report/format.h"
 #include "report/metrics.h"
+#include "report/page.h"
 #include "report/svg.h"
 
 namespace myriad {
@@ -36,46 +38,6 @@ using namespace report;  // the page's parts: format.h, curve.h, metrics.h, svg.
 
 constexpr size_t kMaxHeatCells = 24000;  // fewer step columns for very many experts: keeps the page small
 constexpr size_t kMaxLayerLines = 8;     // more MoE layers: the mean and the worst layer instead of one each
-
-const char* const kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#59a14f", "#b07aa1",
-                                "#76b7b2", "#edc948", "#9c755f", "#ff9da7", "#bab0ac"};
-
-const char* const kCss = R"(
-body { margin: 0; background: #f6f6f4; color: #222;
-  font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; }
-main { max-width: 940px; margin: 0 auto; padding: 24px 20px 48px; }
-h1 { font-size: 26px; margin: 0 0 2px; }
-h2 { font-size: 19px; margin: 34px 0 10px; padding-bottom: 4px; border-bottom: 1px solid #ddd; }
-h3 { font-size: 15px; margin: 16px 0 6px; }
-code { font: 12.5px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
-.sub { color: #666; margin: 0 0 14px; }
-.warn { background: #fff4e0; border: 1px solid #e8b25c; border-radius: 5px; padding: 8px 12px; margin: 10px 0; }
-.cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(165px, 1fr)); gap: 10px; }
-.card { background: #fff; border: 1px solid #e2e2e2; border-radius: 6px; padding: 8px 12px; }
-.card .k { color: #666; font-size: 12px; }
-.card .v { font-size: 20px; font-weight: 600; font-variant-numeric: tabular-nums; }
-.card .d { color: #888; font-size: 12px; }
-.cols { display: flex; flex-wrap: wrap; gap: 24px; align-items: flex-start; }
-table { border-collapse: collapse; background: #fff; font-size: 13px; margin: 4px 0; }
-th, td { border: 1px solid #e2e2e2; padding: 3px 9px; text-align: left; vertical-align: top; }
-th { background: #f0f0ee; font-weight: 600; }
-td.n { text-align: right; font-variant-numeric: tabular-nums; }
-figure { margin: 14px 0; background: #fff; border: 1px solid #e2e2e2; border-radius: 6px; padding: 10px; }
-figcaption, .note { color: #666; font-size: 12.5px; margin: 4px 2px 0; }
-svg { display: block; max-width: 100%; height: auto; }
-pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 4px 0 0; padding: 8px 10px; background: #fff;
-  border: 1px solid #e2e2e2; border-radius: 5px; font: 12.5px/1.45 ui-monospace, SFMono-Regular, Menlo, monospace; }
-table.samples { width: 100%; table-layout: fixed; }
-table.samples td { white-space: pre-wrap; overflow-wrap: anywhere;
-  font: 12.5px/1.45 ui-monospace, SFMono-Regular, Menlo, monospace; }
-table.samples td.prompt { color: #1d5a9e; }
-footer { color: #888; font-size: 12px; margin-top: 40px; }
-)";
-
-std::string card(const std::string& key, const std::string& value, const std::string& detail = "") {
-  return "<div class=\"card\"><div class=\"k\">" + esc(key) + "</div><div class=\"v\">" + esc(value) + "</div>" +
-         (detail.empty() ? "" : "<div class=\"d\">" + esc(detail) + "</div>") + "</div>\n";
-}
 
 std::string scalar_text(const json& v) {
   if (v.is_string()) return v.get<std::string>();
@@ -142,21 +104,6 @@ std::string object_table(const json& list) {
   return s + "</table>\n";
 }
 
-// Reads an optional JSON file of the run; a note on the page (not an error) when it is unreadable.
-std::optional<json> read_json(const fs::path& p, std::string* note) {
-  std::error_code ec;
-  if (!fs::exists(p, ec)) return std::nullopt;
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, false);
-  if (!in.good() || j.is_discarded() || !j.is_object()) {
-    *note = p.filename().string() + " is present but is not a readable JSON object";
-    return std::nullopt;
-  }
-  return j;
-}
-
 std::string config_section(const fs::path& run) {
   std::string s = "<h2>Configuration</h2>\n<div class=\"cols\">\n";
   std::string note;
@@ -217,15 +164,6 @@ std::string config_section(const fs::path& run) {
   return s;
 }
 
-std::string figure(const std::string& svg, const std::string& caption) {
-  return "<figure>\n" + svg + (caption.empty() ? "" : "<figcaption>" + esc(caption) + "</figcaption>\n") +
-         "</figure>\n";
-}
-
-std::string missing(const std::string& what) {
-  return "<p class=\"note\">" + esc(what) + "</p>\n";
-}
-
 bool want_log(const Curve& a, double ratio) {
   return !a.empty() && a.min_y() > 0 && a.max_y() / a.min_y() >= ratio;
 }
@@ -250,9 +188,9 @@ std::string chart_sections(const Metrics& m, const Frame& f) {
     for (const Curve* k : {&m.loss, &m.val_loss, &m.val_bpb})
       if (!k->empty()) lo = std::min(lo, k->min_y()), hi = std::max(hi, k->max_y());
     c.y.log = lo > 0 && hi / lo >= 3;
-    if (!m.loss.empty()) add_noisy(&c, f, m.loss, "train loss", kPalette[0]);
-    if (!m.val_loss.empty()) add_points(&c, m.val_loss, "val loss", kPalette[1]);
-    if (!m.val_bpb.empty()) add_points(&c, m.val_bpb, "val bits/byte", kPalette[3], 0, true);
+    if (!m.loss.empty()) add_noisy(&c, f, m.loss, "train loss", palette(0));
+    if (!m.val_loss.empty()) add_points(&c, m.val_loss, "val loss", palette(1));
+    if (!m.val_bpb.empty()) add_points(&c, m.val_bpb, "val bits/byte", palette(3), 0, true);
     s += figure(render_line_chart(c, f),
                 "Training loss per step; validation loss and bits per byte from the eval "
                 "records, on the same step axis." +
@@ -267,7 +205,7 @@ std::string chart_sections(const Metrics& m, const Frame& f) {
     c.title = "Learning rate";
     c.y.label = "learning rate";
     c.y.zero = true;
-    c.lines.push_back({"lr", kPalette[0], m.lr.envelope(), 2, 1, true, false, false, true, 0});
+    c.lines.push_back({"lr", palette(0), m.lr.envelope(), 2, 1, true, false, false, true, 0});
     s += figure(render_line_chart(c, f), "");
   }
   // Throughput.
@@ -281,14 +219,14 @@ std::string chart_sections(const Metrics& m, const Frame& f) {
     if (!m.tokens_per_s.empty()) {
       c.y.label = "tokens/s";
       c.y.zero = true;
-      add_noisy(&c, f, m.tokens_per_s, "tokens/s", kPalette[0]);
+      add_noisy(&c, f, m.tokens_per_s, "tokens/s", palette(0));
     }
     if (!m.mfu.empty()) {
       Axis& a = both ? c.y2 : c.y;
       a.label = "MFU";
       a.percent = true;
       a.zero = true;
-      add_noisy(&c, f, m.mfu, "MFU (model FLOPs utilisation)", kPalette[1], both ? 1 : 0);
+      add_noisy(&c, f, m.mfu, "MFU (model FLOPs utilisation)", palette(1), both ? 1 : 0);
     }
     std::string cap;
     if (!m.tokens_per_s.empty()) cap += "Mean " + fmt_value(m.tokens_per_s.mean_y()) + " tokens/s";
@@ -306,7 +244,7 @@ std::string chart_sections(const Metrics& m, const Frame& f) {
     c.y.label = "gradient norm";
     c.y.log = want_log(m.grad_norm, 20);
     c.y.zero = !c.y.log;
-    if (!m.grad_norm.empty()) add_noisy(&c, f, m.grad_norm, "gradient norm (before clipping)", kPalette[0]);
+    if (!m.grad_norm.empty()) add_noisy(&c, f, m.grad_norm, "gradient norm (before clipping)", palette(0));
     c.events.color = "#d62728";
     c.events.name = "skipped step (" + fmt_step(m.skipped_steps) + " in all)";
     for (const Point& p : m.skipped.envelope()) c.events.xs.push_back(p.x);
@@ -326,7 +264,7 @@ std::string chart_sections(const Metrics& m, const Frame& f) {
     for (const auto& [name, k] : m.tasks) hi = std::max(hi, k.max_y());
     c.y.percent = hi <= 1;
     size_t i = 0;
-    for (const auto& [name, k] : m.tasks) add_points(&c, k, name, kPalette[i++ % std::size(kPalette)]);
+    for (const auto& [name, k] : m.tasks) add_points(&c, k, name, palette(i++));
     std::string last;
     for (const auto& [name, k] : m.tasks)
       last += (last.empty() ? "" : ", ") + name + " " +
@@ -349,7 +287,7 @@ std::string rl_section(const Metrics& m, const Frame& f) {
     size_t i = 0;
     std::string last;
     for (const auto& [name, k] : series) {
-      add_noisy(&c, f, k, name, kPalette[i++ % std::size(kPalette)]);
+      add_noisy(&c, f, k, name, palette(i++));
       last += (last.empty() ? "" : ", ") + name + " " +
               (percent ? sfmt("%.1f%%", 100 * k.last().y) : fmt_value(k.last().y));
     }
@@ -382,11 +320,10 @@ std::string moe_section(const Metrics& m, const Frame& f) {
     std::string cap = "max_violation: how far the most loaded expert of a layer is above a balanced load.";
     if (m.violation.size() <= kMaxLayerLines) {
       size_t i = 0;
-      for (const auto& [layer, k] : m.violation)
-        add_noisy(&c, f, k, "layer " + std::to_string(layer), kPalette[i++ % std::size(kPalette)]);
+      for (const auto& [layer, k] : m.violation) add_noisy(&c, f, k, "layer " + std::to_string(layer), palette(i++));
     } else {
-      add_noisy(&c, f, m.violation_mean, "mean over " + std::to_string(m.violation.size()) + " layers", kPalette[0]);
-      add_noisy(&c, f, m.violation_max, "worst layer", kPalette[2]);
+      add_noisy(&c, f, m.violation_mean, "mean over " + std::to_string(m.violation.size()) + " layers", palette(0));
+      add_noisy(&c, f, m.violation_max, "worst layer", palette(2));
     }
     s += figure(render_line_chart(c, f), cap);
   }
@@ -518,45 +455,15 @@ std::string samples_section(const Metrics& m) {
   return s;
 }
 
-std::string run_name(const std::string& run_dir) {
-  fs::path p = fs::path(run_dir).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  std::string name = p.filename().string();
-  if (name.empty() || name == "." || name == "..") {
-    std::error_code ec;
-    name = fs::weakly_canonical(fs::path(run_dir), ec).filename().string();
-  }
-  return name.empty() ? run_dir : name;
-}
-
 }  // namespace
 
 std::string render_report(const std::string& run_dir, ReportSummary* summary) {
   const Metrics m = read_metrics(run_dir);
   const fs::path run(run_dir);
 
-  // The step axis and the stage switches: "stage" records, else where the step records' stage changes; the
-  // stage in force at the first step comes from the step records when the stage records start later.
-  Frame f;
-  f.x.step = std::max(1.0, nice_step(m.last_step - m.first_step, 8));  // steps are whole numbers
-  f.x.lo = std::floor(m.first_step / f.x.step + 1e-9) * f.x.step;
-  f.x.hi = std::max(std::ceil(m.last_step / f.x.step - 1e-9) * f.x.step, f.x.lo + f.x.step);
-  f.x.ticks = linear_ticks(f.x.lo, f.x.hi, f.x.step);
-  f.stages = m.stages;
-  std::sort(f.stages.begin(), f.stages.end(), [](const StageMark& a, const StageMark& b) { return a.step < b.step; });
-  if (f.stages.empty()) {
-    f.stages = m.step_stages;
-  } else if (!m.step_stages.empty() && m.step_stages.front().step < f.stages.front().step) {
-    f.stages.insert(f.stages.begin(), m.step_stages.front());
-  }
-  if (f.stages.size() > kMaxStageMarks) f.stages.resize(kMaxStageMarks);
-  for (const StageMark& st : f.stages) f.breaks.push_back(st.step);
-  std::sort(f.breaks.begin(), f.breaks.end());
+  const Frame f = step_frame(m);
 
-  std::string h = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
-  h += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
-  h += "<title>" + esc(run_name(run_dir)) + " \xE2\x80\x94 myriad training report</title>\n";
-  h += "<style>" + std::string(kCss) + "</style>\n</head>\n<body>\n<main>\n";
+  std::string h = page_begin(run_name(run_dir) + " \xE2\x80\x94 myriad training report");
   h += "<h1>" + esc(run_name(run_dir)) + "</h1>\n";
   h += "<p class=\"sub\">Training report for <code>" + esc(run_dir) + "</code>: " + counted(m.records, "record") +
        " in metrics.jsonl (" + counted(m.n_step, "step") + ", " + counted(m.n_eval, "eval") + ", " +

@@ -1,6 +1,7 @@
 // Training report: a synthetic run (two stages, evals with tasks, MoE loads for 2 layers x 8 experts, samples,
 // one malformed line) gives one self-contained page with every chart; missing runs and empty metrics files are
-// clear errors; runs without MoE or with few fields still render; long runs stay small.
+// clear errors; runs without MoE or with few fields still render; long runs stay small. Several runs compare on one
+// page (report/compare.h): their figures recomputed here from what was written, what differs, overlaid curves.
 #include "report/report.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "report/compare.h"
 
 namespace myriad {
 namespace {
@@ -238,6 +240,88 @@ TEST_F(ReportTest, LongRunIsDownsampled) {
   EXPECT_EQ(count(html, "<svg "), count(html, "</svg>"));
   // The single spike survives the downsampling: the gradient norm axis reaches 1000.
   EXPECT_NE(html.find(">1000</text>"), std::string::npos);
+}
+
+// A run of `steps` steps for the comparison: loss falling, an eval every 50 steps, two MoE layers of 4 experts with
+// max_violation v(layer, s) = scale * layer * (1 + (s % 7)) / 7 and `dead` dead experts in layer 2 from step 100.
+std::string comparison_metrics(int steps, double scale, int dead) {
+  std::ostringstream o;
+  for (int s = 1; s <= steps; ++s) {
+    o << R"({"type":"step","step":)" << s << R"(,"loss":)" << 3.0 + 1.0 / s << R"(,"tokens_per_s":1000,"moe":[)";
+    for (int layer = 1; layer <= 2; ++layer)
+      o << (layer > 1 ? "," : "") << R"({"layer":)" << layer << R"(,"max_violation":)"
+        << scale * layer * (1 + s % 7) / 7.0 << R"(,"dead_experts":)" << (layer == 2 && s >= 100 ? dead : 0)
+        << R"(,"load":[1,2,3,4]})";
+    o << "]}\n";
+    if (s % 50 == 0) o << R"({"type":"eval","step":)" << s << R"(,"val_loss":)" << 3.2 + scale + 1.0 / s << "}\n";
+  }
+  return o.str();
+}
+
+TEST_F(ReportTest, SeveralRunsCompareOnOnePage) {
+  struct Spec {
+    const char* name;
+    double scale;
+    int dead;
+    const char* balancing;
+  };
+  const Spec specs[] = {{"qb", 0.5, 0, "qb"}, {"aux_loss", 2.0, 3, "aux_loss"}, {"sign_update", 4.0, 1, "sign_update"}};
+  std::vector<std::string> dirs;
+  for (const Spec& sp : specs) {
+    const fs::path d = dir_ / sp.name;
+    fs::create_directories(d);
+    std::ofstream(d / "metrics.jsonl") << comparison_metrics(200, sp.scale, sp.dead);
+    std::ofstream(d / "config.json") << R"({"hidden_size":64,"balancing":")" << sp.balancing << R"("})";
+    std::ofstream(d / "train.json") << R"({"seed":0,"stages":[{"seq_len":128,"steps":200}]})";
+    dirs.push_back(d.string());
+  }
+  const ComparisonSummary s = write_comparison(dirs);
+  EXPECT_EQ(s.path, (dir_ / "compare.html").string()) << "beside the runs by default";
+  EXPECT_EQ(s.records, 3 * (200 + 4));
+  const std::string html = read_all(s.path);
+
+  // The table's figures, recomputed from the formula each run was written with.
+  for (const Spec& sp : specs) {
+    double mean2 = 0;  // layer 2 is the worst layer: its mean over the 200 steps
+    for (int t = 1; t <= 200; ++t) mean2 += sp.scale * 2 * (1 + t % 7) / 7.0;
+    mean2 /= 200;
+    char want[128];
+    std::snprintf(want, sizeof want, "<td class=\"n\">%.3f</td><td class=\"n\">%.3f</td><td class=\"n\">%d</td>", mean2,
+                  sp.scale * 2 * (1 + 200 % 7) / 7.0, sp.dead);
+    EXPECT_NE(html.find(want), std::string::npos) << sp.name << ": " << want;
+    char best[64];
+    std::snprintf(best, sizeof best, "%.4g (step 200)", 3.2 + sp.scale + 1.0 / 200);
+    EXPECT_NE(html.find(best), std::string::npos) << sp.name << ": best val loss " << best;
+  }
+  // What differs: balancing only (hidden_size, seed and the stages are the same everywhere).
+  EXPECT_NE(html.find("<code>config.balancing</code></th><td>qb</td><td>aux_loss</td><td>sign_update</td>"),
+            std::string::npos);
+  EXPECT_EQ(html.find("config.hidden_size"), std::string::npos);
+  EXPECT_EQ(html.find("train.seed"), std::string::npos);
+  // Four overlaid charts, one curve per run in each (three legend entries per chart).
+  for (const char* title : {"Training loss", "Validation loss", "MoE load imbalance, worst layer", "Dead experts"})
+    EXPECT_EQ(count(html, std::string("aria-label=\"") + title + "\""), 1u) << title;
+  EXPECT_EQ(count(html, "<svg "), 4u);
+  EXPECT_EQ(count(html, "<svg "), count(html, "</svg>"));
+  for (const Spec& sp : specs) EXPECT_GE(count(html, std::string(">") + sp.name + "</text>"), 4u) << sp.name;
+  EXPECT_EQ(html.find("http"), std::string::npos);
+
+  // One run is the single report's job; a missing run is named.
+  try {
+    render_comparison({dirs[0]}, nullptr);
+    ADD_FAILURE() << "one run compared";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kValue);
+  }
+  const std::string gone = (dir_ / "gone").string();
+  try {
+    write_comparison({dirs[0], gone}, (dir_ / "x.html").string());
+    ADD_FAILURE() << "a missing run compared";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kIo);
+    EXPECT_NE(std::string(e.what()).find(gone), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "x.html"));
 }
 
 }  // namespace
