@@ -138,39 +138,41 @@ Tensor InferenceModel::rmsnorm(const Tensor& x_in, const float* weight) const {
 }
 
 Tensor InferenceModel::attn_res_read(const float* norm, const float* proj, const std::vector<Tensor>& cands) const {
-  const int64_t N = cands[0].size(0), D = cands[0].size(1), C = int64_t(cands.size());
-  const float eps = float(config_.rms_norm_eps);
-  std::vector<const float*> v(static_cast<size_t>(C));
-  std::vector<Tensor> keep;  // contiguous copies of strided candidates (normally none)
-  for (int64_t c = 0; c < C; ++c) {
-    const Tensor& t = cands[size_t(c)];
-    if (!t.is_contiguous()) keep.push_back(t.contiguous());
-    v[size_t(c)] = t.is_contiguous() ? t.data<float>() : keep.back().data<float>();
-  }
-  Tensor read = Tensor::empty({N, D});
-  float* r = read.data<float>();
-  std::vector<float> score(static_cast<size_t>(C));
-  for (int64_t t = 0; t < N; ++t) {
-    // score_c = proj . (norm * v_c / rms(v_c)), as rmsnorm then the [1, D] projection; softmax over candidates
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t c = 0; c < C; ++c) {
-      const float* x = v[size_t(c)] + t * D;
-      float ss = 0.0f, dot = 0.0f;
-#pragma omp simd reduction(+ : ss, dot)
-      for (int64_t d = 0; d < D; ++d) {
-        ss += x[d] * x[d];
-        dot += proj[d] * (norm[d] * x[d]);
-      }
-      score[size_t(c)] = dot / std::sqrt(ss / float(D) + eps);
-      mx = std::max(mx, score[size_t(c)]);
+  // model/layer_module.h's AttnRes read on the kernels. Every Value it makes is its own, so add() sums in place.
+  struct HostResRead {
+    using Value = Tensor;
+    using Weight = const float*;
+    const InferenceModel& m;
+    Device device;
+    Tensor rmsnorm(const Tensor& v, const float* w) const { return m.rmsnorm(v, w); }
+    Tensor project(const Tensor& n, const float* q) const {  // [T, 1]
+      Tensor s = Tensor::empty({n.size(0), 1});
+      ops::gemm_skinny(device, n.size(0), 1, n.size(1), n.data<float>(), q, s.data<float>(), 1);
+      return s;
     }
-    float sum = 0.0f;
-    for (float& sc : score) sum += (sc = std::exp(sc - mx));
-    float* rt = r + t * D;
-    std::fill(rt, rt + D, 0.0f);
-    for (int64_t c = 0; c < C; ++c) ops::axpy(w_->device(), rt, v[size_t(c)] + t * D, score[size_t(c)] / sum, D);
-  }
-  return read;
+    Tensor softmax_columns(const std::vector<Tensor>& scores) const {
+      const int64_t T = scores[0].size(0), C = int64_t(scores.size());
+      Tensor s = Tensor::empty({T, C}), p = Tensor::empty({T, C});
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t t = 0; t < T; ++t) s.data<float>()[t * C + c] = scores[size_t(c)].data<float>()[t];
+      ops::softmax_forward(device, p.data<float>(), s.data<float>(), T, C);
+      return p;
+    }
+    Tensor weighted(const Tensor& v_in, const Tensor& p, int64_t c) const {
+      const Tensor v = v_in.contiguous();
+      const int64_t T = v.size(0), D = v.size(1), C = p.size(1);
+      Tensor out = Tensor::empty({T, D});
+      for (int64_t t = 0; t < T; ++t)
+        ops::scale(device, out.data<float>() + t * D, v.data<float>() + t * D, p.data<float>()[t * C + c], D);
+      return out;
+    }
+    Tensor add(const Tensor& a, const Tensor& b) const {
+      ops::axpy(device, a.data<float>(), b.data<float>(), 1.0f, a.numel());
+      return a;
+    }
+  };
+  HostResRead x{*this, w_->device()};
+  return myriad::attn_res_read(x, norm, proj, cands);
 }
 
 namespace {
@@ -309,7 +311,7 @@ void InferenceModel::serve_remote_experts(int64_t l, const MoeDispatcher& dispat
 }
 
 // model/layer_module.h's execution without the tape: the mixers as decoders over each sequence's state (the
-// batch's segments), the FFN through ffn_module.h, the fused AttnRes read.
+// batch's segments), the FFN through ffn_module.h, the AttnRes read through layer_module.h.
 struct InferenceModel::Stack {
   using Value = Tensor;
 

@@ -337,16 +337,19 @@ Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats, const For
 
 // AttnRes read (DESIGN 1.4): score_c = sum_d (w_norm * w_proj)_d V_c,d / rms(V_c); softmax over candidates.
 Var Transformer::attn_res_read(const std::string& norm, const std::string& proj, const std::vector<Var>& cands) const {
-  std::vector<Var> scores;
-  for (const Var& v : cands)
-    scores.push_back(ag::linear(ag::rmsnorm(v, p(norm), float(config_.rms_norm_eps)), p(proj)));  // [T, 1]
-  Var prob = ag::softmax(ag::concat_last(scores));                                                // [T, C]
-  Var read;
-  for (size_t i = 0; i < cands.size(); ++i) {
-    Var term = ag::mul(cands[i], ag::slice_last(prob, int64_t(i), int64_t(i) + 1));
-    read = read.defined() ? ag::add(read, term) : term;
-  }
-  return read;
+  // model/layer_module.h's AttnRes read on the tape.
+  struct TapeResRead {
+    using Value = Var;
+    using Weight = Var;
+    float eps;
+    Var rmsnorm(const Var& v, const Var& w) const { return ag::rmsnorm(v, w, eps); }
+    Var project(const Var& n, const Var& q) const { return ag::linear(n, q); }  // [T, 1]
+    Var softmax_columns(const std::vector<Var>& scores) const { return ag::softmax(ag::concat_last(scores)); }
+    Var weighted(const Var& v, const Var& p, int64_t c) const { return ag::mul(v, ag::slice_last(p, c, c + 1)); }
+    Var add(const Var& a, const Var& b) const { return ag::add(a, b); }
+  };
+  TapeResRead x{float(config_.rms_norm_eps)};
+  return myriad::attn_res_read(x, p(norm), p(proj), cands);
 }
 
 // model/layer_module.h's execution on the tape: the layer's norms and modules, AttnRes reads by their weight names,

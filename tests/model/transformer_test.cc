@@ -371,6 +371,51 @@ TEST(Kda, UnboundedSoftplusGateRunsInTrainingPrefillAndDecode) {
   }
 }
 
+// The AttnRes reads are written once (model/layer_module.h attn_res_read) and run on the tape in training and on the
+// kernels in inference. Initialised, every read's query is zero (a uniform softmax, where any weighting of the
+// candidates looks alike), so here every read gets a random norm and query: prefill and token-by-token decode must
+// still give the training forward's logits, and the reads must matter (the logits move far from the zero-query
+// model's).
+TEST(AttnRes, NonZeroQueriesGiveTheSameLogitsInTrainingPrefillAndDecode) {
+  const ModelConfig c = load("tiny.json");
+  ASSERT_EQ(c.attn_res_mode, AttnResMode::kBlock);
+  const ModelWeights plain = ModelWeights::random(c, 24);
+  ModelWeights w = ModelWeights::random(c, 24);
+  std::mt19937 rng(25);
+  int reads = 0;
+  for (const auto& [name, t] : w.all()) {
+    Tensor v(t.value());  // shared storage
+    if (name.ends_with("res_proj.weight")) {
+      v.copy_from(randn(rng, v.shape(), 2.0f));
+      ++reads;
+    } else if (name.ends_with("res_norm.weight")) {
+      const Tensor r = randn(rng, v.shape(), 0.3f);
+      for (int64_t i = 0; i < r.numel(); ++i) r.data<float>()[i] += 1.0f;
+      v.copy_from(r);
+    }
+  }
+  ASSERT_EQ(reads, 2 * c.num_hidden_layers + 1) << "q_pre and q_post per layer, and the output read";
+  const Transformer model(c, w), zero(c, plain);
+  const int64_t T = 40;
+  std::vector<int64_t> ids(T);
+  for (int64_t t = 0; t < T; ++t) ids[size_t(t)] = (t * 29 + 3) % c.vocab_size;
+  ag::NoGradGuard ng;
+  const Tensor tokens = Tensor::from_vector(ids, {T});
+  const Tensor logits = model.logits(model.forward(tokens, Tensor()).hidden);
+  EXPECT_GT(max_abs_diff(zero.logits(zero.forward(tokens, Tensor()).hidden), logits), 1e-2);
+  InferenceModel inf(c, DecodeWeights::from_model(model.weights()));
+  const std::vector<int32_t> ids32(ids.begin(), ids.end());
+  SequenceState prefill = inf.new_sequence(), decode = inf.new_sequence();
+  const BatchEntry e{&prefill, ids32};
+  // f32 through 4 layers on both sides (chunkwise KDA, naive against absorbed MLA): ~1e-6 of O(1) logits.
+  EXPECT_LE(max_abs_diff(inf.forward(std::span<const BatchEntry>(&e, 1), true), logits), 1e-4);
+  for (int64_t t = 0; t < T; ++t) {
+    const BatchEntry one{&decode, std::span<const int32_t>(ids32.data() + t, 1)};
+    EXPECT_LE(max_abs_diff(inf.forward(std::span<const BatchEntry>(&one, 1)), logits.slice(0, t, t + 1)), 1e-4)
+        << "decode token " << t;
+  }
+}
+
 // Gradient checkpointing recomputes each layer in the backward: the same loss, routing statistics once per MoE
 // layer (from the first pass), and the same gradients. The recomputed layer runs the same operations on the same
 // values, but its gradients reach the layer's inputs in another order relative to the rest of the tape: f32
