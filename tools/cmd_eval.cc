@@ -1,16 +1,20 @@
 // `myriad eval`: next-token loss and perplexity of a model as served (plain or quantized), and with --reference
 // the KL divergence of its next-token distributions from another model's (src/serve/evaluate.h). Argument
 // parsing only.
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "cli.h"
 #include "deploy/prune.h"
 #include "dist/expert_parallel.h"
 #include "io/atomic_file.h"
 #include "report/agent_eval_page.h"
+#include "report/longctx_page.h"
 #include "serve/engine.h"
 #include "serve/evaluate.h"
 #include "train/agent_eval.h"
+#include "train/longctx_eval.h"
 
 namespace {
 
@@ -61,11 +65,57 @@ int run_eval_tasks(const myriad::cli::Args& args) {
   return 0;
 }
 
+// `myriad eval longctx`: the long-context grid (src/train/longctx_eval.h) on a model.
+int run_eval_longctx(const myriad::cli::Args& args) {
+  using namespace myriad;
+  const auto model_dir = args.get("model");
+  MYRIAD_REQUIRE(model_dir, kValue, "eval longctx needs --model DIR");
+  LongContextOptions o;
+  o.task = parse_long_task(args.get_or("task", "passkey"));
+  o.lengths = parse_token_lengths(args.get_or("lengths", "1K,4K"));
+  const std::string depths = args.get_or("depths", "0,25,50,75,100");
+  for (size_t start = 0; start <= depths.size();) {
+    const size_t end = std::min(depths.find(',', start), depths.size());
+    const std::string d = depths.substr(start, end - start);
+    char* stop = nullptr;
+    const long v = std::strtol(d.c_str(), &stop, 10);
+    MYRIAD_REQUIRE(!d.empty() && stop && *stop == '\0' && v >= 0 && v <= 100, kValue, "--depths: '", d, "' in '",
+                   depths, "' is not a whole percent in 0..100");
+    o.depths.push_back(int(v));
+    start = end + 1;
+  }
+  o.samples = int(args.get_int("samples", 4, 1, 100000));
+  o.seed = args.get_u64("seed", 1234);
+  o.prefill_chunk = args.get_int("prefill-chunk", 2048, 1, 1L << 30);
+  const std::string tokenizer = args.get_or("tokenizer", "");
+  const auto model = InferenceModel::load(*model_dir, {}, tokenizer);
+  check_long_context_options(o, model->config().max_position_embeddings);  // before any prompt is built
+  std::printf("%-9s %6s %9s %9s %8s  %s\n", "tokens", "depth", "correct", "accuracy", "seconds",
+              "first answer / generated");
+  const LongContextReport r = evaluate_long_context(*model, model->tokenizer(), o, [](const LongContextCell& c) {
+    std::printf("%-9lld %5d%% %5d / %-2d %8.1f%% %8.1f  %s / '%s'\n", static_cast<long long>(c.length), c.depth,
+                c.correct, c.samples, 100 * c.accuracy(), c.seconds, c.answer.c_str(), c.got.c_str());
+    std::fflush(stdout);
+  });
+  nlohmann::json j = r.to_json();
+  j["model"] = *model_dir;
+  const std::string title = "myriad eval longctx: " + *model_dir;
+  if (const auto p = args.get("json"))
+    write_file_atomic(*p, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  if (const auto p = args.get("html")) write_file_atomic(*p, render_longctx_page(j, title));
+  if (const auto p = args.get("svg")) write_file_atomic(*p, render_longctx_svg(j));
+  std::printf("%s: %.1f%% over %zu cells, %.1f s, %lld prompt tokens\n", j["task"].get<std::string>().c_str(),
+              100 * j["accuracy"].get<double>(), r.cells.size(), r.seconds, static_cast<long long>(r.prompt_tokens));
+  return 0;
+}
+
 int run_eval(const myriad::cli::Args& args) {
   using namespace myriad;
   if (!args.positional().empty() && args.positional()[0] == "tasks") return run_eval_tasks(args);
+  if (!args.positional().empty() && args.positional()[0] == "longctx") return run_eval_longctx(args);
   MYRIAD_REQUIRE(args.positional().empty(), kValue, "eval: unknown mode '", args.positional()[0],
-                 "' (myriad eval --model DIR --data PATH, or myriad eval tasks --model DIR)");
+                 "' (myriad eval --model DIR --data PATH, myriad eval tasks --model DIR, or myriad eval longctx "
+                 "--model DIR)");
   const auto model_dir = args.get("model");
   const auto data = args.get("data");
   MYRIAD_REQUIRE(model_dir && data, kValue, "eval needs --model DIR and --data PATH");
@@ -110,29 +160,38 @@ int run_eval(const myriad::cli::Args& args) {
 
 }  // namespace
 
-MYRIAD_COMMAND("eval",
-               "perplexity of a model as served (plain or quantized); KL divergence from a reference; `eval tasks`: "
-               "held-out multi-step tool tasks",
-               "myriad eval --model DIR --data PATH [--reference DIR] [--max-tokens N] [--window T] [--split val] "
-               "[--cache-dtype f32|bf16|q8] [--decode]\n       myriad eval tasks --model DIR [--suite builtin|FILE] "
-               "[--samples K] [--per-family N] [--json F] [--html F] [--data PATH]",
-               {{"model", "DIR", "a model directory (plain or quantized) or a run"},
-                {"tokenizer", "DIR|FILE",
-                 "use this tokenizer instead of the model's own (tokenizer.model, tiktoken.model or tokenizer.json)"},
-                {"data", "PATH", "text / JSONL files or a directory, or a token-shard directory (its --split)"},
-                {"reference", "DIR", "also report the change against this model and the KL divergence from it"},
-                {"max-tokens", "N", "tokens evaluated at most (default 32768)"},
-                {"window", "T", "tokens per window (default min(1024, max_position_embeddings))"},
-                {"split", "NAME", "split of a shard directory: val (default) or train"},
-                {"cache-dtype", "f32|bf16|q8", "the model's MLA latent cache (default f32; the reference's is f32)"},
-                {"ep", "N", "under mpirun -np N: split the routed experts over the N ranks (rank 0 prints)"},
-                {"suite", "FILE", "eval tasks: builtin (default) or JSONL lines {\"family\", \"seed\"}"},
-                {"samples", "K", "eval tasks: episodes per task (pass@K; K > 1 samples at temperature 0.8)"},
-                {"per-family", "N", "eval tasks: built-in held-out tasks per family (default 8)"},
-                {"seed", "S", "eval tasks: seed of the built-in tasks (default 1234)"},
-                {"transcripts", "N", "eval tasks: episodes per family kept as text (default 1)"},
-                {"json", "FILE", "eval tasks: write the report as JSON"},
-                {"html", "FILE", "eval tasks: write the report as an HTML page"},
-                {"decode", "",
-                 "run every window token by token (the decode path serving uses) instead of one prefill"}},
-               run_eval);
+MYRIAD_COMMAND(
+    "eval",
+    "perplexity of a model as served (plain or quantized); KL divergence from a reference; `eval tasks`: "
+    "held-out multi-step tool tasks; `eval longctx`: long-context retrieval by length x depth",
+    "myriad eval --model DIR --data PATH [--reference DIR] [--max-tokens N] [--window T] [--split val] "
+    "[--cache-dtype f32|bf16|q8] [--decode]\n       myriad eval tasks --model DIR [--suite builtin|FILE] "
+    "[--samples K] [--per-family N] [--json F] [--html F] [--data PATH]\n       myriad eval longctx --model DIR "
+    "[--task passkey|multikey|vartrack] [--lengths 1K,4K] [--depths 0,25,50,75,100] [--samples N] "
+    "[--seed S] [--prefill-chunk T] [--json F] [--html F] [--svg F]",
+    {{"model", "DIR", "a model directory (plain or quantized) or a run"},
+     {"tokenizer", "DIR|FILE",
+      "use this tokenizer instead of the model's own (tokenizer.model, tiktoken.model or tokenizer.json)"},
+     {"data", "PATH", "text / JSONL files or a directory, or a token-shard directory (its --split)"},
+     {"reference", "DIR", "also report the change against this model and the KL divergence from it"},
+     {"max-tokens", "N", "tokens evaluated at most (default 32768)"},
+     {"window", "T", "tokens per window (default min(1024, max_position_embeddings))"},
+     {"split", "NAME", "split of a shard directory: val (default) or train"},
+     {"cache-dtype", "f32|bf16|q8", "the model's MLA latent cache (default f32; the reference's is f32)"},
+     {"ep", "N", "under mpirun -np N: split the routed experts over the N ranks (rank 0 prints)"},
+     {"suite", "FILE", "eval tasks: builtin (default) or JSONL lines {\"family\", \"seed\"}"},
+     {"samples", "K",
+      "eval tasks: episodes per task (pass@K; K > 1 samples at temperature 0.8); eval longctx: prompts per cell "
+      "(default 4)"},
+     {"task", "NAME", "eval longctx: passkey (default), multikey or vartrack"},
+     {"lengths", "LIST", "eval longctx: prompt lengths in tokens, K = 1024, M = 1048576 (default 1K,4K)"},
+     {"depths", "LIST", "eval longctx: where the fact sits, percent of the filler (default 0,25,50,75,100)"},
+     {"prefill-chunk", "T", "eval longctx: prompt tokens per prefill forward (default 2048)"},
+     {"svg", "FILE", "eval longctx: write the accuracy heatmap as an SVG file"},
+     {"per-family", "N", "eval tasks: built-in held-out tasks per family (default 8)"},
+     {"seed", "S", "eval tasks / longctx: seed of the built-in tasks or prompts (default 1234)"},
+     {"transcripts", "N", "eval tasks: episodes per family kept as text (default 1)"},
+     {"json", "FILE", "eval tasks / longctx: write the report as JSON"},
+     {"html", "FILE", "eval tasks / longctx: write the report as an HTML page"},
+     {"decode", "", "run every window token by token (the decode path serving uses) instead of one prefill"}},
+    run_eval);

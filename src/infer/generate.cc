@@ -7,9 +7,11 @@
 namespace myriad {
 
 std::vector<int32_t> generate(const InferenceModel& model, std::span<const int32_t> prompt, int max_new_tokens,
-                              const SamplingParams& sampling, int32_t stop_id, const StopFn& stop) {
+                              const SamplingParams& sampling, int32_t stop_id, const StopFn& stop,
+                              int64_t prefill_chunk) {
   MYRIAD_REQUIRE(!prompt.empty(), kValue, "generate: the prompt is empty (it needs at least one token)");
   MYRIAD_REQUIRE(max_new_tokens >= 0, kValue, "generate: max_new_tokens (", max_new_tokens, ") must be >= 0");
+  MYRIAD_REQUIRE(prefill_chunk >= 0, kValue, "generate: prefill_chunk (", prefill_chunk, ") must be >= 0");
   Sampler sampler(sampling);  // validates
   std::vector<int32_t> out;
   if (max_new_tokens == 0) return out;
@@ -17,8 +19,15 @@ std::vector<int32_t> generate(const InferenceModel& model, std::span<const int32
   const std::span<const int32_t> tail = prompt.subspan(prompt.size() - std::min<size_t>(prompt.size(), max_context));
   SequenceState seq = model.new_sequence();
   std::span<const int32_t> feed = tail;
+  if (prefill_chunk > 0) {  // all but the last chunk: their logits are not needed
+    while (int64_t(feed.size()) > prefill_chunk) {
+      const BatchEntry e{&seq, feed.first(size_t(prefill_chunk))};
+      (void)model.forward(std::span<const BatchEntry>(&e, 1));
+      feed = feed.subspan(size_t(prefill_chunk));
+    }
+  }
   int32_t next = -1;
-  for (int64_t context = 0;;) {
+  for (int64_t context = int64_t(tail.size() - feed.size());;) {
     const BatchEntry e{&seq, feed};
     Tensor logits = model.forward(std::span<const BatchEntry>(&e, 1));  // [1, vocab]
     context += int64_t(feed.size());

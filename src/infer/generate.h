@@ -24,8 +24,11 @@ using StopFn = std::function<bool(const std::vector<int32_t>& generated)>;
 //  - stop (optional): generation ends after the token on which it returns true; that token is included.
 //  - a prompt longer than the model's max_position_embeddings is cut to its most recent tokens, and generation
 //    ends when the context is full (the states hold every token: nothing can be dropped from the front).
+//  - prefill_chunk > 0: the prompt is prefilled in forwards of at most that many tokens (a long prompt's
+//    activations and MLA scores stay bounded); 0: in one forward.
 // Throws kValue on an empty prompt, a negative max_new_tokens or bad sampling parameters.
 std::vector<int32_t> generate(const InferenceModel& model, std::span<const int32_t> prompt, int max_new_tokens,
-                              const SamplingParams& sampling, int32_t stop_id, const StopFn& stop = {});
+                              const SamplingParams& sampling, int32_t stop_id, const StopFn& stop = {},
+                              int64_t prefill_chunk = 0);
 
 }  // namespace myriad
