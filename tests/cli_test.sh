@@ -87,5 +87,25 @@ check "train: resume from something that is not a run" 1 "$bin" train --config "
   --resume "$work/ckpt" --out "$work/run5" --quiet
 one_error_line "no checkpoint"
 no_run_left "$work/run5"
+# The long-context grid at every stage's end (train.json longctx_eval): one "longctx" record per stage, drawn by
+# `myriad report`; `myriad eval longctx` on the run's checkpoint; its bad grids are one error line.
+printf '{"stages": [{"seq_len": 64, "steps": 2}, {"seq_len": 128, "steps": 2}], "batch_tokens": 256,
+  "eval_every": 100, "eval_batches": 1, "task_eval_per_task": 0, "checkpoint_every": 100,
+  "longctx_eval": {"lengths": [256, 512], "depths": [0, 100], "samples": 1}}' >"$work/lc.train.json"
+check "train with longctx_eval" 0 "$bin" train --config "$root/configs/tiny.json" --train-config "$work/lc.train.json" \
+  --out "$work/lc" --quiet
+n=$(grep -c '"type":"longctx"' "$work/lc/metrics.jsonl")
+[[ "$n" == 2 ]] || { echo "FAIL: $n longctx records, want 2 (one per stage)"; fails=$((fails + 1)); }
+check "report of a run with longctx grids" 0 "$bin" report "$work/lc"
+grep -q "<h2>Long context</h2>" "$work/lc/report.html" || { echo "FAIL: no long-context section"; fails=$((fails + 1)); }
+check "eval longctx" 0 "$bin" eval longctx --model "$work/lc" --lengths 300 --depths 0,100 --samples 1 \
+  --json "$work/lc.json" --svg "$work/lc.svg" --html "$work/lc.html"
+for f in lc.json lc.svg lc.html; do [[ -s "$work/$f" ]] || { echo "FAIL: eval longctx wrote no $f"; fails=$((fails + 1)); }; done
+check "eval longctx: length over the context" 1 "$bin" eval longctx --model "$work/lc" --lengths 4K
+one_error_line "max_position_embeddings 2048"
+check "eval longctx: depth over 100" 1 "$bin" eval longctx --model "$work/lc" --depths 0,120
+one_error_line "0..100"
+check "eval longctx: unknown task" 1 "$bin" eval longctx --model "$work/lc" --task needle
+one_error_line "passkey, multikey, vartrack"
 echo "$fails failure(s)"
 exit $((fails > 0))

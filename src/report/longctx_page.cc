@@ -80,6 +80,10 @@ std::string render_longctx_svg(const json& eval) {
   return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + svg_body(eval, true);
 }
 
+std::string render_longctx_heatmap(const json& eval) {
+  return svg_body(eval, false);
+}
+
 std::string render_longctx_page(const json& eval, const std::string& title) {
   std::string h = page_begin(title);
   h += "<h1>" + esc(title) + "</h1>\n";

@@ -10,6 +10,8 @@ namespace myriad {
 
 // `eval`: LongContextReport::to_json(). A complete SVG document (with the XML declaration's namespace).
 std::string render_longctx_svg(const nlohmann::json& eval);
+// The heatmap alone, for inline use in a page (the training report's long-context section).
+std::string render_longctx_heatmap(const nlohmann::json& eval);
 std::string render_longctx_page(const nlohmann::json& eval, const std::string& title);
 
 }  // namespace myriad

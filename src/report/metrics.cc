@@ -109,6 +109,29 @@ void add_moe(Metrics& m, const json& moe, double step) {
   if (n_dead > 0) m.dead_experts.add(step, dead);
 }
 
+// A "longctx" record with every field the heatmap reads, of the right type (metrics.jsonl is outside data).
+bool drawable_grid(const json& r) {
+  auto numbers = [&](const char* key) {
+    const auto it = r.find(key);
+    return it != r.end() && it->is_array() && it->size() <= 64 &&
+           std::all_of(it->begin(), it->end(), [](const json& v) { return v.is_number_integer(); });
+  };
+  const auto task = r.find("task"), acc = r.find("accuracy"), cells = r.find("cells");
+  if (!numbers("lengths") || !numbers("depths") || task == r.end() || !task->is_string() || acc == r.end() ||
+      !acc->is_number() || cells == r.end() || !cells->is_array() || cells->size() > 4096)
+    return false;
+  for (const json& c : *cells) {
+    if (!c.is_object()) return false;
+    for (const char* k : {"length", "depth", "correct", "samples"}) {
+      const auto it = c.find(k);
+      if (it == c.end() || !it->is_number_integer()) return false;
+    }
+    const auto a = c.find("accuracy");
+    if (a == c.end() || !a->is_number()) return false;
+  }
+  return true;
+}
+
 void add_step(Metrics& m, const json& r, double step) {
   ++m.n_step;
   if (auto v = number(r, "loss")) m.loss.add(step, *v);
@@ -228,6 +251,15 @@ Metrics read_metrics(const std::string& run_dir) {
                            truncate_utf8(string_field(r, "text"), kMaxSampleBytes),
                            truncate_utf8(string_field(r, "want"), kMaxSampleBytes)});
       if (m.samples.size() > kMaxSamples) m.samples.pop_front();
+    } else if (t == "longctx") {
+      if (!drawable_grid(r)) {
+        ++m.ignored;  // not a grid this report can draw
+        continue;
+      }
+      m.longctx.push_back({*step, r});
+      if (m.longctx.size() > kMaxLongContextRecords) m.longctx.pop_front();
+    } else if (t == "memory") {
+      m.memory = r;
     } else {
       ++m.ignored;
       continue;

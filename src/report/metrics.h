@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +49,13 @@ struct LayerLast {
   std::optional<double> max_violation, dropped_fraction, router_entropy, dead_experts;
 };
 
+// A "longctx" record (train/trainer.h: the long-context grid at a stage's end), as written.
+struct LongContextRecord {
+  double step = 0;
+  nlohmann::json grid;  // LongContextReport::to_json() with "stage" and "seq_len"
+};
+constexpr size_t kMaxLongContextRecords = 64;
+
 struct Metrics {
   std::string path;
   int64_t lines = 0, records = 0, malformed = 0, first_malformed_line = 0, ignored = 0;
@@ -73,6 +81,8 @@ struct Metrics {
   std::map<int64_t, StageTotals> stage_totals;
 
   std::deque<Sample> samples;
+  std::deque<LongContextRecord> longctx;  // the last kMaxLongContextRecords
+  std::optional<nlohmann::json> memory;   // the last "memory" record (bytes of weights, gradients, optimizer, RSS)
 
   std::map<int64_t, Curve> violation;  // per MoE layer
   Curve violation_mean, violation_max, dead_experts;

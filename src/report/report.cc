@@ -25,6 +25,7 @@
 #include "model/config.h"
 #include "report/curve.h"
 #include "report/format.h"
+#include "report/longctx_page.h"
 #include "report/metrics.h"
 #include "report/page.h"
 #include "report/svg.h"
@@ -429,6 +430,31 @@ std::string moe_section(const Metrics& m, const Frame& f) {
   return s;
 }
 
+// The long-context grids of the trainer's "longctx" records (one per stage end); only when there are some.
+std::string longctx_section(const Metrics& m) {
+  if (m.longctx.empty()) return "";
+  std::string s =
+      "<h2>Long context</h2>\n<table>\n<tr><th>step</th><th>after stage</th><th>trained length</th>"
+      "<th>task</th><th>accuracy</th><th>cells</th></tr>\n";
+  for (const LongContextRecord& r : m.longctx) {
+    const json& g = r.grid;
+    auto integer_text = [&](const char* k) {
+      const auto it = g.find(k);
+      return it != g.end() && it->is_number_integer() ? grouped(it->get<double>()) : std::string("-");
+    };
+    s += "<tr><td class=\"n\">" + fmt_step(r.step) + "</td><td class=\"n\">" + integer_text("stage") +
+         "</td><td class=\"n\">" + integer_text("seq_len") + "</td><td>" + esc(g["task"].get<std::string>()) +
+         "</td><td class=\"n\">" + sfmt("%.1f%%", 100 * g["accuracy"].get<double>()) + "</td><td class=\"n\">" +
+         std::to_string(g["cells"].size()) + "</td></tr>\n";
+  }
+  s += "</table>\n";
+  const LongContextRecord& last = m.longctx.back();
+  s += figure(render_longctx_heatmap(last.grid),
+              "The last grid (step " + fmt_step(last.step) +
+                  "): accuracy by generated answer over prompt length (rows) and the hidden fact's depth (columns).");
+  return s;
+}
+
 std::string samples_section(const Metrics& m) {
   std::string s = "<h2>Samples</h2>\n";
   if (m.samples.empty()) return s + missing("No sample records.");
@@ -494,6 +520,11 @@ std::string render_report(const std::string& run_dir, ReportSummary* summary) {
     h += card("tokens/s (mean)", fmt_value(m.tokens_per_s.mean_y()), "last " + fmt_value(m.tokens_per_s.last().y));
   if (!m.mfu.empty())
     h += card("MFU (mean)", sfmt("%.1f%%", 100 * m.mfu.mean_y()), sfmt("last %.1f%%", 100 * m.mfu.last().y));
+  if (m.memory) {
+    const auto peak = m.memory->find("resident_peak_bytes");
+    if (peak != m.memory->end() && peak->is_number())
+      h += card("peak memory (RSS)", fmt_value(peak->get<double>()) + "B", grouped(peak->get<double>()) + " bytes");
+  }
   h += card("skipped steps", fmt_step(m.skipped_steps),
             m.n_step > 0 ? sfmt("%.2f%% of step records", 100 * m.skipped_steps / double(m.n_step)) : "");
   if (m.malformed > 0) h += card("malformed lines", grouped(double(m.malformed)), "skipped");
@@ -522,6 +553,7 @@ std::string render_report(const std::string& run_dir, ReportSummary* summary) {
   h += chart_sections(m, f);
   h += rl_section(m, f);
   h += moe_section(m, f);
+  h += longctx_section(m);
   h += samples_section(m);
   h += "<footer>Written by <code>myriad report</code> from <code>" + esc(m.path) +
        "</code>. Self-contained: nothing on this page is fetched.</footer>\n";

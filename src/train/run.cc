@@ -11,10 +11,13 @@
 #include "data/loader.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
+#include "infer/decode_weights.h"
+#include "infer/inference_model.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
 #include "model/param_spec.h"
+#include "train/longctx_eval.h"
 #include "train/run_checkpoint.h"
 #include "train/task_eval.h"
 #include "train/training_ranks.h"
@@ -218,6 +221,17 @@ TrainSummary run_training(const RunRequest& req) {
       for (const TaskSample& x : s.samples)
         j["samples"].push_back({{"prompt", x.prompt}, {"got", x.got}, {"want", x.want}});
       return j;
+    };
+  if (tc.longctx_eval.enabled() && dims.ep == 1 && dims.sp == 1)
+    to.evaluate_long_context = [&tok, &tc](const Transformer& m) {
+      LongContextOptions o;
+      o.task = parse_long_task(tc.longctx_eval.task);
+      o.lengths = tc.longctx_eval.lengths;
+      o.depths.assign(tc.longctx_eval.depths.begin(), tc.longctx_eval.depths.end());
+      o.samples = int(tc.longctx_eval.samples);
+      o.seed = tc.seed + 7;
+      const InferenceModel inference(m.config(), DecodeWeights::from_model(m.weights()));
+      return evaluate_long_context(inference, tok, o).to_json();
     };
   Trainer trainer(model, tc, source, to);
   if (!req.resume.empty()) trainer.resume(req.resume);

@@ -87,6 +87,23 @@ TrainConfig parse_train_config(const nlohmann::json& j, const std::string& sourc
   c.max_consecutive_skips = o.int_or("max_consecutive_skips", c.max_consecutive_skips);
   c.log_every = o.int_or("log_every", c.log_every);
   c.kda_chunk = o.int_or("kda_chunk", c.kda_chunk);
+  if (const nlohmann::json* lc = o.opt_object("longctx_eval")) {
+    JsonFields lo(*lc, "longctx_eval", src);
+    LongContextEvalConfig& e = c.longctx_eval;
+    e.task = lo.choice_or("task", e.task, {"passkey", "multikey", "vartrack"});
+    e.lengths = lo.req_int_list("lengths");
+    if (lo.present("depths")) e.depths = lo.req_int_list("depths");
+    e.samples = lo.int_or("samples", e.samples);
+    lo.finish();
+    if (e.lengths.empty()) lo.fail("lengths", *lc->find("lengths"), "must list at least one length");
+    for (int64_t L : e.lengths)
+      if (L < 1 || L > model.max_position_embeddings)
+        lo.fail("lengths", L, str("must lie in [1, max_position_embeddings = ", model.max_position_embeddings, "]"));
+    if (e.depths.empty()) lo.fail("depths", *lc->find("depths"), "must list at least one depth");
+    for (int64_t d : e.depths)
+      if (d < 0 || d > 100) lo.fail("depths", d, "must lie in 0..100 (percent)");
+    if (e.samples < 1) lo.fail("samples", e.samples, "must be >= 1");
+  }
   o.finish();
   if (c.batch_tokens < 1) o.fail("batch_tokens", c.batch_tokens, "must be >= 1");
   if (!(c.lr > 0) || !std::isfinite(c.lr)) o.fail("lr", c.lr, "must be a positive number");
@@ -143,6 +160,11 @@ nlohmann::json train_config_to_json(const TrainConfig& c) {
   j["max_consecutive_skips"] = c.max_consecutive_skips;
   j["log_every"] = c.log_every;
   j["kda_chunk"] = c.kda_chunk;
+  if (c.longctx_eval.enabled())
+    j["longctx_eval"] = {{"task", c.longctx_eval.task},
+                         {"lengths", c.longctx_eval.lengths},
+                         {"depths", c.longctx_eval.depths},
+                         {"samples", c.longctx_eval.samples}};
   return j;
 }
 

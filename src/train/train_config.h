@@ -10,6 +10,9 @@
 //   eval_every, eval_batches, task_eval_per_task, task_eval_max_new_tokens
 //   checkpoint_every, keep_checkpoints, max_consecutive_skips, log_every
 //   kda_chunk         KDA chunk size                                                        default 64
+//   longctx_eval      {"task": "passkey", "lengths": [512, 2048], "depths": [0, 25, 50, 75, 100], "samples": 2}:
+//                     the long-context grid (train/longctx_eval.h) at the end of every stage of the ladder; each
+//                     length at most max_position_embeddings. Absent: not run
 #pragma once
 
 #include <cstdint>
@@ -25,6 +28,15 @@ struct Stage {
   int64_t seq_len = 256;
   int64_t steps = 100;
   double lr_scale = 1.0;
+};
+
+// The long-context evaluation run at every stage's end (absent: lengths empty).
+struct LongContextEvalConfig {
+  std::string task = "passkey";
+  std::vector<int64_t> lengths;
+  std::vector<int64_t> depths = {0, 25, 50, 75, 100};
+  int64_t samples = 2;
+  bool enabled() const { return !lengths.empty(); }
 };
 
 struct TrainConfig {
@@ -47,6 +59,7 @@ struct TrainConfig {
   int64_t max_consecutive_skips = 5;
   int64_t log_every = 1;
   int64_t kda_chunk = 64;
+  LongContextEvalConfig longctx_eval;
 
   int64_t total_steps() const;
   int64_t stage_of(int64_t step) const;  // stage index of a 0-based step

@@ -278,6 +278,20 @@ nlohmann::json Trainer::evaluate(int64_t seq_len) {
   return e;
 }
 
+void Trainer::long_context_eval(int64_t stage) {
+  if (!opt_.evaluate_long_context || !root() || groups_->dims.ep != 1 || groups_->dims.sp != 1) return;
+  nlohmann::json r = opt_.evaluate_long_context(model_);
+  r["type"] = "longctx";
+  r["step"] = step_;
+  r["stage"] = stage;
+  r["seq_len"] = cfg_.stages[size_t(stage)].seq_len;
+  log(r);
+  if (!opt_.quiet)
+    std::fprintf(stderr, "\nlong-context eval after stage %lld (step %lld): %s %.1f%% over %zu cells\n",
+                 static_cast<long long>(stage), static_cast<long long>(step_), r.value("task", "").c_str(),
+                 100 * r.value("accuracy", 0.0), r.value("cells", nlohmann::json::array()).size());
+}
+
 void Trainer::balance(const std::vector<RoutingStats>& routing, const std::vector<int64_t>& total_tokens) {
   // DESIGN 1.6: the bias is estimated on this step's batch (every rank's tokens: dist/routing_sync.h) and
   // applied to the next. Only the selection moves; the mixture weights never see b. (aux_loss balancing acts
@@ -354,7 +368,8 @@ TrainSummary Trainer::run() {
   while (step_ < end) {
     const int64_t s = cfg_.stage_of(step_);
     if (s != stage) {
-      // Stage boundary: checkpoint, then switch the sequence length.
+      // Stage boundary: the long-context grid of the stage that ended, a checkpoint, then the new sequence length.
+      long_context_eval(stage);
       save(step_);
       stage = s;
       log({{"type", "stage"}, {"step", step_}, {"stage", s}, {"seq_len", cfg_.stages[size_t(s)].seq_len}});
@@ -599,6 +614,7 @@ TrainSummary Trainer::run() {
     if ((step_ % cfg_.checkpoint_every == 0 || step_ == end) && consecutive_skips_ == 0) save(step_);
   }
   if (tty && !opt_.quiet && root()) std::fprintf(stderr, "\n");
+  if (step_ == cfg_.total_steps() && stage >= 0 && step_ > first_step) long_context_eval(stage);  // the last stage
   sum.steps = step_;
   sum.skipped = skipped_total_;
   sum.tokens_per_s = window_tokens / std::max(window_time, 1e-9);

@@ -5,9 +5,9 @@
 #pragma once
 
 #include <functional>
-#include <optional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +47,9 @@ struct TrainerOptions {
   bool quiet = false;             // no progress line
   // Task evaluation (returns {"tasks": {...}, "samples": [...]}); optional. Run on the root only.
   std::function<nlohmann::json(const Transformer&)> evaluate_tasks;
+  // The long-context grid (LongContextReport::to_json()) at the end of every stage of the ladder, logged as a
+  // "longctx" record; optional. Run on the root only.
+  std::function<nlohmann::json(const Transformer&)> evaluate_long_context;
   // The parallel layout (dist/parallel_dims.h); null: this process alone. Under data parallelism every data
   // rank reads the whole step's sequences in order and trains on its block of them (so the data position,
   // saved in checkpoints, is global); gradients, losses, the skip decision and the routing statistics are
@@ -93,6 +96,7 @@ class Trainer {
 
  private:
   nlohmann::json evaluate(int64_t seq_len);
+  void long_context_eval(int64_t stage);  // the options' long-context grid, logged (root only)
   void balance(const std::vector<RoutingStats>& routing, const std::vector<int64_t>& total_tokens);
   void log(const nlohmann::json& record);
   std::string save(int64_t step);

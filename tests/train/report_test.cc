@@ -242,6 +242,47 @@ TEST_F(ReportTest, LongRunIsDownsampled) {
   EXPECT_NE(html.find(">1000</text>"), std::string::npos);
 }
 
+// The trainer's long-context grids (one "longctx" record per stage end) get a table and the last grid's heatmap; a
+// grid the page could not draw (a cell without its numbers) is counted as unknown, never drawn; the memory record
+// gives the peak RSS card.
+TEST_F(ReportTest, LongContextGridsAndMemory) {
+  std::ostringstream o;
+  for (int s = 1; s <= 20; ++s) o << R"({"type":"step","step":)" << s << R"(,"loss":)" << 3.0 - 0.01 * s << "}\n";
+  o << R"({"type":"memory","step":1,"resident_peak_bytes":123456789,"weights_bytes":1000})"
+    << "\n";
+  auto grid = [](int step, int stage, double acc) {
+    std::ostringstream g;
+    g << R"({"type":"longctx","step":)" << step << R"(,"stage":)" << stage << R"(,"seq_len":)" << 512 * (stage + 1)
+      << R"(,"task":"passkey","lengths":[512,1024],"depths":[0,50,100],"accuracy":)" << acc << R"(,"cells":[)";
+    int i = 0;
+    for (int L : {512, 1024})
+      for (int d : {0, 50, 100})
+        g << (i++ ? "," : "") << R"({"length":)" << L << R"(,"depth":)" << d << R"(,"correct":)" << (L == 512 ? 2 : 0)
+          << R"(,"samples":2,"accuracy":)" << (L == 512 ? 1.0 : 0.0) << "}";
+    g << "]}\n";
+    return g.str();
+  };
+  o << grid(10, 0, 0.25) << grid(20, 1, 0.5);
+  o << R"({"type":"longctx","step":20,"task":"passkey","lengths":[512],"depths":[0],"accuracy":1,"cells":[{"length":512}]})"
+    << "\n";
+  write("metrics.jsonl", o.str());
+  ReportSummary sum;
+  const std::string html = render_report(run(), &sum);
+  EXPECT_EQ(sum.ignored_records, 1) << "the undrawable grid";
+  EXPECT_NE(html.find("<h2>Long context</h2>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"n\">25.0%</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"n\">50.0%</td>"), std::string::npos);
+  EXPECT_NE(html.find("The last grid (step 20)"), std::string::npos);
+  const std::string section = html.substr(html.find("<h2>Long context</h2>"));
+  const std::string heatmap = section.substr(0, section.find("</svg>"));
+  EXPECT_EQ(count(heatmap, "<rect"), 6u) << "one cell per grid cell of the last record";
+  EXPECT_EQ(count(heatmap, "fill=\"#1a9850\""), 3u) << "512 tokens: all right";
+  EXPECT_EQ(count(heatmap, "fill=\"#d73027\""), 3u) << "1024 tokens: all wrong";
+  EXPECT_NE(html.find("peak memory (RSS)"), std::string::npos);
+  EXPECT_NE(html.find("123,456,789 bytes"), std::string::npos);
+  EXPECT_EQ(count(html, "<svg "), count(html, "</svg>"));
+}
+
 // A run of `steps` steps for the comparison: loss falling, an eval every 50 steps, two MoE layers of 4 experts with
 // max_violation v(layer, s) = scale * layer * (1 + (s % 7)) / 7 and `dead` dead experts in layer 2 from step 100.
 std::string comparison_metrics(int steps, double scale, int dead) {

@@ -67,6 +67,39 @@ TEST(TrainConfig, BadFieldsAreErrorsNamingTheField) {
   expect_error(R"({"stages": [{"seq_len": "long", "steps": 1}]})", "seq_len");
 }
 
+// The long-context grid at every stage's end: read with defaults; lengths bounded by the model's context, depths
+// by 0..100, the task by name, unknown fields refused; absent means off.
+TEST(TrainConfig, LongContextEvalIsReadAndChecked) {
+  const ModelConfig m = load_model_config(repo("configs/tiny.json"), nullptr);  // max_position_embeddings 2048
+  const char* stages = R"("stages": [{"seq_len": 64, "steps": 1}])";
+  auto parse = [&](const std::string& extra) {
+    return parse_train_config(nlohmann::json::parse("{" + std::string(stages) + extra + "}"), "t.json", m);
+  };
+  EXPECT_FALSE(parse("").longctx_eval.enabled());
+  const TrainConfig t = parse(R"(, "longctx_eval": {"task": "vartrack", "lengths": [512, 2048]})");
+  ASSERT_TRUE(t.longctx_eval.enabled());
+  EXPECT_EQ(t.longctx_eval.task, "vartrack");
+  EXPECT_EQ(t.longctx_eval.lengths, (std::vector<int64_t>{512, 2048}));
+  EXPECT_EQ(t.longctx_eval.depths, (std::vector<int64_t>{0, 25, 50, 75, 100}));
+  EXPECT_EQ(t.longctx_eval.samples, 2);
+  EXPECT_EQ(train_config_to_json(t)["longctx_eval"]["lengths"], nlohmann::json::parse("[512, 2048]"));
+  auto expect_error = [&](const std::string& extra, const std::vector<std::string>& needles) {
+    try {
+      parse(extra);
+      ADD_FAILURE() << "no error for " << extra;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      for (const std::string& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+    }
+  };
+  expect_error(R"(, "longctx_eval": {"lengths": [4096]})", {"longctx_eval.lengths", "4096", "2048"});
+  expect_error(R"(, "longctx_eval": {"lengths": [512], "depths": [0, 101]})", {"longctx_eval.depths", "101"});
+  expect_error(R"(, "longctx_eval": {"lengths": [512], "task": "needle"})", {"longctx_eval.task", "needle"});
+  expect_error(R"(, "longctx_eval": {"lengths": [512], "samples": 0})", {"longctx_eval.samples"});
+  expect_error(R"(, "longctx_eval": {"lengths": [512], "depth": [0]})", {"depth"});
+  expect_error(R"(, "longctx_eval": {"depths": [0]})", {"longctx_eval.lengths"});
+}
+
 // The training config follows the model config's reader (core/json_fields.h): an integer field refuses a float
 // (it used to truncate 2.5 to 2), messages carry the JSON path, the value as written and the rule, and unknown
 // fields are errors at every level (stage entries used to be unchecked).
