@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data/chat_template.h"
@@ -37,6 +38,10 @@ void check_tool_call(const ToolCall& call, size_t i, size_t k);
 
 // Whether every one of the tokens is whitespace (what formats allow between calls).
 bool all_space(const Tokenizer& tok, std::span<const int32_t> ids);
+// s without the spaces, tabs and line breaks at either end.
+std::string trimmed(std::string_view s);
+// A reply that is not of the format's grammar: all of it is the content, `why` the error, no calls.
+AssistantReply malformed_reply(const Tokenizer& tok, std::span<const int32_t> ids, std::string why);
 // Reads the arguments of a reply's call k into `out`: "" when they are a JSON object, else why not.
 std::string read_arguments(const std::string& body, size_t k, nlohmann::json& out);
 

@@ -31,18 +31,8 @@
 // Other models' formats (ChatFormat), picked from the special tokens of the tokenizer they ship (chat_format_of):
 //   k3 (<|open|> <|sep|> <|close|> <|end_of_msg|>): Kimi K3's tagged messages with think and response channels,
 //     see data/k3_chat_format.h.
-//   kimi (K2 / Kimi-Linear, the tokenizer has <|im_middle|>; Kimi-K2-Instruct's chat template): each turn is
-//     <|im_user|> / <|im_assistant|> / <|im_system|> (system and the rest), the role name as text, <|im_middle|>,
-//     the content, <|im_end|>. Tools, when given, come first: <|im_system|>tool_declare<|im_middle|>TOOLS<|im_end|>,
-//     TOOLS the OpenAI tools list as Python's json.dumps writes it (", ", ": ", non-ASCII as is; keys in the order
-//     the request wrote them, keep_declared_order; without it in OpenAI's order type, function / name,
-//     description, parameters, the schema's keys sorted). When the first message is not a system message, the default
-//     system turn "You are Kimi, an AI assistant created by Moonshot AI." and a line break follow. An assistant's calls
-//     follow its content:
-//     <|tool_calls_section_begin|> (<|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>ARGS
-//     <|tool_call_end|>)* <|tool_calls_section_end|>, IDX counting the conversation's calls from 0, ARGS as TOOLS.
-//     A tool result is <|im_system|>tool<|im_middle|>## Return of ID\nTEXT<|im_end|>, ID the oldest unanswered
-//     call's (functions.unknown:N without one). Generation prompt: <|im_assistant|>assistant<|im_middle|>.
+//   kimi (K2 / Kimi-Linear, the tokenizer has <|im_middle|>): Kimi-K2-Instruct's chat template with its tools,
+//     calls and results; see data/kimi_chat_format.h.
 //   deepseek-v3 (<｜User｜> <｜Assistant｜>): DeepSeek-V3-0324's template, with calls and results, and tools declared
 //     in the system prompt; see data/deepseek_chat_format.h.
 //   chatml (<|im_start|>): <|im_start|>ROLE\nTEXT<|im_end|>\n per turn, calls and results as Qwen's templates write

@@ -17,12 +17,6 @@ constexpr const char* kCallBegin = "<｜tool▁call▁begin｜>";
 constexpr const char* kCallEnd = "<｜tool▁call▁end｜>";
 constexpr const char* kSep = "<｜tool▁sep｜>";
 
-std::string trimmed(std::string_view s) {
-  const size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string_view::npos) return "";
-  return std::string(s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1));
-}
-
 }  // namespace
 
 std::vector<ChatPiece> deepseek_pieces(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
@@ -113,12 +107,7 @@ AssistantReply parse_deepseek_reply(const Tokenizer& tok, std::span<const int32_
   }
   const int32_t calls_begin = tok.id_of(kCallsBegin), calls_end = tok.id_of(kCallsEnd),
                 call_begin = tok.id_of(kCallBegin), call_end = tok.id_of(kCallEnd), sep = tok.id_of(kSep);
-  auto malformed = [&](std::string why) {
-    AssistantReply bad;
-    bad.content = tok.decode(ids);
-    bad.error = std::move(why);
-    return bad;
-  };
+  auto malformed = [&](std::string why) { return malformed_reply(tok, ids, std::move(why)); };
   auto decoded = [&](auto from, auto to) { return tok.decode(std::span<const int32_t>(from, to)); };
   const auto first = std::find(ids.begin(), ids.end(), calls_begin);
   for (auto it = ids.begin(); it != first; ++it)

@@ -243,12 +243,7 @@ bool parse_tag(const std::string& s, Item& item) {
 
 AssistantReply parse_k3_reply(const Tokenizer& tok, std::span<const int32_t> ids) {
   const int32_t open = tok.id_of("<|open|>"), close = tok.id_of("<|close|>"), sep = tok.id_of("<|sep|>");
-  auto malformed = [&](std::string why) {
-    AssistantReply bad;
-    bad.content = tok.decode(ids);
-    bad.error = std::move(why);
-    return bad;
-  };
+  auto malformed = [&](std::string why) { return malformed_reply(tok, ids, std::move(why)); };
   // Tokens into items.
   std::vector<Item> items;
   for (size_t i = 0; i < ids.size();) {
