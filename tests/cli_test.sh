@@ -101,6 +101,11 @@ grep -q "<h2>Long context</h2>" "$work/lc/report.html" || { echo "FAIL: no long-
 check "eval longctx" 0 "$bin" eval longctx --model "$work/lc" --lengths 300 --depths 0,100 --samples 1 \
   --json "$work/lc.json" --svg "$work/lc.svg" --html "$work/lc.html"
 for f in lc.json lc.svg lc.html; do [[ -s "$work/$f" ]] || { echo "FAIL: eval longctx wrote no $f"; fails=$((fails + 1)); }; done
+printf '{"stages": [{"seq_len": 64, "steps": 1}], "longctx_eval": {"lengths": [40]}}' >"$work/lc-short.train.json"
+check "train: longctx_eval length too short for the facts" 1 "$bin" train --config "$root/configs/tiny.json" \
+  --train-config "$work/lc-short.train.json" --out "$work/lc-short" --quiet
+one_error_line "longctx_eval.lengths"
+no_run_left "$work/lc-short"
 check "eval longctx: length over the context" 1 "$bin" eval longctx --model "$work/lc" --lengths 4K
 one_error_line "max_position_embeddings 2048"
 check "eval longctx: depth over 100" 1 "$bin" eval longctx --model "$work/lc" --depths 0,120

@@ -21,8 +21,8 @@ std::vector<int64_t> parse_token_lengths(const std::string& list) {
     int64_t v = 0, scale = 1;
     size_t i = 0;
     for (; i < item.size() && std::isdigit(static_cast<unsigned char>(item[i])); ++i) {
-      MYRIAD_REQUIRE(v <= (int64_t(1) << 40), kValue, "length '", item, "' is too large");
       v = v * 10 + (item[i] - '0');
+      MYRIAD_REQUIRE(v <= (int64_t(1) << 40), kValue, "length '", item, "' is too large");  // x 2^20 still fits
     }
     if (i + 1 == item.size() && (item[i] == 'K' || item[i] == 'k')) scale = 1024, ++i;
     if (i + 1 == item.size() && (item[i] == 'M' || item[i] == 'm')) scale = 1024 * 1024, ++i;
@@ -66,7 +66,7 @@ LongContextReport evaluate_long_context(const LongContextOptions& o, const Token
       c.depth = o.depths[di];
       for (int i = 0; i < o.samples; ++i) {
         // Each cell's prompts from their own stream: a cell's result does not depend on the grid around it.
-        const uint64_t seed = mix_seed(o.seed, (uint64_t(c.length) << 24) ^ (uint64_t(c.depth) << 16) ^ uint64_t(i));
+        const uint64_t seed = mix_seed(mix_seed(mix_seed(o.seed, uint64_t(c.length)), uint64_t(c.depth)), uint64_t(i));
         const LongSample s = make_long_sample(o.task, tok, c.length, c.depth, seed);
         int64_t generated = 0;
         const std::string got = generate(s, &generated);

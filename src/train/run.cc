@@ -1,5 +1,6 @@
 #include "train/run.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +10,7 @@
 
 #include "data/corpus.h"
 #include "data/loader.h"
+#include "data/longctx_tasks.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "infer/decode_weights.h"
@@ -151,6 +153,16 @@ PreparedRun prepare_run(const RunRequest& req, const ModelConfig& mc, Tokenizer&
   }
   MYRIAD_REQUIRE(tok.vocab_size() <= mc.vocab_size, kConfig, "the tokenizer has ", tok.vocab_size(),
                  " tokens but the model's vocab_size is ", mc.vocab_size);
+  // The long-context grid's shortest prompt must hold its facts and question in this tokenizer: refused now, not at
+  // the end of the first stage.
+  if (tc.longctx_eval.enabled()) {
+    const int64_t shortest = *std::min_element(tc.longctx_eval.lengths.begin(), tc.longctx_eval.lengths.end());
+    try {
+      (void)make_long_sample(parse_long_task(tc.longctx_eval.task), tok, shortest, 50, tc.seed);
+    } catch (const Error& e) {
+      throw_error(ErrorKind::kConfig, "train.json longctx_eval.lengths: ", e.what());
+    }
+  }
   // Shards.
   std::string data_dir = out + "/data";
   if (prepared) {

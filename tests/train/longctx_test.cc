@@ -198,6 +198,7 @@ TEST_F(LongContextTest, BadGridsAreRefusedBeforeAnyWork) {
   EXPECT_EQ(parse_token_lengths("1K,4k,300,1M"), (std::vector<int64_t>{1024, 4096, 300, 1048576}));
   expect_error([] { (void)parse_token_lengths("1K,,2K"); }, ErrorKind::kValue, {"length ''"});
   expect_error([] { (void)parse_token_lengths("4KB"); }, ErrorKind::kValue, {"length '4KB'"});
+  expect_error([] { (void)parse_token_lengths("99999999999999999999M"); }, ErrorKind::kValue, {"too large"});
 }
 
 // With a model: a random tiny model (it cannot retrieve anything) runs the grid through chunked prefill and greedy
