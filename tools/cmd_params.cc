@@ -138,9 +138,11 @@ int run_params(const myriad::cli::Args& args) {
   }
 
   std::printf("config %s\n%s\n", c.source.c_str(), myriad::model_config_summary(c).c_str());
-  std::printf("parameters:  %s total, %s activated per token (input embeddings not counted), %s with embeddings\n",
-              human(double(a.total_params)).c_str(), human(double(a.active_params)).c_str(),
-              human(double(a.active_params_with_embeddings)).c_str());
+  std::printf(
+      "parameters:  %s total, %s activated per token (input embeddings and vision tower not counted), %s with "
+      "embeddings\n",
+      human(double(a.total_params)).c_str(), human(double(a.active_params)).c_str(),
+      human(double(a.active_params_with_embeddings)).c_str());
   std::printf("  total           %s\n", count(a.total_params).c_str());
   std::printf("  activated       %s\n", count(a.active_params).c_str());
   std::printf("  + embeddings    %s\n", count(a.active_params_with_embeddings).c_str());

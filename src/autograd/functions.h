@@ -59,8 +59,15 @@ std::pair<Var, Tensor> conv1d(const Var& x, const Var& w, const Var& state_in);
 // RoPE: x [T, H, N]; cos/sin [T, R/2] from rope_table.h.
 Var rope(const Var& x, const Tensor& cos, const Tensor& sin, RopeLayout layout);
 
-// Causal attention: q [B, T, H, Dk], k [B, T, Hk, Dk], v [B, T, Hk, Dv] -> [B, T, H, Dv].
-Var attention(const Var& q, const Var& k, const Var& v, float scale);
+// Attention: q [B, T, H, Dk], k [B, T, Hk, Dk], v [B, T, Hk, Dv] -> [B, T, H, Dv]; causal (the text model) or
+// bidirectional (the vision tower, one image per call).
+Var attention(const Var& q, const Var& k, const Var& v, float scale, bool causal = true);
+inline Var gelu_tanh(const Var& x) {
+  return unary(Unary::kGeluTanh, x);
+}
+inline Var gelu(const Var& x) {
+  return unary(Unary::kGelu, x);
+}
 
 // Fused lm_head + cross-entropy: h [T, D], W [V, D], targets [T] (i64) -> mean loss over counted targets. With
 // `weights` (f32 [T], constants of any sign: RL's per-token coefficients) the sum of weights_t nll_t instead.

@@ -57,7 +57,7 @@ Var rope(const Var& x, const Tensor& cos, const Tensor& sin, RopeLayout layout) 
   return out;
 }
 
-Var attention(const Var& q, const Var& k, const Var& v, float scale_factor) {
+Var attention(const Var& q, const Var& k, const Var& v, float scale_factor, bool causal) {
   const Device dev = cpu_op_device("attention", {&q.value(), &k.value(), &v.value()});
   const bool ok = q.value().ndim() == 4 && k.value().ndim() == 4 && v.value().ndim() == 4 &&
                   k.shape()[0] == q.shape()[0] && v.shape()[0] == q.shape()[0] && k.shape()[1] == q.shape()[1] &&
@@ -66,7 +66,8 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale_factor) {
   MYRIAD_REQUIRE(ok, kShape, "attention: q ", shape_str(q.shape()), " k ", shape_str(k.shape()), " v ",
                  shape_str(v.shape()),
                  " must be [B, T, H, Dk], [B, T, Hk, Dk], [B, T, Hk, Dv] with H a multiple of Hk");
-  AttentionShape s{q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3], scale_factor};
+  AttentionShape s{q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2],
+                   q.shape()[3], v.shape()[3], scale_factor, causal};
   Tensor o = Tensor::empty({s.B, s.T, s.H, s.Dv}), lse = Tensor::empty({s.B, s.H, s.T});
   ops::attention_forward(dev, mf(o), mf(lse), cf(q.value()), cf(k.value()), cf(v.value()), s);
   const bool needs = needs_grad({&q, &k, &v});

@@ -33,8 +33,10 @@ ModelAccounting account_model(const ModelConfig& c, const std::vector<ParamSpec>
   std::vector<int64_t> mixer(nl, 0), ffn(nl, 0), ffn_active(nl, 0), extras(nl, 0);
   for (const ParamSpec& s : specs) {
     const int64_t n = s.numel();
-    // A token passes through every tensor except the input lookup and the routed experts it is not sent to.
-    const bool active = s.component != Component::kEmbeddings && (s.expert < 0 || s.expert < k);
+    // A text token passes through every tensor except the input lookup, the routed experts it is not sent to,
+    // and the vision tower and projector (which run once per image patch, not per token).
+    const bool vision = s.component == Component::kVision || s.component == Component::kProjector;
+    const bool active = s.component != Component::kEmbeddings && !vision && (s.expert < 0 || s.expert < k);
     ComponentCount& cc = a.components[size_t(s.component)];
     cc.params += n;
     cc.tensors += 1;

@@ -157,7 +157,7 @@ RopeScaling parse_rope_scaling(Obj& o, int64_t max_positions) {
   return r;
 }
 
-const std::vector<std::string> kVisionActs = {"gelu_pytorch_tanh", "gelu", "gelu_new", "quick_gelu", "silu"};
+const std::vector<std::string> kVisionActs = {"gelu_pytorch_tanh", "gelu"};
 
 VisionConfig parse_vision(Obj& o, int64_t text_hidden) {
   VisionConfig v;
@@ -174,15 +174,17 @@ VisionConfig parse_vision(Obj& o, int64_t text_hidden) {
   v.init_pos_emb_height = o.opt_int("init_pos_emb_height");
   v.init_pos_emb_width = o.opt_int("init_pos_emb_width");
   v.init_pos_emb_time = o.opt_int("init_pos_emb_time");
+  // The tower myriad builds (model/vision_tower.h): these choices are the ones implemented; others are refused
+  // here, naming the field, rather than loading a model that would compute something else.
   v.activation_func = o.choice_or("activation_func", v.activation_func, kVisionActs);
   v.projector_hidden_act = o.choice_or("projector_hidden_act", v.projector_hidden_act, kVisionActs);
   v.projector_ln_eps = o.double_or("projector_ln_eps", v.projector_ln_eps);
   v.norm_type = o.choice_or("norm_type", v.norm_type, {"rmsnorm", "layernorm"});
-  v.merge_type = o.string_or("merge_type", "");
-  v.mlp_type = o.string_or("mlp_type", "");
-  v.mm_projector_type = o.string_or("mm_projector_type", "");
-  v.pos_emb_type = o.string_or("pos_emb_type", "");
-  v.pos_emb_interpolation_mode = o.string_or("pos_emb_interpolation_mode", "");
+  v.merge_type = o.choice_or("merge_type", "sd2_tpool", {"sd2_tpool"});
+  v.mlp_type = o.choice_or("mlp_type", "mlp2", {"mlp2"});
+  v.mm_projector_type = o.choice_or("mm_projector_type", "patchmergerv2", {"patchmergerv2", "patchmerger"});
+  v.pos_emb_type = o.choice_or("pos_emb_type", "divided_fixed", {"divided_fixed"});
+  v.pos_emb_interpolation_mode = o.choice_or("pos_emb_interpolation_mode", "bilinear", {"bilinear"});
   v.attn_bias = o.bool_or("attn_bias", v.attn_bias);
   v.linear_bias = o.bool_or("linear_bias", v.linear_bias);
   v.patch_embed_proj_bias = o.bool_or("patch_embed_proj_bias", v.patch_embed_proj_bias);
@@ -212,6 +214,20 @@ VisionConfig parse_vision(Obj& o, int64_t text_hidden) {
   if (v.text_hidden_size && *v.text_hidden_size != text_hidden) {
     o.fail("text_hidden_size", *v.text_hidden_size, str("must equal the text model's hidden_size (", text_hidden, ")"));
   }
+  if (v.mm_hidden_size && *v.mm_hidden_size != v.vt_hidden_size) {
+    o.fail("mm_hidden_size", *v.mm_hidden_size,
+           str("must equal vt_hidden_size (", v.vt_hidden_size, "): the projector reads the tower's output"));
+  }
+  if (attn_width / v.vt_num_attention_heads % 4 != 0) {
+    o.fail(attn_key, attn_width,
+           "must give a head dim divisible by 4 (the 2-D rotary embedding turns pairs by row and column)");
+  }
+  // K3's values where the file is silent.
+  v.text_hidden_size = v.text_hidden_size.value_or(text_hidden);
+  v.mm_hidden_size = v.mm_hidden_size.value_or(v.vt_hidden_size);
+  v.init_pos_emb_height = v.init_pos_emb_height.value_or(64);
+  v.init_pos_emb_width = v.init_pos_emb_width.value_or(64);
+  v.init_pos_emb_time = v.init_pos_emb_time.value_or(4);
   o.positive("projector_ln_eps", v.projector_ln_eps);
   o.finish();
   return v;

@@ -89,7 +89,8 @@ struct LinearAttnConfig {
   bool use_full_rank_gate = true;  // output gate W_g: D -> H*V; false: low rank W_gb [H*V, K] W_ga [K, D]
 };
 
-// vision_config (§1.7), K3's names. Everything the file gives is kept; the ViT is not built yet.
+// vision_config (§1.7), K3's names: the tower model/vision_tower.h builds (docs/vision.md). Choices it does not
+// implement are refused when the config is read; K3's values fill the optional sizes the file leaves out.
 struct VisionConfig {
   int64_t patch_size = 0;
   int64_t vt_hidden_size = 0;

@@ -32,6 +32,10 @@ const char* component_name(Component c) {
       return "norms";
     case Component::kHead:
       return "head";
+    case Component::kVision:
+      return "vision_tower";
+    case Component::kProjector:
+      return "mm_projector";
   }
   return "?";
 }
@@ -144,6 +148,47 @@ void add_moe(SpecList& s, const ModelConfig& c, int64_t l) {
   }
 }
 
+// K3's vision tower and projector (docs/vision.md): MoonViT blocks with K3's options (rmsnorm or layernorm,
+// biases where attn_bias / linear_bias / patch_embed_proj_bias say) and the patch-merger MLP.
+void add_vision(SpecList& s, const VisionConfig& v) {
+  const int64_t Dv = v.vt_hidden_size, A = v.qkv_hidden_size.value_or(Dv), I = v.vt_intermediate_size;
+  const int64_t p = v.patch_size, merged = Dv * v.merge_kernel_size[0] * v.merge_kernel_size[1];
+  const bool layernorm = v.norm_type == "layernorm";
+  auto norm = [&](const std::string& name) {
+    s.rmsnorm(name + ".weight", Dv);
+    if (layernorm) s.add(name + ".bias", {Dv}, ParamInit::kZeros, /*decay=*/false);
+  };
+  auto bias = [&](const std::string& name, int64_t n, bool on) {
+    if (on) s.add(name + ".bias", {n}, ParamInit::kZeros, /*decay=*/false);
+  };
+  s.at(Component::kVision, -1, "vision_tower.patch_embed.");
+  s.linear("proj.weight", {Dv, 3, p, p});
+  bias("proj", Dv, v.patch_embed_proj_bias);
+  s.linear("pos_emb.weight", {*v.init_pos_emb_height, *v.init_pos_emb_width, Dv});
+  for (int64_t l = 0; l < v.vt_num_hidden_layers; ++l) {
+    s.at(Component::kVision, -1, "vision_tower.encoder.blocks." + std::to_string(l) + ".");
+    norm("norm0");
+    s.linear("wqkv.weight", {3 * A, Dv});
+    bias("wqkv", 3 * A, v.attn_bias);
+    s.linear("wo.weight", {Dv, A});
+    bias("wo", Dv, v.attn_bias);
+    norm("norm1");
+    s.linear("mlp.fc0.weight", {I, Dv});
+    bias("mlp.fc0", I, v.linear_bias);
+    s.linear("mlp.fc1.weight", {Dv, I});
+    bias("mlp.fc1", Dv, v.linear_bias);
+  }
+  s.at(Component::kVision, -1, "vision_tower.encoder.");
+  norm("final_layernorm");
+  s.at(Component::kProjector, -1, "mm_projector.");
+  s.rmsnorm("pre_norm.weight", Dv);  // a LayerNorm (weight 1, bias 0 at init)
+  s.add("pre_norm.bias", {Dv}, ParamInit::kZeros, /*decay=*/false);
+  s.linear("proj.0.weight", {merged, merged});
+  s.add("proj.0.bias", {merged}, ParamInit::kZeros, /*decay=*/false);
+  s.linear("proj.2.weight", {*v.text_hidden_size, merged});
+  s.add("proj.2.bias", {*v.text_hidden_size}, ParamInit::kZeros, /*decay=*/false);
+}
+
 }  // namespace
 
 std::vector<ParamSpec> model_param_specs(const ModelConfig& c) {
@@ -193,6 +238,7 @@ std::vector<ParamSpec> model_param_specs(const ModelConfig& c) {
     s.at(Component::kHead, -1, "");
     s.linear("lm_head.weight", {c.vocab_size, D});
   }
+  if (c.vision_config) add_vision(s, *c.vision_config);
   return out;
 }
 
@@ -232,7 +278,7 @@ bool is_quantizable_linear(const ParamSpec& spec) {
   const Component c = spec.component;
   const bool weight = spec.name.size() > 7 && spec.name.compare(spec.name.size() - 7, 7, ".weight") == 0;
   return spec.shape.size() == 2 && weight && c != Component::kEmbeddings && c != Component::kRouter &&
-         c != Component::kNorms && c != Component::kAttnRes;
+         c != Component::kNorms && c != Component::kAttnRes && c != Component::kVision && c != Component::kProjector;
 }
 
 }  // namespace myriad

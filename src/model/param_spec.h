@@ -47,8 +47,10 @@ enum class Component : uint8_t {
   kLatentProj,     // routed_expert_{down_proj,up_proj,norm}
   kNorms,          // input_layernorm, post_attention_layernorm, model.norm
   kHead,           // lm_head
+  kVision,         // vision_tower.* (patch embedding, position embedding, encoder blocks, final norm)
+  kProjector,      // mm_projector.* (vision tokens -> the text width)
 };
-inline constexpr int kNumComponents = 11;
+inline constexpr int kNumComponents = 13;
 const char* component_name(Component c);  // "embeddings", "kda", ..., "head"
 
 // How init (model/init.h) fills a tensor.

@@ -26,7 +26,9 @@
 
 namespace myriad {
 
-enum class Unary : uint8_t { kSiLU, kSigmoid, kTanh, kSoftplus };
+// kGeluTanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (PyTorch's gelu(approximate="tanh"), the vision
+// tower's MLP); kGelu: the exact 0.5 x (1 + erf(x / sqrt(2))) (the vision projector's).
+enum class Unary : uint8_t { kSiLU, kSigmoid, kTanh, kSoftplus, kGeluTanh, kGelu };
 enum class Binary : uint8_t { kAdd, kMul };
 
 // SiTU-GLU constants (DESIGN 1.5): y = [b1 tanh(g/b1) sigmoid(g)] * h(u), h(u) = b2 tanh(u/b2), or h(u) = u when
@@ -72,11 +74,14 @@ struct RopeLayout {
   bool interleaved = false;
 };
 
-// Causal attention: q [B, T, H, Dk], k [B, T, Hk, Dk], v [B, T, Hk, Dv], out [B, T, H, Dv], lse [B, H, T]
-// (log-sum-exp of each query row's scaled scores, saved for backward). H must be a multiple of Hk.
+// Attention: q [B, T, H, Dk], k [B, T, Hk, Dk], v [B, T, Hk, Dv], out [B, T, H, Dv], lse [B, H, T]
+// (log-sum-exp of each query row's scaled scores, saved for backward). H must be a multiple of Hk. Causal
+// (query i sees keys 0..i: the text model) unless `causal` is false (every query sees all T keys: the vision
+// tower's attention within one image).
 struct AttentionShape {
   int64_t B = 1, T = 0, H = 1, Hk = 1, Dk = 0, Dv = 0;
   float scale = 1.0f;
+  bool causal = true;
 };
 
 // Kimi Delta Attention (DESIGN 1.2), per sequence b and head h: q, k, g [B, T, H, K]; v [B, T, H, V];

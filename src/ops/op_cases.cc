@@ -141,9 +141,9 @@ Check check_gemm(Device d, std::mt19937& rng) {
 
 Check check_unary(Device d, std::mt19937& rng) {
   const int64_t n = 4099;
-  Check c("unary", "silu sigmoid tanh softplus, n4099", kElemR, 4 * kElemA,
-          "kElem; atol x4: silu/softplus outputs reach 30");
-  for (Unary op : {Unary::kSiLU, Unary::kSigmoid, Unary::kTanh, Unary::kSoftplus}) {
+  Check c("unary", "silu sigmoid tanh softplus gelu_tanh gelu, n4099", kElemR, 4 * kElemA,
+          "kElem; atol x4: silu/softplus/gelu outputs reach 30");
+  for (Unary op : {Unary::kSiLU, Unary::kSigmoid, Unary::kTanh, Unary::kSoftplus, Unary::kGeluTanh, Unary::kGelu}) {
     // a wide range: saturation of sigmoid / tanh, and softplus's switch at 20
     Vec x = rnd(rng, n, -30, 30), dy = rnd(rng, n), dx0 = rnd(rng, n), y(sz(n)), dx = dx0;
     ref::unary_forward<double>(op, y.data(), x.data(), n);
@@ -321,9 +321,12 @@ Check check_rope(Device d, std::mt19937& rng) {
   return c;
 }
 
-Check check_attention(Device d, std::mt19937& rng) {
-  const AttentionShape s{.B = 2, .T = 96, .H = 4, .Hk = 2, .Dk = 32, .Dv = 24, .scale = 0.2f};
-  Check c("attention", "B2 T96 H4 Hk2 Dk32 Dv24 causal", kRedR, kRedA, "kRed: T-long softmax sums, D-long dots");
+// Causal (the text model) and bidirectional (the vision tower); T = 96 spans a full and a partial 64-row tile.
+Check check_attention(Device d, std::mt19937& rng, bool causal) {
+  const AttentionShape s{.B = 2, .T = 96, .H = 4, .Hk = 2, .Dk = 32, .Dv = 24, .scale = 0.2f, .causal = causal};
+  Check c(causal ? "attention" : "attention_bidir",
+          causal ? "B2 T96 H4 Hk2 Dk32 Dv24 causal" : "B2 T96 H4 Hk2 Dk32 Dv24 bidirectional", kRedR, kRedA,
+          "kRed: T-long softmax sums, D-long dots");
   const int64_t nq = s.B * s.T * s.H * s.Dk, nk = s.B * s.T * s.Hk * s.Dk, nv = s.B * s.T * s.Hk * s.Dv;
   const int64_t no = s.B * s.T * s.H * s.Dv, nl = s.B * s.H * s.T;
   Vec q = rnd(rng, nq, -2, 2), k = rnd(rng, nk, -2, 2), v = rnd(rng, nv), dout = rnd(rng, no);
@@ -614,7 +617,8 @@ std::vector<SelfcheckLine> run_op_cases(Device device, const std::function<void(
       {"conv1d", [&] { return check_conv1d(device, rng); }},
       {"kda_gate", [&] { return check_kda_gate(device, rng); }},
       {"rope", [&] { return check_rope(device, rng); }},
-      {"attention", [&] { return check_attention(device, rng); }},
+      {"attention", [&] { return check_attention(device, rng, true); }},
+      {"attention_bidir", [&] { return check_attention(device, rng, false); }},
       {"cross_entropy", [&] { return check_cross_entropy(device, rng); }},
       {"cross_entropy_weighted", [&] { return check_cross_entropy_weighted(device, rng); }},
       {"topk", [&] { return check_topk(device, rng); }},

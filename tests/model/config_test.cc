@@ -667,6 +667,30 @@ TEST(ModelConfigNested, VisionRules) {
   j = nested_tiny();
   j["vision_config"]["activation_func"] = "swish";
   expect_error(j, {"vision_config.activation_func", "\"swish\""});
+  // Choices the tower does not implement are refused when read, not computed as something else.
+  j = nested_tiny();
+  j["vision_config"]["activation_func"] = "quick_gelu";
+  expect_error(j, {"vision_config.activation_func", "\"quick_gelu\""});
+  j = nested_tiny();
+  j["vision_config"]["merge_type"] = "sd2";
+  expect_error(j, {"vision_config.merge_type", "\"sd2\""});
+  j = nested_tiny();
+  j["vision_config"]["pos_emb_interpolation_mode"] = "bicubic";
+  expect_error(j, {"vision_config.pos_emb_interpolation_mode", "\"bicubic\""});
+  j = nested_tiny();
+  j["vision_config"]["mm_hidden_size"] = 32;
+  expect_error(j, {"vision_config.mm_hidden_size", "= 32", "vt_hidden_size (64)"});
+  j = nested_tiny();
+  j["vision_config"]["vt_num_attention_heads"] = 8;  // head dim 8 / 2 pairs: fine; 64 / 32 = 2 is not
+  EXPECT_NO_THROW(parse_ok(j));
+  j["vision_config"]["vt_num_attention_heads"] = 32;
+  expect_error(j, {"vision_config.vt_hidden_size", "= 64", "head dim divisible by 4"});
+  // K3's values fill what the file leaves out.
+  const VisionConfig v = *parse_ok(nested_tiny()).vision_config;
+  EXPECT_EQ(v.init_pos_emb_height, 64);
+  EXPECT_EQ(v.init_pos_emb_width, 64);
+  EXPECT_EQ(v.mm_hidden_size, 64);
+  EXPECT_EQ(v.merge_type, "sd2_tpool");
 }
 
 TEST(ModelConfigNested, OuterTokenIdsMustAgree) {

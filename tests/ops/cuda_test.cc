@@ -257,7 +257,8 @@ TEST(CudaOps, GemmBetaZeroIgnoresOldC) {
 // ---------------------------------------------------------------------------------------------------------------
 // Elementwise.
 
-const Unary kUnaryOps[] = {Unary::kSiLU, Unary::kSigmoid, Unary::kTanh, Unary::kSoftplus};
+const Unary kUnaryOps[] = {Unary::kSiLU,     Unary::kSigmoid,  Unary::kTanh,
+                           Unary::kSoftplus, Unary::kGeluTanh, Unary::kGelu};
 const char* unary_name(Unary op) {
   switch (op) {
     case Unary::kSiLU:
@@ -268,6 +269,10 @@ const char* unary_name(Unary op) {
       return "tanh";
     case Unary::kSoftplus:
       return "softplus";
+    case Unary::kGeluTanh:
+      return "gelu_tanh";
+    case Unary::kGelu:
+      return "gelu";
   }
   return "?";
 }

@@ -1,5 +1,5 @@
-// Causal attention on the CPU, tiled over queries: for a tile of Bq query rows, the scores against every
-// key the tile may see ([Bq, i1]) are one sgemm, softmaxed exactly (causal mask on the diagonal block),
+// Attention on the CPU, tiled over queries: for a tile of Bq query rows, the scores against every key the
+// tile may see ([Bq, i1] causal, [Bq, T] not) are one sgemm, softmaxed exactly (causal mask on the diagonal block),
 // and multiplied into V by a second sgemm. Working memory is one [Bq, T] score block per thread: O(T x tile),
 // never O(T^2). The backward recomputes the scores from the saved log-sum-exp (FlashAttention's recipe)
 // and needs only dO.O row sums besides.
@@ -40,11 +40,18 @@ HeadView head_view(const float* q, const float* k, const float* v, const Attenti
           s.H * s.Dv};
 }
 
-// P[r, j] = exp(scale * q_i.k_j - lse_i) for j <= i, 0 beyond the diagonal. S holds the raw products in and
-// the probabilities out. When lse_out is set, the row's log-sum-exp is computed and stored; else lse_in is used.
-void scores_to_probs(float* S, int64_t ldS, int64_t i0, int64_t rows, const float* lse_in, float* lse_out) {
+// Keys [0, end) a tile of queries starting at i0 multiplies against.
+int64_t keys_end(const AttentionShape& s, int64_t i0, int64_t rows) {
+  return s.causal ? i0 + rows : s.T;
+}
+
+// P[r, j] = exp(scale * q_i.k_j - lse_i) for visible j (j <= i when causal, all T keys when not), 0 beyond
+// the diagonal. S holds the raw products in and the probabilities out. When lse_out is set, the row's
+// log-sum-exp is computed and stored; else lse_in is used.
+void scores_to_probs(float* S, int64_t ldS, int64_t i0, int64_t rows, bool causal, const float* lse_in,
+                     float* lse_out) {
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t i = i0 + r, n = i + 1;  // visible keys
+    const int64_t i = i0 + r, n = causal ? i + 1 : ldS;  // visible keys
     float* sr = S + r * ldS;
     float l;
     if (lse_out) {
@@ -67,9 +74,9 @@ void scores_to_probs(float* S, int64_t ldS, int64_t i0, int64_t rows, const floa
 }
 
 void forward_tile(float* out, float* lse, const HeadView& hv, const AttentionShape& s, int64_t i0, float* S) {
-  const int64_t rows = std::min(kTile, s.T - i0), kend = i0 + rows, ldS = s.T;
+  const int64_t rows = std::min(kTile, s.T - i0), kend = keys_end(s, i0, rows), ldS = s.T;
   gemm(false, true, rows, kend, s.Dk, s.scale, hv.q + i0 * hv.ldq, hv.ldq, hv.k, hv.ldk, 0.0f, S, ldS);
-  scores_to_probs(S, ldS, i0, rows, nullptr, lse + i0);
+  scores_to_probs(S, ldS, i0, rows, s.causal, nullptr, lse + i0);
   gemm(false, false, rows, s.Dv, kend, 1.0f, S, ldS, hv.v, hv.ldv, 0.0f, out + i0 * hv.ldo, hv.ldo);
 }
 
@@ -113,12 +120,12 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
       float* dvh = dv + (b * s.T * s.Hk + hk) * s.Dv;
       const float* lse_h = lse + (b * s.H + h) * s.T;
       for (int64_t tile = 0; tile < tiles; ++tile) {
-        const int64_t i0 = tile * kTile, rows = std::min(kTile, s.T - i0), kend = i0 + rows;
+        const int64_t i0 = tile * kTile, rows = std::min(kTile, s.T - i0), kend = keys_end(s, i0, rows);
         const float* q_t = q + qo + i0 * hv.ldq;
         const float* do_t = dout + oo + i0 * hv.ldo;
         const float* o_t = out + oo + i0 * hv.ldo;
         gemm(false, true, rows, kend, s.Dk, s.scale, q_t, hv.ldq, hv.k, hv.ldk, 0.0f, P, ldS);
-        scores_to_probs(P, ldS, i0, rows, lse_h + i0, nullptr);
+        scores_to_probs(P, ldS, i0, rows, s.causal, lse_h + i0, nullptr);
         gemm(false, true, rows, kend, s.Dv, 1.0f, do_t, hv.ldo, hv.v, hv.ldv, 0.0f, dS, ldS);
         for (int64_t r = 0; r < rows; ++r) {
           float d = 0.0f;

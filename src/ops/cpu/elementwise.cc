@@ -11,7 +11,13 @@ namespace myriad::cpu {
 
 namespace {
 constexpr int64_t kGrain = 1 << 15;  // elements per thread chunk below which threading does not pay
+constexpr float kSqrt2OverPi = 0.7978845608028654f, kGeluCubic = 0.044715f;
+constexpr float kInvSqrt2 = 0.7071067811865476f, kInvSqrt2Pi = 0.3989422804014327f;
+
+inline float gelu_tanh_arg(float x) {
+  return kSqrt2OverPi * (x + kGeluCubic * x * x * x);
 }
+}  // namespace
 
 void unary_forward(Unary op, float* y, const float* x, int64_t n) {
   parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
@@ -31,6 +37,13 @@ void unary_forward(Unary op, float* y, const float* x, int64_t n) {
       case Unary::kSoftplus:
 #pragma omp simd
         for (int64_t i = b; i < e; ++i) y[i] = fast_softplus(x[i]);
+        break;
+      case Unary::kGeluTanh:
+#pragma omp simd
+        for (int64_t i = b; i < e; ++i) y[i] = 0.5f * x[i] * (1.0f + fast_tanh(gelu_tanh_arg(x[i])));
+        break;
+      case Unary::kGelu:
+        for (int64_t i = b; i < e; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
         break;
     }
   });
@@ -63,6 +76,21 @@ void unary_backward(Unary op, float* dx, const float* dy, const float* x, int64_
       case Unary::kSoftplus:
 #pragma omp simd
         for (int64_t i = b; i < e; ++i) dx[i] += dy[i] * fast_sigmoid(x[i]);
+        break;
+      case Unary::kGeluTanh:
+#pragma omp simd
+        for (int64_t i = b; i < e; ++i) {
+          const float t = fast_tanh(gelu_tanh_arg(x[i]));
+          const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x[i] * x[i]);
+          dx[i] += dy[i] * (0.5f * (1.0f + t) + 0.5f * x[i] * (1.0f - t * t) * du);
+        }
+        break;
+      case Unary::kGelu:
+        for (int64_t i = b; i < e; ++i) {
+          const float cdf = 0.5f * (1.0f + std::erf(x[i] * kInvSqrt2));
+          const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x[i] * x[i]);
+          dx[i] += dy[i] * (cdf + x[i] * pdf);
+        }
         break;
     }
   });

@@ -26,6 +26,10 @@ __device__ __forceinline__ float unary_value(float x) {
     return sigmoidf(x);
   } else if constexpr (op == Unary::kTanh) {
     return tanhf(x);
+  } else if constexpr (op == Unary::kGeluTanh) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
+  } else if constexpr (op == Unary::kGelu) {
+    return 0.5f * x * (1.0f + erff(x * 0.7071067812f));
   } else {
     static_assert(op == Unary::kSoftplus);
     return x > 20.0f ? x : log1pf(expf(x));  // the reference's cut-off
@@ -43,6 +47,11 @@ __device__ __forceinline__ float unary_derivative(float x) {
   } else if constexpr (op == Unary::kTanh) {
     const float t = tanhf(x);
     return 1.0f - t * t;
+  } else if constexpr (op == Unary::kGeluTanh) {
+    const float t = tanhf(0.7978845608f * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608f * (1.0f + 3.0f * 0.044715f * x * x);
+  } else if constexpr (op == Unary::kGelu) {
+    return 0.5f * (1.0f + erff(x * 0.7071067812f)) + x * 0.3989422804f * expf(-0.5f * x * x);
   } else {
     static_assert(op == Unary::kSoftplus);
     return sigmoidf(x);
@@ -142,6 +151,12 @@ void unary_forward(Unary op, float* y, const float* x, int64_t n) {
     case Unary::kSoftplus:
       unary_forward_kernel<Unary::kSoftplus><<<grid, kThreads>>>(y, x, n);
       break;
+    case Unary::kGeluTanh:
+      unary_forward_kernel<Unary::kGeluTanh><<<grid, kThreads>>>(y, x, n);
+      break;
+    case Unary::kGelu:
+      unary_forward_kernel<Unary::kGelu><<<grid, kThreads>>>(y, x, n);
+      break;
     default:
       throw_error(ErrorKind::kValue, "cuda::unary_forward: unknown op ", int(op));
   }
@@ -163,6 +178,12 @@ void unary_backward(Unary op, float* dx, const float* dy, const float* x, int64_
       break;
     case Unary::kSoftplus:
       unary_backward_kernel<Unary::kSoftplus><<<grid, kThreads>>>(dx, dy, x, n);
+      break;
+    case Unary::kGeluTanh:
+      unary_backward_kernel<Unary::kGeluTanh><<<grid, kThreads>>>(dx, dy, x, n);
+      break;
+    case Unary::kGelu:
+      unary_backward_kernel<Unary::kGelu><<<grid, kThreads>>>(dx, dy, x, n);
       break;
     default:
       throw_error(ErrorKind::kValue, "cuda::unary_backward: unknown op ", int(op));

@@ -13,6 +13,12 @@ T sigmoid(T x) {
   return T(1) / (T(1) + std::exp(-x));
 }
 
+// sqrt(2/pi) (x + 0.044715 x^3): the tanh approximation's argument
+template <class T>
+T gelu_tanh_arg(T x) {
+  return std::sqrt(T(2) / T(M_PI)) * (x + T(0.044715) * x * x * x);
+}
+
 template <class T>
 T unary_value(Unary op, T x) {
   switch (op) {
@@ -24,6 +30,10 @@ T unary_value(Unary op, T x) {
       return std::tanh(x);
     case Unary::kSoftplus:
       return x > T(20) ? x : std::log1p(std::exp(x));
+    case Unary::kGeluTanh:
+      return T(0.5) * x * (T(1) + std::tanh(gelu_tanh_arg(x)));
+    case Unary::kGelu:
+      return T(0.5) * x * (T(1) + std::erf(x / std::sqrt(T(2))));
   }
   return x;
 }
@@ -41,6 +51,14 @@ T unary_derivative(Unary op, T x) {
       return T(1) - std::tanh(x) * std::tanh(x);
     case Unary::kSoftplus:
       return sigmoid(x);
+    case Unary::kGeluTanh: {
+      const T t = std::tanh(gelu_tanh_arg(x)), c = std::sqrt(T(2) / T(M_PI));
+      return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * c * (T(1) + T(3 * 0.044715) * x * x);
+    }
+    case Unary::kGelu: {
+      const T phi = std::exp(-x * x / T(2)) / std::sqrt(T(2) * T(M_PI));
+      return T(0.5) * (T(1) + std::erf(x / std::sqrt(T(2)))) + x * phi;
+    }
   }
   return T(1);
 }

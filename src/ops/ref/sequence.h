@@ -103,7 +103,7 @@ void rope_backward(T* dx, const T* dy, const T* cos, const T* sin, int64_t Tn, i
     }
 }
 
-// Full-matrix causal attention: P = softmax(scale * q k^T + causal mask), out = P v.
+// Full-matrix attention: P = softmax(scale * q k^T (+ causal mask when s.causal)), out = P v.
 template <class T>
 void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, AttentionShape s) {
   const int64_t group = s.H / s.Hk;
@@ -113,8 +113,9 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, Atten
       const int64_t hk = h / group;
       for (int64_t i = 0; i < s.T; ++i) {
         const T* qi = q + ((b * s.T + i) * s.H + h) * s.Dk;
+        const int64_t last = s.causal ? i : s.T - 1;  // the last key query i sees
         T mx = -std::numeric_limits<T>::infinity();
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = 0; j <= last; ++j) {
           const T* kj = k + ((b * s.T + j) * s.Hk + hk) * s.Dk;
           T d = 0;
           for (int64_t e = 0; e < s.Dk; ++e) d += qi[e] * kj[e];
@@ -122,12 +123,12 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, Atten
           mx = std::max(mx, p[size_t(j)]);
         }
         T sum = 0;
-        for (int64_t j = 0; j <= i; ++j) sum += std::exp(p[size_t(j)] - mx);
+        for (int64_t j = 0; j <= last; ++j) sum += std::exp(p[size_t(j)] - mx);
         const T l = mx + std::log(sum);
         lse[(b * s.H + h) * s.T + i] = l;
         T* oi = out + ((b * s.T + i) * s.H + h) * s.Dv;
         for (int64_t e = 0; e < s.Dv; ++e) oi[e] = 0;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = 0; j <= last; ++j) {
           const T pj = std::exp(p[size_t(j)] - l);
           const T* vj = v + ((b * s.T + j) * s.Hk + hk) * s.Dv;
           for (int64_t e = 0; e < s.Dv; ++e) oi[e] += pj * vj[e];
@@ -150,7 +151,8 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
         T delta = 0;  // rowsum(dO * O)
         for (int64_t e = 0; e < s.Dv; ++e) delta += doi[e] * oi[e];
         const T l = lse[(b * s.H + h) * s.T + i];
-        for (int64_t j = 0; j <= i; ++j) {
+        const int64_t last = s.causal ? i : s.T - 1;
+        for (int64_t j = 0; j <= last; ++j) {
           const T* kj = k + ((b * s.T + j) * s.Hk + hk) * s.Dk;
           const T* vj = v + ((b * s.T + j) * s.Hk + hk) * s.Dv;
           T d = 0;

@@ -1,0 +1,223 @@
+// The vision tower and projector (see vision_tower.h; docs/vision.md for the formulas).
+#include "model/vision_tower.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "autograd/functions.h"
+#include "core/error.h"
+#include "model/weights.h"
+
+namespace myriad {
+
+namespace {
+
+using ag::Var;
+
+// The tower's norms have no eps in K3's config; 1e-5 is nn.LayerNorm's default, which MoonViT's blocks use.
+constexpr float kTowerNormEps = 1e-5f;
+
+// LayerNorm over the last dim of x [n, D] as RMSNorm of the centred row (the same formula: the mean square of
+// x - mean is the variance), so its backward is the existing ops'. The mean is x times a constant [D, 1] column.
+Var layer_norm(const Var& x, const Var& w, const Var& b, float eps) {
+  const int64_t D = x.shape()[1];
+  const Var mean_col(Tensor::full({D, 1}, 1.0f / float(D)));
+  const Var centred = ag::add(x, ag::scale(ag::matmul(x, mean_col), -1.0f));
+  return ag::add(ag::rmsnorm(centred, w, eps), b);
+}
+
+class Tower {
+ public:
+  Tower(const VisionConfig& v, const ModelWeights& w) : v_(v), w_(w) {}
+
+  const Var& p(const std::string& name) const { return w_.at(name); }
+  bool has(const std::string& name) const { return w_.contains(name); }
+
+  // x [n, in] W^T (+ bias when the checkpoint has one)
+  Var linear(const Var& x, const std::string& name) const {
+    Var y = ag::linear(x, p(name + ".weight"));
+    return has(name + ".bias") ? ag::add(y, p(name + ".bias")) : y;
+  }
+
+  Var norm(const Var& x, const std::string& name) const {
+    if (v_.norm_type == "layernorm") return layer_norm(x, p(name + ".weight"), p(name + ".bias"), kTowerNormEps);
+    return ag::rmsnorm(x, p(name + ".weight"), kTowerNormEps);
+  }
+
+  Var act(const Var& x, const std::string& which) const {
+    return which == "gelu" ? ag::gelu(x) : ag::gelu_tanh(x);  // config allows these two only
+  }
+
+  // Bilinear interpolation of the [H0, W0, D] position table to each grid (PyTorch's F.interpolate,
+  // align_corners false): four gathered rows per patch, weighted.
+  Var position_embedding(const std::vector<PatchGrid>& grids, int64_t L) const {
+    const Var& table = p("vision_tower.patch_embed.pos_emb.weight");
+    const int64_t H0 = table.shape()[0], W0 = table.shape()[1], D = table.shape()[2];
+    std::vector<int32_t> idx[4];
+    std::vector<float> wt[4];
+    for (auto& i : idx) i.reserve(size_t(L));
+    for (auto& x : wt) x.reserve(size_t(L));
+    auto source = [](int64_t out_i, int64_t out_n, int64_t in_n, int64_t* i0, int64_t* i1, double* frac) {
+      const double s = std::max(0.0, (double(out_i) + 0.5) * double(in_n) / double(out_n) - 0.5);
+      *i0 = std::min<int64_t>(int64_t(s), in_n - 1);
+      *i1 = std::min<int64_t>(*i0 + 1, in_n - 1);
+      *frac = s - double(*i0);
+    };
+    for (const PatchGrid& g : grids)
+      for (int64_t r = 0; r < g.h; ++r) {
+        int64_t y0, y1;
+        double fy;
+        source(r, g.h, H0, &y0, &y1, &fy);
+        for (int64_t c = 0; c < g.w; ++c) {
+          int64_t x0, x1;
+          double fx;
+          source(c, g.w, W0, &x0, &x1, &fx);
+          const int64_t rows[4] = {y0 * W0 + x0, y0 * W0 + x1, y1 * W0 + x0, y1 * W0 + x1};
+          const double weights[4] = {(1 - fy) * (1 - fx), (1 - fy) * fx, fy * (1 - fx), fy * fx};
+          for (int k = 0; k < 4; ++k) {
+            idx[k].push_back(int32_t(rows[k]));
+            wt[k].push_back(float(weights[k]));
+          }
+        }
+      }
+    const Var flat = ag::reshape(table, {H0 * W0, D});
+    Var out;
+    for (int k = 0; k < 4; ++k) {
+      const Var term =
+          ag::mul(ag::gather_rows(flat, Tensor::from_vector(idx[k], {L})), Var(Tensor::from_vector(wt[k], {L, 1})));
+      out = k == 0 ? term : ag::add(out, term);
+    }
+    return out;
+  }
+
+  // One encoder block: x + wo(attention(rope(q), rope(k), v) per image), then x + fc1(act(fc0(norm1 x))).
+  Var block(int64_t l, const Var& x, const std::vector<PatchGrid>& grids, const Tensor& cos, const Tensor& sin) const {
+    const std::string pre = "vision_tower.encoder.blocks." + std::to_string(l) + ".";
+    const int64_t L = x.shape()[0], A = v_.qkv_hidden_size.value_or(v_.vt_hidden_size);
+    const int64_t H = v_.vt_num_attention_heads, hd = A / H;
+    const Var qkv = linear(norm(x, pre + "norm0"), pre + "wqkv");
+    const RopeLayout layout{.col0 = 0, .rot = hd, .interleaved = true};
+    const Var q = ag::reshape(ag::rope(ag::reshape(ag::slice_last(qkv, 0, A), {L, H, hd}), cos, sin, layout), {L, A});
+    const Var k =
+        ag::reshape(ag::rope(ag::reshape(ag::slice_last(qkv, A, 2 * A), {L, H, hd}), cos, sin, layout), {L, A});
+    const Var v = ag::slice_last(qkv, 2 * A, 3 * A);
+    std::vector<Var> outs;
+    outs.reserve(grids.size());
+    int64_t start = 0;
+    const float scale = 1.0f / std::sqrt(float(hd));
+    for (const PatchGrid& g : grids) {
+      const int64_t n = g.patches(), end = start + n;
+      auto part = [&](const Var& t) { return ag::reshape(ag::slice_rows(t, start, end), {1, n, H, hd}); };
+      const Var o = ag::attention(part(q), part(k), part(v), scale, /*causal=*/false);
+      outs.push_back(ag::reshape(o, {n, A}));
+      start = end;
+    }
+    const Var attn = outs.size() == 1 ? outs[0] : ag::concat_rows(outs, A);
+    const Var h = ag::add(x, linear(attn, pre + "wo"));
+    const Var mlp = linear(act(linear(norm(h, pre + "norm1"), pre + "mlp.fc0"), v_.activation_func), pre + "mlp.fc1");
+    return ag::add(h, mlp);
+  }
+
+  // sd2_tpool with one frame: each kh x kw window of patches becomes one row of kh kw D values, (a, b) order.
+  Tensor merge_order(const std::vector<PatchGrid>& grids, int64_t L) const {
+    const int64_t kh = v_.merge_kernel_size[0], kw = v_.merge_kernel_size[1];
+    std::vector<int32_t> order;
+    order.reserve(size_t(L));
+    int64_t offset = 0;
+    for (const PatchGrid& g : grids) {
+      for (int64_t R = 0; R < g.h / kh; ++R)
+        for (int64_t C = 0; C < g.w / kw; ++C)
+          for (int64_t a = 0; a < kh; ++a)
+            for (int64_t b = 0; b < kw; ++b) order.push_back(int32_t(offset + (R * kh + a) * g.w + C * kw + b));
+      offset += g.patches();
+    }
+    return Tensor::from_vector(order, {L});
+  }
+
+  Var encode(const Var& patches, const std::vector<PatchGrid>& grids) const {
+    check_patch_grids(v_, grids, patches.shape().size() == 2 ? patches.shape()[0] : -1);
+    const int64_t L = patches.shape()[0], Dv = v_.vt_hidden_size, pp = 3 * v_.patch_size * v_.patch_size;
+    MYRIAD_REQUIRE(patches.shape()[1] == pp, kShape, "vision tower: patch rows have ", patches.shape()[1],
+                   " values; patch_size ", v_.patch_size, " needs 3 x ", v_.patch_size, " x ", v_.patch_size, " = ",
+                   pp);
+    const Var proj = ag::reshape(p("vision_tower.patch_embed.proj.weight"), {Dv, pp});
+    Var x = ag::linear(patches, proj);
+    if (has("vision_tower.patch_embed.proj.bias")) x = ag::add(x, p("vision_tower.patch_embed.proj.bias"));
+    x = ag::add(x, position_embedding(grids, L));
+
+    const int64_t hd = v_.qkv_hidden_size.value_or(Dv) / v_.vt_num_attention_heads;
+    Tensor cos, sin;
+    vision_rope_tables(hd, grids, &cos, &sin);
+    for (int64_t l = 0; l < v_.vt_num_hidden_layers; ++l) x = block(l, x, grids, cos, sin);
+    x = norm(x, "vision_tower.encoder.final_layernorm");
+
+    // Projector (patch merger): LayerNorm per patch, the window's patches side by side, MLP to the text width.
+    const Var merged = ag::gather_rows(x, merge_order(grids, L));
+    const Var normed = layer_norm(merged, p("mm_projector.pre_norm.weight"), p("mm_projector.pre_norm.bias"),
+                                  float(v_.projector_ln_eps));
+    const int64_t window = v_.merge_kernel_size[0] * v_.merge_kernel_size[1];
+    const Var rows = ag::reshape(normed, {L / window, window * Dv});
+    return linear(act(linear(rows, "mm_projector.proj.0"), v_.projector_hidden_act), "mm_projector.proj.2");
+  }
+
+ private:
+  const VisionConfig& v_;
+  const ModelWeights& w_;
+};
+
+}  // namespace
+
+int64_t vision_tokens(const VisionConfig& v, const PatchGrid& g) {
+  return (g.h / v.merge_kernel_size[0]) * (g.w / v.merge_kernel_size[1]);
+}
+
+void check_patch_grids(const VisionConfig& v, const std::vector<PatchGrid>& grids, int64_t patch_rows) {
+  MYRIAD_REQUIRE(!grids.empty(), kShape, "vision tower: no images given");
+  const int64_t kh = v.merge_kernel_size[0], kw = v.merge_kernel_size[1];
+  int64_t total = 0;
+  for (size_t i = 0; i < grids.size(); ++i) {
+    const PatchGrid& g = grids[i];
+    MYRIAD_REQUIRE(g.h > 0 && g.w > 0 && g.h % kh == 0 && g.w % kw == 0, kShape, "vision tower: image ", i,
+                   " has a grid of ", g.h, " x ", g.w,
+                   " patches; both sides must be positive multiples of "
+                   "merge_kernel_size [",
+                   kh, ", ", kw, "]");
+    MYRIAD_REQUIRE(g.h <= (int64_t(1) << 20) && g.w <= (int64_t(1) << 20), kShape, "vision tower: image ", i, " grid ",
+                   g.h, " x ", g.w, " is too large");
+    total += g.patches();
+  }
+  MYRIAD_REQUIRE(total == patch_rows, kShape, "vision tower: the grids hold ", total, " patches but ", patch_rows,
+                 " patch rows were given");
+}
+
+void vision_rope_tables(int64_t head_dim, const std::vector<PatchGrid>& grids, Tensor* cos, Tensor* sin) {
+  MYRIAD_REQUIRE(head_dim % 4 == 0, kShape, "vision tower: 2-D RoPE needs a head dim divisible by 4, got ", head_dim);
+  int64_t L = 0;
+  for (const PatchGrid& g : grids) L += g.patches();
+  const int64_t half = head_dim / 2;
+  *cos = Tensor::empty({L, half});
+  *sin = Tensor::empty({L, half});
+  float* c = cos->data<float>();
+  float* s = sin->data<float>();
+  std::vector<double> freq(size_t(head_dim / 4));
+  for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0, -4.0 * double(i) / double(head_dim));
+  int64_t t = 0;
+  for (const PatchGrid& g : grids)
+    for (int64_t r = 0; r < g.h; ++r)
+      for (int64_t col = 0; col < g.w; ++col, ++t)
+        for (size_t i = 0; i < freq.size(); ++i) {
+          const double ax = double(col) * freq[i], ay = double(r) * freq[i];
+          c[t * half + 2 * int64_t(i)] = float(std::cos(ax));
+          s[t * half + 2 * int64_t(i)] = float(std::sin(ax));
+          c[t * half + 2 * int64_t(i) + 1] = float(std::cos(ay));
+          s[t * half + 2 * int64_t(i) + 1] = float(std::sin(ay));
+        }
+}
+
+ag::Var encode_images(const VisionConfig& v, const ModelWeights& w, const ag::Var& patches,
+                      const std::vector<PatchGrid>& grids) {
+  return Tower(v, w).encode(patches, grids);
+}
+
+}  // namespace myriad

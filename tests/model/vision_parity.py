@@ -1,0 +1,113 @@
+"""Parity of myriad's vision tower and projector with the float64 PyTorch reference (tests/reference/vision_ref.py).
+
+For each config variant: `myriad init` writes a model with a vision tower; its vision tensors are replaced by
+random values large enough to exercise every path (std 0.1-0.3, norm weights around 1, non-zero biases); random
+patches of several images of different grids (one equal to the position table's size, so the table is used
+as is; one up-sampled and non-square; one down-sampled) and a random cotangent go to `myriad vision encode
+--grads` and to the reference. Compared: the features, grad.patches and grad.<name> of every vision tensor.
+
+Tolerance, per tensor: max |myriad - ref| <= 2e-5 * max |ref| + 1e-7. myriad computes in float32 through two
+blocks, sums of up to ~200 terms and a softmax per image; float32's 6e-8 unit roundoff grows roughly with the
+square root of those lengths along the gradients' chains: measured worst 9.4e-7 relative, so 2e-5 keeps 20x
+headroom. A causal mask left on or a rotary pair turned by the wrong axis misses by 0.6-2 relative (checked by
+breaking them).
+
+Usage: vision_parity.py MYRIAD ROOT WORKDIR
+"""
+import json
+import os
+import subprocess
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+
+myriad, root, work = sys.argv[1:4]
+sys.path.insert(0, os.path.join(root, "tests", "reference"))
+import vision_ref as R  # noqa: E402
+
+torch.manual_seed(0)
+os.makedirs(work, exist_ok=True)
+text = json.load(open(os.path.join(root, "configs", "tiny.json")))
+
+VARIANTS = {
+    # K3's options: RMSNorm, no biases, tanh-GELU MLP, exact GELU projector, attention wider than the tower.
+    "k3": {"patch_size": 4, "vt_hidden_size": 32, "vt_intermediate_size": 48, "vt_num_attention_heads": 2,
+           "qkv_hidden_size": 48, "vt_num_hidden_layers": 2, "merge_kernel_size": [2, 2],
+           "init_pos_emb_height": 4, "init_pos_emb_width": 6, "norm_type": "rmsnorm"},
+    # LayerNorm and every bias, exact GELU in the MLP, a 1 x 2 merge window.
+    "biases": {"patch_size": 3, "vt_hidden_size": 24, "vt_intermediate_size": 40, "vt_num_attention_heads": 3,
+               "vt_num_hidden_layers": 2, "merge_kernel_size": [1, 2], "init_pos_emb_height": 4,
+               "init_pos_emb_width": 4, "norm_type": "layernorm", "attn_bias": True, "linear_bias": True,
+               "patch_embed_proj_bias": True, "activation_func": "gelu", "projector_hidden_act": "gelu_pytorch_tanh"},
+}
+
+failures = 0
+for name, vis in VARIANTS.items():
+    d = os.path.join(work, name)
+    os.makedirs(d, exist_ok=True)
+    cfg = {"model_type": "kimi_k3", "text_config": text, "vision_config": vis,
+           "eos_token_id": text["eos_token_id"]}
+    cfg_path = os.path.join(d, "config.json")
+    json.dump(cfg, open(cfg_path, "w"), indent=1)
+    model = os.path.join(d, "model")
+    subprocess.run([myriad, "init", "--config", cfg_path, "--out", model, "--seed", "3", "--force"], check=True,
+                   stdout=subprocess.DEVNULL)
+    weights = load_file(os.path.join(model, "model.safetensors"))
+    for k in list(weights):
+        if not (k.startswith("vision_tower.") or k.startswith("mm_projector.")):
+            continue
+        t = weights[k]
+        if "norm" in k and k.endswith(".weight"):
+            weights[k] = 1.0 + 0.2 * torch.randn_like(t)
+        elif k.endswith(".bias"):
+            weights[k] = 0.1 * torch.randn_like(t)
+        elif "pos_emb" in k:
+            weights[k] = 0.3 * torch.randn_like(t)
+        else:
+            weights[k] = torch.randn_like(t) / (t[0].numel() ** 0.5)
+    save_file(weights, os.path.join(model, "model.safetensors"))
+
+    v = R.fill_defaults(vis, text["hidden_size"])
+    kh, kw = v["merge_kernel_size"]
+    H0, W0 = v["init_pos_emb_height"], v["init_pos_emb_width"]
+    grids = [(H0, W0), (3 * kh, 5 * kw), (kh, kw), (2 * kh, 1 * kw)]
+    L = sum(h * w for h, w in grids)
+    tokens = sum((h // kh) * (w // kw) for h, w in grids)
+    patches = torch.randn(L, 3 * v["patch_size"] ** 2)
+    cot = torch.randn(tokens, text["hidden_size"])
+    inp = os.path.join(d, "input.safetensors")
+    save_file({"patches": patches, "grids": torch.tensor(grids, dtype=torch.int64), "cotangent": cot}, inp)
+    mine = os.path.join(d, "myriad.safetensors")
+    subprocess.run([myriad, "vision", "encode", "--model", model, "--input", inp, "--out", mine, "--grads"],
+                   check=True, stdout=subprocess.DEVNULL)
+    got = load_file(mine)
+
+    W = {k: t.double().requires_grad_(True) for k, t in weights.items()
+         if k.startswith("vision_tower.") or k.startswith("mm_projector.")}
+    px = patches.double().requires_grad_(True)
+    feats = R.encode(v, W, px, grids)
+    (feats * cot.double()).sum().backward()
+    want = {"features": feats.detach(), "grad.patches": px.grad}
+    want.update({"grad." + k: t.grad for k, t in W.items()})
+
+    if set(want) != set(got):
+        print(f"FAIL {name}: tensors differ: only myriad {sorted(set(got) - set(want))[:5]}, "
+              f"only reference {sorted(set(want) - set(got))[:5]}")
+        failures += 1
+        continue
+    worst = 0.0
+    for k, ref in want.items():
+        err = (got[k].double() - ref).abs().max().item()
+        scale = ref.abs().max().item()
+        worst = max(worst, err / (scale + 1e-30))
+        if err > 2e-5 * scale + 1e-7:
+            print(f"FAIL {name} {k}: max |myriad - ref| {err:.3e} > 2e-5 * {scale:.3e} + 1e-7")
+            failures += 1
+    print(f"{name}: {len(want)} tensors ({len(grids)} images, {L} patches -> {tokens} tokens), "
+          f"worst relative error {worst:.2e}")
+
+if failures:
+    print(f"vision parity: {failures} failure(s)")
+    sys.exit(1)
+print("vision parity: OK")

@@ -1,0 +1,107 @@
+// The vision tower's pieces the parity script (tests/model/vision_parity.py) does not single out: the parameter
+// count against the published figure, the 2-D rotary tables by hand, the merged-token count, and the grid
+// errors. The tower's outputs and gradients are checked against PyTorch there.
+#include "model/vision_tower.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "autograd/functions.h"
+#include "core/error.h"
+#include "model/accounting.h"
+#include "model/weights.h"
+
+namespace myriad {
+namespace {
+
+const std::string kSharedK3 = MYRIAD_SOURCE_DIR "/../shared/data/kimi-k3-config.json";
+
+VisionConfig tiny_vision() {
+  VisionConfig v;
+  v.patch_size = 2;
+  v.vt_hidden_size = 16;
+  v.vt_intermediate_size = 24;
+  v.vt_num_attention_heads = 2;
+  v.vt_num_hidden_layers = 1;
+  v.merge_kernel_size = {2, 2};
+  v.text_hidden_size = 64;
+  v.mm_hidden_size = 16;
+  v.init_pos_emb_height = 4;
+  v.init_pos_emb_width = 4;
+  v.init_pos_emb_time = 4;
+  return v;
+}
+
+TEST(VisionTower, K3TowerHasThePublishedSize) {
+  if (!std::filesystem::exists(kSharedK3)) GTEST_SKIP() << "missing " << kSharedK3;
+  const ModelAccounting a = account_model(load_model_config(kSharedK3, nullptr));
+  const int64_t tower = a.components[size_t(Component::kVision)].params;
+  const int64_t projector = a.components[size_t(Component::kProjector)].params;
+  // K3's vision encoder is MoonViT-400M ("about 0.4B"): within 3% of 400M.
+  EXPECT_NEAR(double(tower), 400e6, 12e6);
+  // The projector: LayerNorm over 1024, then 4096 -> 4096 -> 7168 with biases.
+  EXPECT_EQ(projector, 2 * 1024 + 4096 * 4096 + 4096 + 7168 * 4096 + 7168);
+  // Neither counts as activated per text token.
+  EXPECT_EQ(a.components[size_t(Component::kVision)].active, 0);
+  EXPECT_EQ(a.components[size_t(Component::kProjector)].active, 0);
+}
+
+TEST(VisionTower, RotaryTablesTurnEvenPairsByColumnAndOddPairsByRow) {
+  Tensor cos, sin;
+  const int64_t hd = 8;  // two frequencies: 1 and 10000^(-1/2)
+  vision_rope_tables(hd, {{2, 3}, {2, 2}}, &cos, &sin);
+  ASSERT_EQ(cos.shape(), (Shape{10, 4}));
+  const float* c = cos.data<float>();
+  const float* s = sin.data<float>();
+  const double f1 = 1.0 / 100.0;
+  // Patch 5 of the first image: row 1, column 2. Patch 9 (second image's last): row 1, column 1.
+  EXPECT_FLOAT_EQ(c[5 * 4 + 0], float(std::cos(2.0)));
+  EXPECT_FLOAT_EQ(s[5 * 4 + 1], float(std::sin(1.0)));
+  EXPECT_FLOAT_EQ(c[5 * 4 + 2], float(std::cos(2.0 * f1)));
+  EXPECT_FLOAT_EQ(s[5 * 4 + 3], float(std::sin(1.0 * f1)));
+  EXPECT_FLOAT_EQ(c[9 * 4 + 0], float(std::cos(1.0)));
+  EXPECT_FLOAT_EQ(c[6 * 4 + 0], 1.0f);  // the second image restarts at row 0, column 0
+  EXPECT_FLOAT_EQ(s[6 * 4 + 1], 0.0f);
+  EXPECT_THROW(vision_rope_tables(6, {{2, 2}}, &cos, &sin), Error);
+}
+
+TEST(VisionTower, MergedTokensAndGridErrors) {
+  const VisionConfig v = tiny_vision();
+  EXPECT_EQ(vision_tokens(v, {6, 4}), 6);
+  EXPECT_NO_THROW(check_patch_grids(v, {{6, 4}, {2, 2}}, 28));
+  auto message = [&](const std::vector<PatchGrid>& g, int64_t rows) {
+    try {
+      check_patch_grids(v, g, rows);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kShape);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({{6, 4}, {3, 2}}, 30).find("image 1 has a grid of 3 x 2 patches"), std::string::npos);
+  EXPECT_NE(message({{6, 4}}, 25).find("the grids hold 24 patches but 25 patch rows"), std::string::npos);
+  EXPECT_NE(message({}, 0).find("no images"), std::string::npos);
+}
+
+TEST(VisionTower, PatchesOfTheWrongWidthAreRefused) {
+  ModelConfig c = load_model_config(MYRIAD_SOURCE_DIR "/configs/tiny.json", nullptr);
+  c.vision_config = tiny_vision();
+  const ModelWeights w = ModelWeights::random(c, 1);
+  const ag::Var ok(Tensor::zeros({16, 12}));
+  EXPECT_EQ(encode_images(*c.vision_config, w, ok, {{4, 4}}).shape(), (Shape{4, 64}));
+  const ag::Var bad(Tensor::zeros({16, 11}));
+  try {
+    encode_images(*c.vision_config, w, bad, {{4, 4}});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("patch rows have 11 values; patch_size 2 needs 3 x 2 x 2 = 12"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace myriad

@@ -1,0 +1,92 @@
+// `myriad vision encode`: a checkpoint's vision tower and projector on given patches, written as safetensors:
+// the image features the text model would receive, and with --grads the gradient of sum(features * cotangent)
+// for every vision tensor and for the patches. The hook by which the tower is checked against another
+// implementation (tests/model/vision_parity.py) and by which a user inspects what an image becomes.
+#include <cstdio>
+
+#include "cli.h"
+#include "infer/weight_layout.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
+#include "model/param_spec.h"
+#include "model/transformer.h"
+#include "model/vision_tower.h"
+
+namespace {
+
+using namespace myriad;
+
+Tensor input_tensor(const SafetensorsFile& f, const std::string& name, DType dtype, int64_t ndim) {
+  MYRIAD_REQUIRE(f.contains(name), kValue, "vision encode: ", f.path(), " has no tensor '", name, "'");
+  Tensor t = f.tensor(name);
+  MYRIAD_REQUIRE(t.dtype() == dtype && t.ndim() == ndim, kValue, "vision encode: ", f.path(), " tensor '", name,
+                 "' must be ", dtype_name(dtype), " with ", ndim, " dims, got ", dtype_name(t.dtype()), " ",
+                 shape_str(t.shape()));
+  return t.contiguous();
+}
+
+int run_vision(const cli::Args& args) {
+  const auto& pos = args.positional();
+  MYRIAD_REQUIRE(pos.size() == 1 && pos[0] == "encode", kValue,
+                 "usage: myriad vision encode --model DIR --input FILE "
+                 "--out FILE [--grads] (the only subcommand is 'encode')");
+  const auto model_dir = args.get("model");
+  const auto input = args.get("input");
+  const auto out = args.get("out");
+  MYRIAD_REQUIRE(model_dir && input && out, kValue, "vision encode needs --model DIR, --input FILE and --out FILE");
+  std::vector<std::string> warnings;
+  const ModelConfig config = load_model_config(*model_dir, &warnings);
+  MYRIAD_REQUIRE(config.vision_config.has_value(), kValue, "vision encode: the model in ", *model_dir,
+                 " has no vision tower (its config.json has no vision_config)");
+  const VisionConfig& vc = *config.vision_config;
+  Checkpoint ckpt = open_model_checkpoint(*model_dir, config);
+  const ModelWeights weights = ModelWeights::from_checkpoint(ckpt, config);
+
+  const SafetensorsFile in = SafetensorsFile::open(*input);
+  const Tensor patches = input_tensor(in, "patches", DType::kF32, 2);
+  const Tensor grid_t = input_tensor(in, "grids", DType::kI64, 2);
+  MYRIAD_REQUIRE(grid_t.shape()[1] == 2, kValue, "vision encode: 'grids' must be [images, 2] (h, w in patches), got ",
+                 shape_str(grid_t.shape()));
+  std::vector<PatchGrid> grids;
+  for (int64_t i = 0; i < grid_t.shape()[0]; ++i)
+    grids.push_back({grid_t.data<int64_t>()[2 * i], grid_t.data<int64_t>()[2 * i + 1]});
+
+  const bool grads = args.has("grads");
+  std::optional<ag::NoGradGuard> no_grad;
+  if (!grads) no_grad.emplace();
+  const ag::Var px(patches, /*requires_grad=*/grads);
+  const ag::Var features = encode_images(vc, weights, px, grids);
+  NamedTensors tensors;
+  tensors.emplace_back("features", features.value());
+  if (grads) {
+    const Tensor cot = input_tensor(in, "cotangent", DType::kF32, 2);
+    MYRIAD_REQUIRE(cot.shape() == features.shape(), kValue, "vision encode: 'cotangent' must have the features' shape ",
+                   shape_str(features.shape()), ", got ", shape_str(cot.shape()));
+    ag::backward(ag::sum(ag::mul(features, ag::Var(cot))));
+    tensors.emplace_back("grad.patches", px.grad());
+    for (const ParamSpec& s : model_param_specs(config)) {
+      if (s.component != Component::kVision && s.component != Component::kProjector) continue;
+      const ag::Var& v = weights.at(s.name);
+      tensors.emplace_back("grad." + s.name, v.has_grad() ? v.grad() : Tensor::zeros(v.shape()));
+    }
+  }
+  save_safetensors(*out, tensors);
+  std::printf("wrote %s: features %s for %zu image(s)%s\n", out->c_str(), shape_str(features.shape()).c_str(),
+              grids.size(), grads ? ", gradients of every vision tensor and the patches" : "");
+  return 0;
+}
+
+}  // namespace
+
+MYRIAD_COMMAND("vision", "run a checkpoint's vision tower and projector on patches (features, gradients)",
+               "myriad vision encode --model DIR --input FILE.safetensors --out FILE.safetensors [--grads]",
+               {{"model", "DIR", "checkpoint directory whose config.json has a vision_config"},
+                {"input", "FILE",
+                 "safetensors with patches f32 [L, 3 p p] ((channel, row, col) per patch, "
+                 "images one after another, row-major), grids i64 [images, 2] (h, w in patches) "
+                 "and, with --grads, cotangent f32 [tokens, hidden_size]"},
+                {"grads", "",
+                 "also write grad.patches and grad.<name> of every vision tensor for "
+                 "the loss sum(features * cotangent)"},
+                {"out", "FILE", "output .safetensors: features [tokens, hidden_size] (+ grad.*)"}},
+               run_vision);
