@@ -9,6 +9,8 @@
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
+#include "model/vision_tower.h"
+#include "vision_input.h"
 
 namespace {
 
@@ -52,6 +54,15 @@ int run_logits(const myriad::cli::Args& args) {
   opt.checkpoint_layers = args.has("checkpoint");
   std::optional<ag::NoGradGuard> no_grad;
   if (!grads) no_grad.emplace();
+  ag::Var image_features;
+  if (auto images = args.get("images")) {
+    MYRIAD_REQUIRE(config.vision_config.has_value(), kValue, "--images: the model in ", *model_dir,
+                   " has no vision tower (its config.json has no vision_config)");
+    const SafetensorsFile in = SafetensorsFile::open(*images);
+    const ag::Var patches(cli::patch_file_tensor(in, "patches", DType::kF32, 2));
+    image_features = encode_images(*config.vision_config, model.weights(), patches, cli::patch_file_grids(in));
+    opt.image_features = &image_features;
+  }
   ForwardResult r = model.forward(tokens, targets, opt);
   NamedTensors tensors;
   tensors.emplace_back("logits", model.logits(r.hidden));
@@ -73,9 +84,13 @@ int run_logits(const myriad::cli::Args& args) {
 }  // namespace
 
 MYRIAD_COMMAND("logits", "run one forward pass and write the logits (and loss, gradients) as safetensors",
-               "myriad logits --model DIR --tokens 1,2,3 --out FILE.safetensors [--targets 2,3,-100] [--grads]",
+               "myriad logits --model DIR --tokens 1,2,3 --out FILE.safetensors [--targets 2,3,-100] [--grads] "
+               "[--images FILE]",
                {{"model", "DIR", "checkpoint directory (config.json + model.safetensors)"},
                 {"tokens", "LIST", "comma-separated token ids"},
+                {"images", "FILE",
+                 "images for the media placeholder tokens: a patch file as `myriad vision encode` "
+                 "reads (patches, grids); their tokens replace the placeholders in order"},
                 {"targets", "LIST", "comma-separated next-token targets (-100 = ignore): also write the loss"},
                 {"grads", "", "also write every parameter's gradient of the loss (grad.<name>)"},
                 {"chunk", "N", "KDA chunk size (default 64)"},

@@ -11,19 +11,11 @@
 #include "model/param_spec.h"
 #include "model/transformer.h"
 #include "model/vision_tower.h"
+#include "vision_input.h"
 
 namespace {
 
 using namespace myriad;
-
-Tensor input_tensor(const SafetensorsFile& f, const std::string& name, DType dtype, int64_t ndim) {
-  MYRIAD_REQUIRE(f.contains(name), kValue, "vision encode: ", f.path(), " has no tensor '", name, "'");
-  Tensor t = f.tensor(name);
-  MYRIAD_REQUIRE(t.dtype() == dtype && t.ndim() == ndim, kValue, "vision encode: ", f.path(), " tensor '", name,
-                 "' must be ", dtype_name(dtype), " with ", ndim, " dims, got ", dtype_name(t.dtype()), " ",
-                 shape_str(t.shape()));
-  return t.contiguous();
-}
 
 int run_vision(const cli::Args& args) {
   const auto& pos = args.positional();
@@ -43,13 +35,8 @@ int run_vision(const cli::Args& args) {
   const ModelWeights weights = ModelWeights::from_checkpoint(ckpt, config);
 
   const SafetensorsFile in = SafetensorsFile::open(*input);
-  const Tensor patches = input_tensor(in, "patches", DType::kF32, 2);
-  const Tensor grid_t = input_tensor(in, "grids", DType::kI64, 2);
-  MYRIAD_REQUIRE(grid_t.shape()[1] == 2, kValue, "vision encode: 'grids' must be [images, 2] (h, w in patches), got ",
-                 shape_str(grid_t.shape()));
-  std::vector<PatchGrid> grids;
-  for (int64_t i = 0; i < grid_t.shape()[0]; ++i)
-    grids.push_back({grid_t.data<int64_t>()[2 * i], grid_t.data<int64_t>()[2 * i + 1]});
+  const Tensor patches = cli::patch_file_tensor(in, "patches", DType::kF32, 2);
+  const std::vector<PatchGrid> grids = cli::patch_file_grids(in);
 
   const bool grads = args.has("grads");
   std::optional<ag::NoGradGuard> no_grad;
@@ -59,7 +46,7 @@ int run_vision(const cli::Args& args) {
   NamedTensors tensors;
   tensors.emplace_back("features", features.value());
   if (grads) {
-    const Tensor cot = input_tensor(in, "cotangent", DType::kF32, 2);
+    const Tensor cot = cli::patch_file_tensor(in, "cotangent", DType::kF32, 2);
     MYRIAD_REQUIRE(cot.shape() == features.shape(), kValue, "vision encode: 'cotangent' must have the features' shape ",
                    shape_str(features.shape()), ", got ", shape_str(cot.shape()));
     ag::backward(ag::sum(ag::mul(features, ag::Var(cot))));

@@ -414,6 +414,24 @@ struct Transformer::Stack {
   }
 };
 
+Var Transformer::with_images(const Var& embedded, const Tensor& tokens, const Var* features) const {
+  if (!features) return embedded;
+  const ModelConfig& c = config_;
+  MYRIAD_REQUIRE(c.media_placeholder_token_id.has_value(), kValue,
+                 "forward: images given but the config has no media_placeholder_token_id to place them at");
+  const int64_t T = tokens.numel(), D = c.hidden_size, ph = *c.media_placeholder_token_id;
+  MYRIAD_REQUIRE(features->value().ndim() == 2 && features->shape()[1] == D, kShape, "forward: image features ",
+                 shape_str(features->shape()), " must be [tokens, hidden_size ", D, "]");
+  const Tensor ids = tokens.contiguous();
+  // Row t of [embedded; features]: t itself, or T + k at the k-th placeholder.
+  std::vector<int32_t> rows(static_cast<size_t>(T));
+  int64_t k = 0;
+  for (int64_t t = 0; t < T; ++t) rows[size_t(t)] = int32_t(ids.data<int64_t>()[t] == ph ? T + k++ : t);
+  MYRIAD_REQUIRE(k == features->shape()[0], kShape, "forward: the text has ", k, " image placeholder tokens (id ", ph,
+                 ") but the images give ", features->shape()[0], " tokens");
+  return ag::gather_rows(ag::concat_rows({embedded, *features}, D), Tensor::from_vector(rows, {T}));
+}
+
 ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets, const ForwardOptions& opt) const {
   const ModelConfig& c = config_;
   MYRIAD_REQUIRE(tokens.dtype() == DType::kI64 && tokens.ndim() == 1, kShape, "forward: tokens must be I64 [T], got ",
@@ -428,7 +446,7 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets, 
   }
   ForwardResult result;
   const float eps = float(c.rms_norm_eps);
-  const Var running = ag::embedding(p("model.embed_tokens.weight"), tokens);  // [T, D]
+  const Var running = with_images(ag::embedding(p("model.embed_tokens.weight"), tokens), tokens, opt.image_features);
   const bool skip = c.attn_res_mode == AttnResMode::kSkip;
   MYRIAD_REQUIRE(!(skip && opt.checkpoint_layers), kUnsupported,
                  "attn_res_mode \"skip\" with gradient checkpointing: the held mixer output would need a second "

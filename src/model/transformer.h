@@ -37,6 +37,10 @@ struct ForwardOptions {
   // counted targets instead of their mean, and ForwardResult::token_nll holds each -log p (rl/grpo.h). The
   // backward reads the weights again: they may be filled after the forward (ag::cross_entropy).
   const Tensor* target_weights = nullptr;
+  // Images (model/vision_tower.h encode_images: [N, D], on the tape when the tower trains): row k replaces the
+  // embedding of the k-th media_placeholder_token_id in `tokens`, so the text model reads the image there and
+  // the gradient reaches the tower. The counts must agree (kShape otherwise); null: text only.
+  const ag::Var* image_features = nullptr;
 };
 
 // Per-layer routing statistics of one forward (what balancing and the metrics read).
@@ -78,6 +82,8 @@ class Transformer {
   ag::Var moe_ffn(int64_t layer, const ag::Var& x, RoutingStats* stats, const ForwardOptions& opt = {}) const;
   ag::Var attn_res_read(const std::string& norm, const std::string& proj, const std::vector<ag::Var>& cands) const;
   const ag::Var& p(const std::string& name) const { return w_.at(name); }
+  // The input embeddings [T, D] with the image features at the placeholders (ForwardOptions::image_features).
+  ag::Var with_images(const ag::Var& embedded, const Tensor& tokens, const ag::Var* features) const;
 
   // The dispatcher every forward uses unless its options name one (null: the local one). Under expert
   // parallelism the weights hold this rank's experts only and every forward, the evaluations' too, must

@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import zlib
 
 import numpy as np
 from safetensors.numpy import save
@@ -124,6 +125,45 @@ def main():
     put("trainer_state", json.dumps({"step": 3, "skipped_total": 1, "consecutive_skips": 1, "tokens_seen": 96,
                                      "data": {"epoch": 0, "position": 32, "seed": 1, "seq_len": 16,
                                               "train_tokens": 1000}}))
+
+    images()
+
+
+def png(w, h, rgb):
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    rows = b"".join(b"\0" + rgb[y * w * 3:(y + 1) * w * 3] for y in range(h))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def bmp(w, h, rgb):
+    stride = (w * 3 + 3) // 4 * 4
+    rows = b"".join(bytes(rgb[(y * w + x) * 3 + 2 - c] for x in range(w) for c in range(3)).ljust(stride, b"\0")
+                    for y in reversed(range(h)))
+    info = struct.pack("<IiiHHIIiiII", 40, w, h, 1, 24, 0, len(rows), 2835, 2835, 0, 0)
+    return b"BM" + struct.pack("<IHHI", 14 + len(info) + len(rows), 0, 0, 14 + len(info)) + info + rows
+
+
+def images():
+    """fuzz_image: small PNG, BMP and GIF files written here from their formats' layouts, and a JPEG from
+    stb_image_write when a C compiler and libstb are at hand (a baseline JPEG needs an encoder)."""
+    grad = bytes((x * 7 + y * 13 + c * 50) & 255 for y in range(30) for x in range(40) for c in range(3))
+    put("image", png(40, 30, grad))
+    put("image", png(3, 2, bytes(range(18))))
+    put("image", bmp(40, 30, grad))
+    put("image", b"GIF89a\x02\x00\x01\x00\x80\x00\x00\xff\x00\x00\x00\x00\xff,\x00\x00\x00\x00\x02\x00\x01"
+                 b"\x00\x00\x02\x02\x44\x0a\x00;")
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "w.c")
+        with open(src, "w") as f:
+            f.write('#include <stb_image_write.h>\nint main(void){unsigned char p[40*30*3];'
+                    'for(int i=0;i<40*30*3;++i)p[i]=(unsigned char)(i*7);'
+                    'return !stbi_write_jpg("' + os.path.join(d, "a.jpg") + '",40,30,3,p,80);}\n')
+        if subprocess.run(["cc", src, "-I/usr/include/stb", "-lstb", "-o", os.path.join(d, "w")]).returncode == 0 \
+                and subprocess.run([os.path.join(d, "w")]).returncode == 0:
+            with open(os.path.join(d, "a.jpg"), "rb") as f:
+                put("image", f.read())
 
 
 if __name__ == "__main__":

@@ -6,7 +6,11 @@ patches of several images of different grids (one equal to the position table's 
 as is; one up-sampled and non-square; one down-sampled) and a random cotangent go to `myriad vision encode
 --grads` and to the reference. Compared: the features, grad.patches and grad.<name> of every vision tensor.
 
-Tolerance, per tensor: max |myriad - ref| <= 2e-5 * max |ref| + 1e-7. myriad computes in float32 through two
+Then the same images placed at runs of media_placeholder_token_id inside text, through the whole model
+(`myriad logits --images --grads` against tests/reference/kimi_ref.py fed the same embeddings): logits, loss and
+every text and vision tensor's gradient, at parity.py's tolerance for the text model.
+
+Tolerance of the tower alone, per tensor: max |myriad - ref| <= 2e-5 * max |ref| + 1e-7. myriad computes in float32 through two
 blocks, sums of up to ~200 terms and a softmax per image; float32's 6e-8 unit roundoff grows roughly with the
 square root of those lengths along the gradients' chains: measured worst 9.4e-7 relative, so 2e-5 keeps 20x
 headroom. A causal mask left on or a rotary pair turned by the wrong axis misses by 0.6-2 relative (checked by
@@ -24,6 +28,7 @@ from safetensors.torch import load_file, save_file
 
 myriad, root, work = sys.argv[1:4]
 sys.path.insert(0, os.path.join(root, "tests", "reference"))
+import kimi_ref as K  # noqa: E402
 import vision_ref as R  # noqa: E402
 
 torch.manual_seed(0)
@@ -42,7 +47,29 @@ VARIANTS = {
                "patch_embed_proj_bias": True, "activation_func": "gelu", "projector_hidden_act": "gelu_pytorch_tanh"},
 }
 
+PLACEHOLDER = text["media_placeholder_token_id"]  # tiny.json's
 failures = 0
+
+
+def compare(name, got, want, rtol, atol):
+    """Prints and counts the tensors outside rtol * max |ref| + atol; returns the worst relative error."""
+    global failures
+    if set(want) != set(got):
+        print(f"FAIL {name}: tensors differ: only myriad {sorted(set(got) - set(want))[:5]}, "
+              f"only reference {sorted(set(want) - set(got))[:5]}")
+        failures += 1
+        return float("inf")
+    worst = 0.0
+    for k, ref in want.items():
+        err = (got[k].double() - ref).abs().max().item() if ref.numel() else 0.0
+        scale = ref.abs().max().item() if ref.numel() else 0.0
+        worst = max(worst, err / (scale + 1e-30))
+        if err > rtol * scale + atol:
+            print(f"FAIL {name} {k}: max |myriad - ref| {err:.3e} > {rtol:g} * {scale:.3e} + {atol:g}")
+            failures += 1
+    return worst
+
+
 for name, vis in VARIANTS.items():
     d = os.path.join(work, name)
     os.makedirs(d, exist_ok=True)
@@ -91,21 +118,40 @@ for name, vis in VARIANTS.items():
     want = {"features": feats.detach(), "grad.patches": px.grad}
     want.update({"grad." + k: t.grad for k, t in W.items()})
 
-    if set(want) != set(got):
-        print(f"FAIL {name}: tensors differ: only myriad {sorted(set(got) - set(want))[:5]}, "
-              f"only reference {sorted(set(want) - set(got))[:5]}")
-        failures += 1
-        continue
-    worst = 0.0
-    for k, ref in want.items():
-        err = (got[k].double() - ref).abs().max().item()
-        scale = ref.abs().max().item()
-        worst = max(worst, err / (scale + 1e-30))
-        if err > 2e-5 * scale + 1e-7:
-            print(f"FAIL {name} {k}: max |myriad - ref| {err:.3e} > 2e-5 * {scale:.3e} + 1e-7")
-            failures += 1
+    worst = compare(name, got, want, 2e-5, 1e-7)
     print(f"{name}: {len(want)} tensors ({len(grids)} images, {L} patches -> {tokens} tokens), "
           f"worst relative error {worst:.2e}")
+
+    # Placement: the images' tokens at their placeholder runs inside text, through the whole text model, the loss
+    # on text targets only; logits, loss and the gradient of every tensor (text and vision) against kimi_ref.py
+    # fed the same embeddings. Tolerance as tests/model/parity.py's for the text model (1e-3 * max |ref| + 1e-6:
+    # float32 through KDA chunks, MoE routing and AttnRes reads).
+    sizes = [(h // kh) * (w // kw) for h, w in grids]
+    ids, text_ids = [], [5, 17, 300, 9, 44, 45, 100, 8, 99, 17, 300, 13, 42]
+    for i, n in enumerate(sizes):
+        ids += text_ids[i * 3:i * 3 + 3] + [PLACEHOLDER] * n
+    ids += [2, 11]
+    targets = [t if t != PLACEHOLDER else -100 for t in ids[1:]] + [-100]
+    out = os.path.join(d, "logits.safetensors")
+    subprocess.run([myriad, "logits", "--model", model, "--tokens", ",".join(map(str, ids)), "--targets",
+                    ",".join(map(str, targets)), "--images", inp, "--grads", "--out", out], check=True,
+                   stdout=subprocess.DEVNULL)
+    got = load_file(out)
+    kc = K.Config(text)
+    P = K.prepare(weights)
+    feats = R.encode(v, P, patches.double(), grids)
+    emb = P["model.embed_tokens.weight"][torch.tensor(ids)]
+    mask = torch.tensor(ids) == PLACEHOLDER
+    emb = emb.masked_scatter(mask[:, None], feats)
+    logits = K.forward(kc, P, ids, embeddings=emb)
+    loss = K.cross_entropy(logits, targets)
+    params = [n for n in P if K.is_param(n)]
+    grads = torch.autograd.grad(loss, [P[n] for n in params], allow_unused=True)
+    want = {"logits": logits.detach(), "loss": loss.detach()}
+    want.update({"grad." + n: (torch.zeros_like(P[n]) if g is None else g) for n, g in zip(params, grads)})
+    worst = compare(name + " placed", got, want, 1e-3, 1e-6)
+    print(f"{name} placed in text: {len(ids)} tokens ({sum(sizes)} from images), logits, loss and "
+          f"{len(want) - 2} gradients, worst relative error {worst:.2e}")
 
 if failures:
     print(f"vision parity: {failures} failure(s)")

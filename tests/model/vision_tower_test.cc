@@ -12,6 +12,7 @@
 #include "autograd/functions.h"
 #include "core/error.h"
 #include "model/accounting.h"
+#include "model/transformer.h"
 #include "model/weights.h"
 
 namespace myriad {
@@ -101,6 +102,35 @@ TEST(VisionTower, PatchesOfTheWrongWidthAreRefused) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST(VisionTower, PlaceholderCountsMustMatchTheImageTokens) {
+  ModelConfig c = load_model_config(MYRIAD_SOURCE_DIR "/configs/tiny.json", nullptr);
+  c.vision_config = tiny_vision();
+  const int64_t ph = *c.media_placeholder_token_id;
+  Transformer model(c, ModelWeights::random(c, 2));
+  const Tensor tokens = Tensor::from_vector(std::vector<int64_t>{5, ph, ph, 9, ph, 11}, {6});
+  const ag::Var three(Tensor::zeros({3, c.hidden_size}));
+  ForwardOptions opt;
+  opt.image_features = &three;
+  ag::NoGradGuard no_grad;
+  EXPECT_EQ(model.forward(tokens, Tensor(), opt).hidden.shape(), (Shape{6, c.hidden_size}));
+  const ag::Var four(Tensor::zeros({4, c.hidden_size}));
+  opt.image_features = &four;
+  try {
+    model.forward(tokens, Tensor(), opt);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kShape);
+    EXPECT_NE(std::string(e.what()).find("the text has 3 image placeholder tokens (id " + std::to_string(ph) +
+                                         ") but the images give 4 tokens"),
+              std::string::npos)
+        << e.what();
+  }
+  c.media_placeholder_token_id.reset();
+  Transformer no_placeholder(c, ModelWeights::random(c, 2));
+  opt.image_features = &three;
+  EXPECT_THROW(no_placeholder.forward(tokens, Tensor(), opt), Error);
 }
 
 }  // namespace

@@ -605,11 +605,12 @@ def attn_res_read(w_norm, w_proj, cands, eps):
     return (prob[..., None] * V).sum(0)
 
 
-def forward(cfg, W, tokens, kda_impl="recurrent", kda_chunk=64, mla_impl="naive", rec=None):
-    """logits [T, vocab] of one sequence. rec: optional dict filled with intermediate activations."""
+def forward(cfg, W, tokens, kda_impl="recurrent", kda_chunk=64, mla_impl="naive", rec=None, embeddings=None):
+    """logits [T, vocab] of one sequence. rec: optional dict filled with intermediate activations. embeddings:
+    [T, D] to use instead of the token lookup (images placed at their placeholders, tests/model/vision_parity.py)."""
     tokens = torch.as_tensor(tokens, dtype=torch.long)
     eps = cfg.rms_norm_eps
-    x = W["model.embed_tokens.weight"][tokens]
+    x = W["model.embed_tokens.weight"][tokens] if embeddings is None else embeddings
     if rec is not None:
         rec["embeddings"] = x
 

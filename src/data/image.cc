@@ -1,0 +1,172 @@
+// Image decoding and patching (see image.h). stb_image and stb_image_resize are Debian's libstb (linked, not
+// vendored).
+#include "data/image.h"
+
+#include <stb_image.h>
+#include <stb_image_resize.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace myriad {
+
+namespace {
+
+// The formats accepted, by their signatures (stb reads more, e.g. PSD and HDR; those are refused).
+const char* format_of(std::string_view b) {
+  auto starts = [&](const char* sig, size_t n) { return b.size() >= n && std::memcmp(b.data(), sig, n) == 0; };
+  if (starts("\x89PNG\r\n\x1a\n", 8)) return "PNG";
+  if (starts("\xff\xd8\xff", 3)) return "JPEG";
+  if (starts("GIF87a", 6) || starts("GIF89a", 6)) return "GIF";
+  if (starts("BM", 2)) return "BMP";
+  return nullptr;
+}
+
+// The size PNG, GIF and BMP declare at fixed offsets of their first bytes (IHDR; the logical screen; the info
+// header), read before stb so that a declared size stb itself refuses ("too large") is reported as what it is.
+// JPEG's size lies in a frame marker found by scanning: stb's info reads it. Returns false when not available.
+bool declared_size(std::string_view b, const char* format, int64_t* w, int64_t* h) {
+  auto byte = [&](size_t i) { return int64_t(static_cast<unsigned char>(b[i])); };
+  if (std::strcmp(format, "PNG") == 0 && b.size() >= 24) {
+    *w = (byte(16) << 24) | (byte(17) << 16) | (byte(18) << 8) | byte(19);
+    *h = (byte(20) << 24) | (byte(21) << 16) | (byte(22) << 8) | byte(23);
+    return true;
+  }
+  if (std::strcmp(format, "GIF") == 0 && b.size() >= 10) {
+    *w = byte(6) | (byte(7) << 8);
+    *h = byte(8) | (byte(9) << 8);
+    return true;
+  }
+  if (std::strcmp(format, "BMP") == 0 && b.size() >= 26) {
+    *w = int32_t(uint32_t(byte(18) | (byte(19) << 8) | (byte(20) << 16) | (byte(21) << 24)));
+    *h = int32_t(uint32_t(byte(22) | (byte(23) << 8) | (byte(24) << 16) | (byte(25) << 24)));
+    *w = *w < 0 ? -*w : *w;
+    *h = *h < 0 ? -*h : *h;  // negative: rows stored top-down
+    return true;
+  }
+  return false;
+}
+
+std::string first_bytes(std::string_view b) {
+  std::ostringstream os;
+  const size_t n = std::min<size_t>(b.size(), 8);
+  for (size_t i = 0; i < n; ++i) {
+    static const char* hex = "0123456789abcdef";
+    const auto c = static_cast<unsigned char>(b[i]);
+    os << (i ? " " : "") << hex[c >> 4] << hex[c & 15];
+  }
+  return os.str();
+}
+
+}  // namespace
+
+Image decode_image(std::string_view bytes, const std::string& what, const ImageLimits& limits) {
+  MYRIAD_REQUIRE(!bytes.empty(), kValue, what, ": empty image data");
+  MYRIAD_REQUIRE(int64_t(bytes.size()) <= limits.max_bytes, kValue, what, ": image of ", bytes.size(),
+                 " bytes is over the limit of ", limits.max_bytes, " bytes");
+  MYRIAD_REQUIRE(bytes.size() <= size_t(INT32_MAX), kValue, what, ": image data too large");
+  const char* format = format_of(bytes);
+  MYRIAD_REQUIRE(format != nullptr, kValue, what, ": not a PNG, JPEG, BMP or GIF image (first bytes ",
+                 first_bytes(bytes), ")");
+  int64_t dw64 = 0, dh64 = 0;
+  if (declared_size(bytes, format, &dw64, &dh64)) {
+    // Each side first: two 32-bit sides can overflow their product.
+    MYRIAD_REQUIRE(dw64 <= limits.max_pixels && dh64 <= limits.max_pixels && dw64 * dh64 <= limits.max_pixels, kValue,
+                   what, ": ", format, " image declares ", dw64, " x ", dh64, " pixels, over the limit of ",
+                   limits.max_pixels, " pixels");
+  }
+  const auto* data = reinterpret_cast<const stbi_uc*>(bytes.data());
+  const int len = int(bytes.size());
+  int w = 0, h = 0, comp = 0;
+  // The header alone first: a small file may declare a huge image (a decompression bomb).
+  MYRIAD_REQUIRE(stbi_info_from_memory(data, len, &w, &h, &comp) == 1, kValue, what, ": corrupt or truncated ", format,
+                 " header (", stbi_failure_reason(), ")");
+  MYRIAD_REQUIRE(w > 0 && h > 0, kValue, what, ": ", format, " image has a zero size (", w, " x ", h, ")");
+  MYRIAD_REQUIRE(int64_t(w) * int64_t(h) <= limits.max_pixels, kValue, what, ": ", format, " image of ", w, " x ", h,
+                 " = ", int64_t(w) * int64_t(h), " pixels is over the limit of ", limits.max_pixels, " pixels");
+  int dw = 0, dh = 0, dc = 0;
+  std::unique_ptr<stbi_uc, void (*)(void*)> px(stbi_load_from_memory(data, len, &dw, &dh, &dc, 3), stbi_image_free);
+  MYRIAD_REQUIRE(px != nullptr, kValue, what, ": corrupt or truncated ", format, " image (", stbi_failure_reason(),
+                 ")");
+  MYRIAD_REQUIRE(dw == w && dh == h, kValue, what, ": ", format, " image decoded as ", dw, " x ", dh,
+                 " but its header says ", w, " x ", h);
+  Image img;
+  img.width = w;
+  img.height = h;
+  img.rgb.assign(px.get(), px.get() + size_t(w) * size_t(h) * 3);
+  return img;
+}
+
+Image read_image_file(const std::string& path, const ImageLimits& limits) {
+  std::ifstream in(path, std::ios::binary);
+  MYRIAD_REQUIRE(in.good(), kIo, path, ": cannot open image file");
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  MYRIAD_REQUIRE(size >= 0, kIo, path, ": cannot read image file");
+  MYRIAD_REQUIRE(int64_t(size) <= limits.max_bytes, kValue, path, ": image of ", int64_t(size),
+                 " bytes is over the limit of ", limits.max_bytes, " bytes");
+  std::string bytes(size_t(size), '\0');
+  in.seekg(0);
+  in.read(bytes.data(), size);
+  MYRIAD_REQUIRE(in.good() || size == 0, kIo, path, ": cannot read image file");
+  return decode_image(bytes, path, limits);
+}
+
+void patch_grid_for(int64_t width, int64_t height, const PatchOptions& o, int64_t* grid_h, int64_t* grid_w) {
+  MYRIAD_REQUIRE(o.patch_size > 0 && o.merge_h > 0 && o.merge_w > 0, kValue, "patching: patch size ", o.patch_size,
+                 " and merge window ", o.merge_h, " x ", o.merge_w, " must be positive");
+  MYRIAD_REQUIRE(o.max_patches >= o.merge_h * o.merge_w, kValue, "patching: a budget of ", o.max_patches,
+                 " patches cannot hold one ", o.merge_h, " x ", o.merge_w, " merge window");
+  MYRIAD_REQUIRE(width > 0 && height > 0, kValue, "patching: image of ", width, " x ", height, " has a zero size");
+  const double p = double(o.patch_size);
+  const double scale = std::min(1.0, std::sqrt(double(o.max_patches) * p * p / (double(width) * double(height))));
+  // Windows per side (a window is merge x patch pixels), at least one.
+  int64_t wh = std::max<int64_t>(1, int64_t(std::floor(double(height) * scale / (p * double(o.merge_h)))));
+  int64_t ww = std::max<int64_t>(1, int64_t(std::floor(double(width) * scale / (p * double(o.merge_w)))));
+  // Rounding a very thin image's short side up to one window can overshoot the budget: shrink the long side.
+  while (wh * o.merge_h * ww * o.merge_w > o.max_patches) {
+    if (wh * o.merge_h >= ww * o.merge_w && wh > 1)
+      --wh;
+    else
+      --ww;
+  }
+  *grid_h = wh * o.merge_h;
+  *grid_w = ww * o.merge_w;
+}
+
+ImagePatches image_to_patches(const Image& image, const PatchOptions& o) {
+  MYRIAD_REQUIRE(int64_t(image.rgb.size()) == image.width * image.height * 3, kValue, "patching: image of ",
+                 image.width, " x ", image.height, " holds ", image.rgb.size(), " bytes, not width x height x 3");
+  ImagePatches out;
+  patch_grid_for(image.width, image.height, o, &out.grid_h, &out.grid_w);
+  const int64_t p = o.patch_size, H = out.grid_h * p, W = out.grid_w * p;
+  std::vector<uint8_t> resized;
+  const uint8_t* px = image.rgb.data();
+  if (H != image.height || W != image.width) {
+    resized.resize(size_t(H * W * 3));
+    MYRIAD_REQUIRE(stbir_resize_uint8(image.rgb.data(), int(image.width), int(image.height), 0, resized.data(), int(W),
+                                      int(H), 0, 3) == 1,
+                   kValue, "patching: resizing ", image.width, " x ", image.height, " to ", W, " x ", H, " failed");
+    px = resized.data();
+  }
+  const int64_t row = 3 * p * p;
+  out.values.resize(size_t(out.grid_h * out.grid_w * row));
+  const float inv = 1.0f / (255.0f * o.std), shift = o.mean / o.std;
+  for (int64_t r = 0; r < out.grid_h; ++r)
+    for (int64_t c = 0; c < out.grid_w; ++c) {
+      float* dst = out.values.data() + (r * out.grid_w + c) * row;
+      for (int64_t ch = 0; ch < 3; ++ch)
+        for (int64_t y = 0; y < p; ++y)
+          for (int64_t x = 0; x < p; ++x)
+            dst[(ch * p + y) * p + x] = float(px[((r * p + y) * W + c * p + x) * 3 + ch]) * inv - shift;
+    }
+  return out;
+}
+
+}  // namespace myriad

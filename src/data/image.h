@@ -1,0 +1,52 @@
+// Images as the vision tower reads them: decoding (PNG, JPEG, BMP, GIF's first frame, with Debian's stb_image),
+// the pixel cap checked from the header before any pixel is decoded (decompression bombs), and the native-
+// resolution patching of docs/vision.md: resized with the aspect kept to whole merge windows of patches under
+// a patch budget, normalised, cut into patch rows.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace myriad {
+
+// 8-bit RGB, row-major, 3 bytes per pixel (alpha dropped, grey expanded).
+struct Image {
+  int64_t width = 0, height = 0;
+  std::vector<uint8_t> rgb;
+};
+
+struct ImageLimits {
+  int64_t max_bytes = int64_t(32) << 20;  // encoded size
+  int64_t max_pixels = 50'000'000;        // width x height from the header, checked before decoding
+};
+
+// Decodes PNG, JPEG, BMP or GIF (the first frame). `what` names the source in errors (a path, a request field).
+// One kValue error for an empty, oversized, unsupported, truncated or corrupt input, or dimensions over the cap.
+Image decode_image(std::string_view bytes, const std::string& what, const ImageLimits& limits = {});
+// Reads and decodes a file (kIo when it cannot be read).
+Image read_image_file(const std::string& path, const ImageLimits& limits = {});
+
+// How an image becomes patch rows (docs/vision.md "Input").
+struct PatchOptions {
+  int64_t patch_size = 14;
+  int64_t merge_h = 2, merge_w = 2;
+  int64_t max_patches = 16384;    // per image (4096 merged tokens at 2 x 2): myriad's default budget
+  float mean = 0.5f, std = 0.5f;  // per channel, on values in [0, 1]: x -> (x - mean) / std
+};
+
+struct ImagePatches {
+  int64_t grid_h = 0, grid_w = 0;  // patches per column and per row
+  std::vector<float> values;       // [grid_h grid_w, 3 p p], each patch (channel, row, col), patches row-major
+};
+
+// The size an image is resized to: the largest whole number of merge windows per side, at most the image's own
+// size (never enlarged, except to one window when smaller), with at most max_patches patches; aspect kept to
+// within a window. kValue when max_patches cannot hold even one window.
+void patch_grid_for(int64_t width, int64_t height, const PatchOptions& o, int64_t* grid_h, int64_t* grid_w);
+
+// Resizes (stb_image_resize) to patch_grid_for's size and cuts the patches.
+ImagePatches image_to_patches(const Image& image, const PatchOptions& o);
+
+}  // namespace myriad

@@ -1,0 +1,165 @@
+// Image decoding and patching (data/image.h). Images are written with stb_image_write (Debian's libstb), an
+// encoder independent of the decoder's code paths: PNG and BMP are lossless, so the decoded pixels must equal
+// the written ones exactly; JPEG within a small error. GIF bytes are written out by hand from the format.
+#include "data/image.h"
+
+#include <gtest/gtest.h>
+#include <stb_image_write.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "core/error.h"
+
+namespace myriad {
+namespace {
+
+void append(void* ctx, void* data, int size) {
+  static_cast<std::string*>(ctx)->append(static_cast<const char*>(data), size_t(size));
+}
+
+std::vector<uint8_t> random_rgb(int w, int h, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> px(size_t(w * h * 3));
+  for (auto& v : px) v = uint8_t(rng() & 255);
+  return px;
+}
+
+std::string png(int w, int h, const std::vector<uint8_t>& px) {
+  std::string out;
+  EXPECT_EQ(stbi_write_png_to_func(append, &out, w, h, 3, px.data(), w * 3), 1);
+  return out;
+}
+
+std::string error_of(const std::string& bytes, const ImageLimits& limits = {}) {
+  try {
+    decode_image(bytes, "request.image", limits);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kValue);
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Image, PngAndBmpDecodeToTheWrittenPixels) {
+  const int w = 37, h = 21;
+  const std::vector<uint8_t> px = random_rgb(w, h, 1);
+  const Image a = decode_image(png(w, h, px), "a.png");
+  EXPECT_EQ(a.width, w);
+  EXPECT_EQ(a.height, h);
+  EXPECT_EQ(a.rgb, px);
+  std::string bmp;
+  ASSERT_EQ(stbi_write_bmp_to_func(append, &bmp, w, h, 3, px.data()), 1);
+  EXPECT_EQ(decode_image(bmp, "a.bmp").rgb, px);
+}
+
+TEST(Image, JpegDecodesCloseToTheWrittenPixels) {
+  const int w = 32, h = 16;
+  std::vector<uint8_t> px(size_t(w * h * 3));
+  for (int y = 0; y < h; ++y)  // smooth: JPEG keeps it to a few levels
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < 3; ++c) px[size_t((y * w + x) * 3 + c)] = uint8_t(40 + 4 * x + 6 * y + 20 * c);
+  std::string jpg;
+  ASSERT_EQ(stbi_write_jpg_to_func(append, &jpg, w, h, 3, px.data(), 100), 1);
+  const Image img = decode_image(jpg, "a.jpg");
+  ASSERT_EQ(img.rgb.size(), px.size());
+  double worst = 0;
+  for (size_t i = 0; i < px.size(); ++i) worst = std::max(worst, std::abs(double(img.rgb[i]) - double(px[i])));
+  EXPECT_LE(worst, 8.0);  // quality 100 with 4:2:0 chroma on a smooth ramp
+}
+
+TEST(Image, GifFirstFrame) {
+  // GIF89a, 2 x 1, a 2-colour global table (red, blue), one image of pixels [0, 1], LZW minimum code size 2:
+  // codes clear(4) 0 1 end(5) in 3 bits each, packed from the least significant bit: 0x44 0x0a.
+  const std::string gif(
+      "GIF89a\x02\x00\x01\x00\x80\x00\x00"
+      "\xff\x00\x00\x00\x00\xff"
+      ",\x00\x00\x00\x00\x02\x00\x01\x00\x00"
+      "\x02\x02\x44\x0a\x00;",
+      35);
+  const Image img = decode_image(gif, "a.gif");
+  ASSERT_EQ(img.width, 2);
+  ASSERT_EQ(img.height, 1);
+  EXPECT_EQ(img.rgb, (std::vector<uint8_t>{255, 0, 0, 0, 0, 255}));
+}
+
+TEST(Image, BadInputsGetOneClearError) {
+  EXPECT_NE(error_of("").find("request.image: empty image data"), std::string::npos);
+  EXPECT_NE(error_of("hello world").find("not a PNG, JPEG, BMP or GIF image (first bytes 68 65 6c"), std::string::npos);
+  const std::string good = png(8, 8, random_rgb(8, 8, 2));
+  EXPECT_NE(error_of(good.substr(0, 20)).find("corrupt or truncated PNG header"), std::string::npos);
+  EXPECT_NE(error_of(good.substr(0, good.size() - 20)).find("corrupt or truncated PNG image"), std::string::npos);
+  // A header declaring 100000 x 100000 over a few bytes: refused from the header, nothing decoded.
+  std::string bomb = good;
+  bomb[16] = 0, bomb[17] = 1, bomb[18] = char(0x86), bomb[19] = char(0xa0);  // width 100000
+  bomb[20] = 0, bomb[21] = 1, bomb[22] = char(0x86), bomb[23] = char(0xa0);  // height 100000
+  const std::string e = error_of(bomb);
+  EXPECT_TRUE(e.find("100000 x 100000") != std::string::npos && e.find("over the limit") != std::string::npos) << e;
+  ImageLimits small;
+  small.max_bytes = 64;
+  EXPECT_NE(error_of(good, small).find("over the limit of 64 bytes"), std::string::npos);
+  ImageLimits few;  // the cap applies to what the header says, for the formats stb reads it from too
+  few.max_pixels = 63;
+  EXPECT_NE(error_of(good, few).find("declares 8 x 8 pixels, over the limit of 63 pixels"), std::string::npos);
+  std::string huge = good;  // 0xf7f7f7f7 x 0xf7f7f7f7: the product overflows 64 bits
+  for (int i = 16; i < 24; ++i) huge[size_t(i)] = char(0xf7);
+  EXPECT_NE(error_of(huge).find("declares 4160223223 x 4160223223 pixels"), std::string::npos);
+  std::string jpg;
+  ASSERT_EQ(stbi_write_jpg_to_func(append, &jpg, 8, 8, 3, random_rgb(8, 8, 4).data(), 90), 1);
+  EXPECT_NE(error_of(jpg, few).find("JPEG image of 8 x 8 = 64 pixels is over the limit of 63"), std::string::npos);
+  std::string zero = good;
+  zero[16] = zero[17] = zero[18] = zero[19] = 0;  // width 0
+  EXPECT_NE(error_of(zero).find("request.image: corrupt or truncated PNG header"), std::string::npos);
+  EXPECT_THROW(read_image_file("/nonexistent/x.png"), Error);
+}
+
+TEST(Image, GridsKeepTheAspectUnderTheBudget) {
+  PatchOptions o;  // p 14, 2 x 2 windows, 16384 patches
+  int64_t gh = 0, gw = 0;
+  patch_grid_for(448, 448, o, &gh, &gw);  // 32 x 32 patches: kept as is
+  EXPECT_EQ(gh, 32);
+  EXPECT_EQ(gw, 32);
+  patch_grid_for(640, 480, o, &gh, &gw);  // 45.7 x 34.3 patches -> whole windows below
+  EXPECT_EQ(gw, 44);
+  EXPECT_EQ(gh, 34);
+  patch_grid_for(10, 10, o, &gh, &gw);  // smaller than one window: one window
+  EXPECT_EQ(gh, 2);
+  EXPECT_EQ(gw, 2);
+  o.max_patches = 1024;
+  patch_grid_for(4000, 3000, o, &gh, &gw);  // scaled down to the budget, aspect 4:3 within a window
+  EXPECT_LE(gh * gw, 1024);
+  EXPECT_GE(gh * gw, 900);
+  EXPECT_NEAR(double(gw) / double(gh), 4.0 / 3.0, 0.1);
+  patch_grid_for(1000000, 1, o, &gh, &gw);  // a thin strip: the long side gives way
+  EXPECT_EQ(gh, 2);
+  EXPECT_LE(gh * gw, 1024);
+  o.max_patches = 3;
+  EXPECT_THROW(patch_grid_for(100, 100, o, &gh, &gw), Error);
+}
+
+TEST(Image, PatchesHoldTheNormalisedPixelsInChannelRowColumnOrder) {
+  const int w = 8, h = 4;  // 2 x 4 patches of 2 x 2 pixels, no resize
+  const std::vector<uint8_t> px = random_rgb(w, h, 3);
+  Image img{w, h, px};
+  PatchOptions o;
+  o.patch_size = 2;
+  o.merge_h = 1;
+  o.merge_w = 2;
+  const ImagePatches p = image_to_patches(img, o);
+  ASSERT_EQ(p.grid_h, 2);
+  ASSERT_EQ(p.grid_w, 4);
+  ASSERT_EQ(p.values.size(), size_t(8 * 12));
+  // Patch (1, 2), channel 2, pixel (row 1, col 0) is image pixel (3, 4).
+  const float want = (float(px[size_t((3 * w + 4) * 3 + 2)]) / 255.0f - 0.5f) / 0.5f;
+  EXPECT_NEAR(p.values[size_t((1 * 4 + 2) * 12 + (2 * 2 + 1) * 2 + 0)], want, 1e-6);
+  // A larger image is resized to the grid's pixels: a flat colour stays flat.
+  Image flat{300, 100, std::vector<uint8_t>(300 * 100 * 3, 51)};
+  o.max_patches = 64;
+  const ImagePatches q = image_to_patches(flat, o);
+  EXPECT_EQ(q.grid_h * q.grid_w <= 64, true);
+  for (float v : q.values) EXPECT_NEAR(v, (51.0f / 255.0f - 0.5f) / 0.5f, 1e-6);
+}
+
+}  // namespace
+}  // namespace myriad
