@@ -14,6 +14,7 @@
 #include "bench/op_bench.h"
 #include "bench/report.h"
 #include "bench/serve_bench.h"
+#include "bench/vision_bench.h"
 #include "cli.h"
 #include "core/error.h"
 #include "core/threads.h"
@@ -207,12 +208,40 @@ int run_dist(const myriad::cli::Args& args) {
   return 0;
 }
 
+int run_vision(const myriad::cli::Args& args) {
+  using namespace myriad;
+  using namespace myriad::bench;
+  VisionBenchOptions opt;
+  opt.config_path = args.get_or("config", opt.config_path);
+  opt.patches = args.get_int("patches", opt.patches, 4, 1 << 16);
+  opt.layers = args.get_int("layers", opt.layers, 0, 1000);
+  const long seconds = args.get_int("seconds", 20, 1, 3600);
+  opt.budget_s = double(seconds);
+  (void)load_model_config(opt.config_path, nullptr);  // config errors before the ceilings are measured
+  std::printf("myriad bench vision: %d threads, ~%ld s of timed repeats (best of repeats after one warm-up call)\n",
+              num_threads(), seconds);
+  const MachineLimits limits = measure_machine_limits(3.0);
+  print_ceilings(stdout, limits);
+  const VisionBenchResult res = run_vision_bench(opt, limits, stdout);
+  if (const auto json_path = args.get("json")) {
+    nlohmann::ordered_json j;
+    j["bench"] = "vision";
+    j["limits"] = limits_json(limits);
+    for (const auto& [key, value] : res.json.items()) j[key] = value;
+    write_text_file(*json_path, j.dump(2) + "\n");
+    std::printf("wrote %s\n", json_path->c_str());
+  }
+  return 0;
+}
+
 int run_bench(const myriad::cli::Args& args) {
   const auto& pos = args.positional();
-  MYRIAD_REQUIRE(pos.size() == 1 && (pos[0] == "ops" || pos[0] == "model" || pos[0] == "serve" || pos[0] == "dist"),
-                 kValue, "bench: expected one benchmark name (ops, model, serve or dist), got ",
+  MYRIAD_REQUIRE(pos.size() == 1 && (pos[0] == "ops" || pos[0] == "model" || pos[0] == "serve" || pos[0] == "dist" ||
+                                     pos[0] == "vision"),
+                 kValue, "bench: expected one benchmark name (ops, model, serve, dist or vision), got ",
                  pos.empty() ? std::string("none") : "'" + pos[0] + "'" + (pos.size() > 1 ? " and more" : ""));
   if (pos[0] == "serve") return run_serve(args);
+  if (pos[0] == "vision") return run_vision(args);
   if (pos[0] == "dist") return run_dist(args);
   return pos[0] == "ops" ? run_ops(args) : run_model(args);
 }
@@ -223,7 +252,8 @@ MYRIAD_COMMAND("bench", "benchmark the CPU kernels or a whole model against this
                "myriad bench ops [--seconds S] [--json FILE]\n"
                "       myriad bench model --config FILE [--seq T] [--seconds S] [--json FILE]\n"
                "       myriad bench serve (--model DIR | --config FILE) [--formats LIST] [--seconds S] [--json FILE]\n"
-               "       mpirun -np N myriad bench dist [--seconds S] [--json FILE]   (scripts/mpirun.sh here)",
+               "       mpirun -np N myriad bench dist [--seconds S] [--json FILE]   (scripts/mpirun.sh here)\n"
+               "       myriad bench vision [--config FILE] [--patches N] [--layers L] [--seconds S] [--json FILE]",
                {{"seconds", "S",
                  "seconds of timed repeats, all rows together (ops: default 20, about 30 s in all; model: default 40, "
                  "about 65 s in all for configs/small.json on 2 cores)"},
@@ -232,5 +262,7 @@ MYRIAD_COMMAND("bench", "benchmark the CPU kernels or a whole model against this
                  "model, serve: the model config.json (or a directory holding one); serve: random init"},
                 {"formats", "LIST", "serve: weight formats to time, of f32,q8,q4,mxfp4 (default f32,q8,q4)"},
                 {"model", "DIR", "serve: a plain model directory or run (quantized forms are made from it)"},
-                {"seq", "T", "model: tokens in the sequence (default min(1024, max_position_embeddings))"}},
+                {"seq", "T", "model: tokens in the sequence (default min(1024, max_position_embeddings))"},
+                {"patches", "N", "vision: patches of the one image timed (default 1024: 448 x 448 pixels at patch 14)"},
+                {"layers", "L", "vision: tower blocks timed (default 2; 0: all)"}},
                run_bench);
