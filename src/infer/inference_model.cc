@@ -107,8 +107,14 @@ std::shared_ptr<InferenceModel> InferenceModel::load(const std::string& dir_in,
     dir = latest_checkpoint(dir_in);
   ModelConfig mc = load_model_config(dir, nullptr);
   const Checkpoint ck = open_model_checkpoint(dir, mc);
+  // The vision tower runs on the op layer (encode_images), from Vars; the text model from DecodeWeights.
+  auto vision = [](const ParamSpec& s) {
+    return s.component == Component::kVision || s.component == Component::kProjector;
+  };
+  const ParamFilter keep = keep_for ? keep_for(mc) : ParamFilter{};
   auto m = std::make_shared<InferenceModel>(
-      mc, DecodeWeights::from_checkpoint(ck, mc, keep_for ? keep_for(mc) : ParamFilter{}));
+      mc, DecodeWeights::from_checkpoint(ck, mc, [&](const ParamSpec& s) { return !vision(s) && (!keep || keep(s)); }));
+  if (mc.vision_config) m->vision_ = std::make_shared<ModelWeights>(ModelWeights::from_checkpoint(ck, mc, vision));
   const std::string tok = tokenizer.empty() ? find_model_tokenizer(dir, dir_in) : tokenizer;
   m->tokenizer_ = Tokenizer::load(tok);
   MYRIAD_REQUIRE(m->tokenizer_.vocab_size() <= mc.vocab_size, kFormat, "model: the tokenizer in ", tok, " has ",
@@ -347,6 +353,36 @@ struct InferenceModel::Stack {
   }
 };
 
+void InferenceModel::place_images(std::span<const BatchEntry> batch, Tensor& running) const {
+  const int64_t D = config_.hidden_size;
+  int64_t row = 0;
+  for (const BatchEntry& b : batch) {
+    if (!b.image_rows.empty()) {
+      MYRIAD_REQUIRE(config_.media_placeholder_token_id.has_value(), kValue,
+                     "inference: images given but the config has no media_placeholder_token_id to place them at");
+      const int32_t ph = int32_t(*config_.media_placeholder_token_id);
+      const int64_t placeholders = std::count(b.tokens.begin(), b.tokens.end(), ph);
+      MYRIAD_REQUIRE(int64_t(b.image_rows.size()) == placeholders * D, kValue, "inference: ", placeholders,
+                     " image placeholder tokens (id ", ph, ") but ", double(b.image_rows.size()) / double(D),
+                     " image token rows of width ", D);
+      const float* src = b.image_rows.data();
+      for (size_t t = 0; t < b.tokens.size(); ++t)
+        if (b.tokens[t] == ph) {
+          std::copy(src, src + D, running.data<float>() + (row + int64_t(t)) * D);
+          src += D;
+        }
+    }
+    row += int64_t(b.tokens.size());
+  }
+}
+
+Tensor InferenceModel::encode_images(const Tensor& patches, const std::vector<PatchGrid>& grids) const {
+  MYRIAD_REQUIRE(vision_ != nullptr && config_.vision_config.has_value(), kValue, "model ", source_,
+                 ": images given but the model has no vision tower (its config.json has no vision_config)");
+  ag::NoGradGuard no_grad;
+  return myriad::encode_images(*config_.vision_config, *vision_, ag::Var(patches), grids).value();
+}
+
 Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logits) const {
   ag::NoGradGuard no_grad;
   const ModelConfig& c = config_;
@@ -382,6 +418,7 @@ Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logit
   if (N > 0) {
     ops::embedding_forward(w_->device(), running.data<float>(), embed_, ids.data(), N, c.vocab_size, D);
   }
+  place_images(batch, running);
   Stack stack{*this, batch};
   const Tensor h = layer_stack(stack, c, running);
   for (const BatchEntry& b : batch) b.seq->tokens += int64_t(b.tokens.size());

@@ -22,6 +22,8 @@
 #include "infer/mla_cache.h"
 #include "model/config.h"
 #include "model/prefill_shards.h"
+#include "model/vision_tower.h"
+#include "model/weights.h"
 
 namespace myriad {
 
@@ -41,6 +43,10 @@ struct BatchEntry {
   SequenceState* seq = nullptr;
   std::span<const int32_t> tokens;
   PrefillShards* shards = nullptr;
+  // Images: [placeholders in `tokens`, hidden_size] row-major, the image tokens (encode_images) that replace
+  // this entry's media_placeholder_token_id embeddings, in order; a prompt's rows split across its chunks as
+  // its placeholders are. Empty: none (placeholders then read their own embedding).
+  std::span<const float> image_rows = {};
 };
 
 class MoeDispatcher;
@@ -79,6 +85,13 @@ class InferenceModel {
   // checked (kValue).
   Tensor forward(std::span<const BatchEntry> batch, bool all_logits = false) const;
 
+  // The vision tower and projector on image patches (model/vision_tower.h encode_images, no tape): [tokens,
+  // hidden_size], what BatchEntry::image_rows takes. kValue when the model has no vision tower.
+  Tensor encode_images(const Tensor& patches, const std::vector<PatchGrid>& grids) const;
+  bool has_vision() const { return vision_ != nullptr; }
+  // The vision tensors as Vars (load() sets them from the checkpoint; tests from their own ModelWeights).
+  void set_vision_weights(std::shared_ptr<const ModelWeights> w) { vision_ = std::move(w); }
+
   // Bytes of weights one decode step reads for `tokens` tokens (one each from as many sequences): every dense
   // weight (one embedding row per token), plus per MoE layer the routed experts that receive a copy: top-k for
   // one token (the model's activated weights, as stored); for more, the expected number of distinct experts when
@@ -89,6 +102,8 @@ class InferenceModel {
 
  private:
   struct Stack;  // model/layer_module.h's execution without the tape (inference_model.cc)
+  // Overwrites the embedding rows of the batch's media placeholders with the entries' image rows.
+  void place_images(std::span<const BatchEntry> batch, Tensor& running) const;
 
   // Per layer, the weights forward() reads, resolved once at construction (decode would otherwise build and look
   // up every name per token). Entries a layer does not have stay null.
@@ -121,6 +136,7 @@ class InferenceModel {
   ModelConfig config_;
   const MoeDispatcher* moe_dispatcher_ = nullptr;
   std::shared_ptr<const DecodeWeights> w_;
+  std::shared_ptr<const ModelWeights> vision_;  // vision_tower.* and mm_projector.*; null without a vision tower
   Tokenizer tokenizer_;
   std::string source_;
   std::vector<std::unique_ptr<KdaDecoder>> kda_;  // per layer (null for MLA layers)

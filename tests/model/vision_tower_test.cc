@@ -7,10 +7,13 @@
 
 #include <cmath>
 #include <filesystem>
+#include <memory>
+#include <random>
 #include <string>
 
 #include "autograd/functions.h"
 #include "core/error.h"
+#include "infer/inference_model.h"
 #include "model/accounting.h"
 #include "model/transformer.h"
 #include "model/weights.h"
@@ -131,6 +134,67 @@ TEST(VisionTower, PlaceholderCountsMustMatchTheImageTokens) {
   Transformer no_placeholder(c, ModelWeights::random(c, 2));
   opt.image_features = &three;
   EXPECT_THROW(no_placeholder.forward(tokens, Tensor(), opt), Error);
+}
+
+// One model: the image tokens placed by the training forward, by a prefill in two chunks that split an image's
+// placeholder run, and by decoding token by token give the same logits.
+TEST(VisionTower, ImagesGiveTheSameLogitsInTrainingPrefillAndDecode) {
+  ModelConfig c = load_model_config(MYRIAD_SOURCE_DIR "/configs/tiny.json", nullptr);
+  c.vision_config = tiny_vision();
+  const int32_t ph = int32_t(*c.media_placeholder_token_id);
+  auto w = std::make_shared<ModelWeights>(ModelWeights::random(c, 5));
+  const Transformer model(c, *w);
+  const std::vector<PatchGrid> grids = {{4, 4}, {2, 4}};  // 4 + 2 image tokens
+  std::mt19937 rng(6);
+  std::normal_distribution<float> gauss;
+  Tensor px = Tensor::empty({24, 12});
+  for (int64_t i = 0; i < px.numel(); ++i) px.data<float>()[i] = gauss(rng);
+  ag::NoGradGuard no_grad;
+  const ag::Var feats = encode_images(*c.vision_config, *w, ag::Var(px), grids);
+  const std::vector<int64_t> ids = {5, 17, ph, ph, ph, ph, 9, 44, ph, ph, 2, 11};
+  const int64_t T = int64_t(ids.size()), D = c.hidden_size;
+  ForwardOptions opt;
+  opt.image_features = &feats;
+  const Tensor logits = model.logits(model.forward(Tensor::from_vector(ids, {T}), Tensor(), opt).hidden);
+  const Tensor text_only = model.logits(model.forward(Tensor::from_vector(ids, {T}), Tensor()).hidden);
+
+  InferenceModel inf(c, DecodeWeights::from_model(model.weights()));
+  inf.set_vision_weights(w);
+  const Tensor rows = inf.encode_images(px, grids);
+  const float* r = rows.data<float>();
+  double feat_diff = 0;
+  for (int64_t i = 0; i < rows.numel(); ++i)
+    feat_diff = std::max(feat_diff, double(std::abs(r[i] - feats.value().data<float>()[i])));
+  EXPECT_EQ(feat_diff, 0.0);  // the same function on the same weights
+  const std::vector<int32_t> ids32(ids.begin(), ids.end());
+  auto diff = [](const Tensor& a, const Tensor& b) {
+    double m = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, double(std::abs(a.data<float>()[i] - b.data<float>()[i])));
+    return m;
+  };
+  // Prefill in two chunks: tokens 0..3 (two of the first image's four placeholders) and 4..11.
+  SequenceState seq = inf.new_sequence();
+  const BatchEntry first{&seq, std::span<const int32_t>(ids32.data(), 4), nullptr, std::span<const float>(r, 2 * D)};
+  const Tensor a = inf.forward(std::span<const BatchEntry>(&first, 1), true);
+  const BatchEntry second{&seq, std::span<const int32_t>(ids32.data() + 4, 8), nullptr,
+                          std::span<const float>(r + 2 * D, 4 * D)};
+  const Tensor b = inf.forward(std::span<const BatchEntry>(&second, 1), true);
+  // f32 on both sides through 4 layers: ~1e-6 of O(1) logits (as the text-only prefill test).
+  EXPECT_LE(diff(a, logits.slice(0, 0, 4)), 1e-4);
+  EXPECT_LE(diff(b, logits.slice(0, 4, T)), 1e-4);
+  EXPECT_GT(diff(logits, text_only), 1e-3);  // the images change the logits
+  SequenceState dec = inf.new_sequence();
+  int64_t k = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const bool image = ids32[size_t(t)] == ph;
+    const BatchEntry one{&dec, std::span<const int32_t>(ids32.data() + t, 1), nullptr,
+                         image ? std::span<const float>(r + (k++) * D, D) : std::span<const float>()};
+    EXPECT_LE(diff(inf.forward(std::span<const BatchEntry>(&one, 1)), logits.slice(0, t, t + 1)), 1e-4) << t;
+  }
+  // Rows that do not match the placeholders are refused.
+  SequenceState bad = inf.new_sequence();
+  const BatchEntry wrong{&bad, std::span<const int32_t>(ids32.data(), 4), nullptr, std::span<const float>(r, 3 * D)};
+  EXPECT_THROW(inf.forward(std::span<const BatchEntry>(&wrong, 1)), Error);
 }
 
 }  // namespace
