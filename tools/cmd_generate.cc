@@ -1,11 +1,15 @@
 // `myriad generate`: one prompt through the serving engine (src/serve/engine.h), streamed to the terminal as the
 // tokens come. Argument parsing only.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <sstream>
 #include <string>
 
 #include "cli.h"
+#include "data/image.h"
 #include "dist/expert_parallel.h"
+#include "model/vision_tower.h"
 #include "serve/engine.h"
 
 namespace {
@@ -22,6 +26,40 @@ float parse_float(const myriad::cli::Args& args, const std::string& name, float 
     MYRIAD_REQUIRE(false, kValue, "--", name, " ", *v, ": not a number");
   }
   return fallback;
+}
+
+// --image a.png,b.jpg: each image decoded, patched at the model's patch size and encoded by its vision tower;
+// the prompt's image markers (media_placeholder_token_id, e.g. <|image|>) expand to each image's tokens, or,
+// when the prompt has none, one marker per image goes before it.
+void attach_images(const myriad::InferenceModel& model, const std::string& list, myriad::GenerationRequest* req) {
+  using namespace myriad;
+  const ModelConfig& c = model.config();
+  MYRIAD_REQUIRE(c.vision_config.has_value(), kValue, "--image: the model in ", model.source(),
+                 " has no vision tower (its config.json has no vision_config)");
+  MYRIAD_REQUIRE(c.media_placeholder_token_id.has_value(), kValue, "--image: the model in ", model.source(),
+                 " has no media_placeholder_token_id to place the images at");
+  const VisionConfig& v = *c.vision_config;
+  PatchOptions o;
+  o.patch_size = v.patch_size;
+  o.merge_h = v.merge_kernel_size[0];
+  o.merge_w = v.merge_kernel_size[1];
+  std::vector<float> values;
+  std::vector<PatchGrid> grids;
+  std::vector<int64_t> tokens;
+  std::stringstream ss(list);
+  for (std::string path; std::getline(ss, path, ',');) {
+    const ImagePatches p = image_to_patches(read_image_file(path), o);
+    values.insert(values.end(), p.values.begin(), p.values.end());
+    grids.push_back({p.grid_h, p.grid_w});
+    tokens.push_back(vision_tokens(v, grids.back()));
+  }
+  MYRIAD_REQUIRE(!grids.empty(), kValue, "--image: no image paths given");
+  const int64_t L = int64_t(values.size()) / (3 * v.patch_size * v.patch_size);
+  req->image_rows = model.encode_images(Tensor::from_vector(values, {L, 3 * v.patch_size * v.patch_size}), grids);
+  const auto ph = int32_t(*c.media_placeholder_token_id);
+  if (std::find(req->prompt.begin(), req->prompt.end(), ph) == req->prompt.end())
+    req->prompt.insert(req->prompt.begin(), grids.size(), ph);
+  req->prompt = expand_image_placeholders(req->prompt, ph, tokens);
 }
 
 int run_generate(const myriad::cli::Args& args) {
@@ -41,6 +79,7 @@ int run_generate(const myriad::cli::Args& args) {
   GenerationRequest req;
   req.prompt = model->tokenizer().encode(*prompt);
   MYRIAD_REQUIRE(!req.prompt.empty(), kValue, "generate: the prompt is empty");
+  if (const auto images = args.get("image")) attach_images(*model, *images, &req);
   req.max_tokens = args.get_int("max-tokens", 64, 1, 1 << 24);
   req.sampling.temperature = parse_float(args, "temperature", 0.0f);
   req.sampling.top_k = args.get_int("top-k", 0, 0, 1 << 30);
@@ -79,11 +118,15 @@ int run_generate(const myriad::cli::Args& args) {
 
 MYRIAD_COMMAND("generate", "generate text from a model, streamed as it comes (the serving engine)",
                "myriad generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K] "
-               "[--top-p P] [--min-p P] [--repetition-penalty R] [--seed S] [--stop TEXT]",
+               "[--top-p P] [--min-p P] [--repetition-penalty R] [--seed S] [--stop TEXT] [--image PATHS]",
                {{"model", "DIR", "a model directory (plain or quantized), a run (its latest checkpoint)"},
                 {"tokenizer", "DIR|FILE",
                  "use this tokenizer instead of the model's own (tokenizer.model, tiktoken.model or tokenizer.json)"},
                 {"prompt", "TEXT", "the prompt"},
+                {"image", "PATHS",
+                 "images (PNG, JPEG, BMP, GIF; comma-separated) for a model with a vision tower: "
+                 "each <|image|> marker of the prompt (media_placeholder_token_id) takes the "
+                 "next; without markers the images go before the prompt"},
                 {"max-tokens", "N", "tokens to generate (default 64)"},
                 {"temperature", "T", "0 = greedy (default)"},
                 {"top-k", "K", "keep the K most likely tokens (0 = off)"},

@@ -169,4 +169,21 @@ ImagePatches image_to_patches(const Image& image, const PatchOptions& o) {
   return out;
 }
 
+std::vector<int32_t> expand_image_placeholders(const std::vector<int32_t>& ids, int32_t placeholder,
+                                               const std::vector<int64_t>& tokens) {
+  const int64_t markers = std::count(ids.begin(), ids.end(), placeholder);
+  MYRIAD_REQUIRE(markers == int64_t(tokens.size()), kValue, markers, " image marker", markers == 1 ? "" : "s", " (id ",
+                 placeholder, ") in the prompt but ", tokens.size(), " image", tokens.size() == 1 ? "" : "s");
+  std::vector<int32_t> out;
+  size_t image = 0;
+  for (int32_t id : ids) {
+    if (id != placeholder) {
+      out.push_back(id);
+      continue;
+    }
+    out.insert(out.end(), size_t(tokens[image++]), placeholder);
+  }
+  return out;
+}
+
 }  // namespace myriad

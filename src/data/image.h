@@ -49,4 +49,10 @@ void patch_grid_for(int64_t width, int64_t height, const PatchOptions& o, int64_
 // Resizes (stb_image_resize) to patch_grid_for's size and cuts the patches.
 ImagePatches image_to_patches(const Image& image, const PatchOptions& o);
 
+// A prompt's image markers expanded to the images' token runs: the i-th `placeholder` token of `ids` becomes
+// tokens[i] copies of it (what the vision tower gives for image i). kValue when the markers and the images
+// disagree in number ("2 image markers (id 11) in the prompt but 1 image").
+std::vector<int32_t> expand_image_placeholders(const std::vector<int32_t>& ids, int32_t placeholder,
+                                               const std::vector<int64_t>& tokens);
+
 }  // namespace myriad

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "core/memory_release.h"
 #include "core/threads.h"
@@ -64,9 +65,11 @@ struct Engine::Sequence {
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<TextStream> text;
   SequenceState state;
-  bool started = false;   // state created (and the prefix cache consulted)
-  int64_t prefilled = 0;  // prompt tokens processed
-  int64_t cached = 0;     // of which reused from the prefix cache
+  bool started = false;                // state created (and the prefix cache consulted)
+  int64_t prefilled = 0;               // prompt tokens processed
+  int64_t image_row = 0;               // image rows used by them (placeholders in prompt[0, prefilled))
+  std::optional<int32_t> placeholder;  // media_placeholder_token_id, when the request has images
+  int64_t cached = 0;                  // of which reused from the prefix cache
   std::vector<int32_t> generated;
   int32_t next_input = -1;
   size_t reserved = 0;
@@ -76,6 +79,7 @@ struct Engine::Sequence {
 
 struct Engine::PrefixEntry {
   uint64_t hash = 0;
+  uint64_t images = 0;  // Engine::image_key of the prefix
   std::vector<int32_t> tokens;
   std::vector<KdaState> kda;  // per layer, as SequenceState
   std::vector<MlaCache> mla;  // per layer, sharing the pages
@@ -134,6 +138,19 @@ uint64_t Engine::submit(GenerationRequest req, EventSink sink) {
                  c.max_position_embeddings, " tokens, but ", P + req.max_tokens, " were requested (", P,
                  " in the prompt, ", req.max_tokens, " for the completion)");
   validate(req.sampling);
+  std::optional<int32_t> placeholder;
+  if (req.image_rows.defined()) {
+    MYRIAD_REQUIRE(c.media_placeholder_token_id.has_value(), kValue,
+                   "images given but the model's config has no media_placeholder_token_id");
+    placeholder = int32_t(*c.media_placeholder_token_id);
+    const int64_t k = std::count(req.prompt.begin(), req.prompt.end(), *placeholder);
+    MYRIAD_REQUIRE(req.image_rows.dtype() == DType::kF32 && req.image_rows.ndim() == 2 &&
+                       req.image_rows.shape()[0] == k && req.image_rows.shape()[1] == c.hidden_size,
+                   kValue, "the prompt has ", k, " image placeholder tokens (id ", *placeholder,
+                   ") but the images give ", shape_str(req.image_rows.shape()), " rows (expected [", k, ", ",
+                   c.hidden_size, "])");
+    req.image_rows = req.image_rows.contiguous();
+  }
   const size_t need = reservation(req);
   MYRIAD_REQUIRE(need <= metrics_.cache_bytes_budget, kValue, "the request needs ", need >> 10,
                  " KiB of cache (prompt + max_tokens), more than the whole budget of ", opt_.cache_mb, " MiB");
@@ -143,6 +160,7 @@ uint64_t Engine::submit(GenerationRequest req, EventSink sink) {
                  "stop strings need a tokenizer, and this model has none");
   if (model_->tokenizer().loaded()) s->text = std::make_unique<TextStream>(model_->tokenizer(), req.stop);
   s->req = std::move(req);
+  s->placeholder = placeholder;
   s->sink = std::move(sink);
   s->reserved = need;
   s->submitted = Clock::now();
@@ -208,10 +226,26 @@ void Engine::admit_locked() {
   }
 }
 
-Engine::PrefixEntry* Engine::find_prefix(const std::vector<int32_t>& prompt, int64_t n, uint64_t hash) const {
+uint64_t Engine::image_key(const Sequence& s, int64_t n) const {
+  if (!s.req.image_rows.defined()) return 0;
+  const int64_t k = count_placeholders(s, 0, n), D = model_->config().hidden_size;
+  if (k == 0) return 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.req.image_rows.data<float>());
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the rows' bytes, as hash_tokens
+  for (size_t i = 0; i < size_t(k * D) * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h | 1;  // never 0 (the key of text)
+}
+
+int64_t Engine::count_placeholders(const Sequence& s, int64_t from, int64_t to) const {
+  if (!s.req.image_rows.defined() || !s.placeholder) return 0;
+  return std::count(s.req.prompt.begin() + from, s.req.prompt.begin() + to, *s.placeholder);
+}
+
+Engine::PrefixEntry* Engine::find_prefix(const std::vector<int32_t>& prompt, int64_t n, uint64_t hash,
+                                         uint64_t images) const {
   auto [b, e] = prefix_index_.equal_range(hash);
   for (auto it = b; it != e; ++it)
-    if (int64_t(it->second->tokens.size()) == n &&
+    if (int64_t(it->second->tokens.size()) == n && it->second->images == images &&
         std::equal(it->second->tokens.begin(), it->second->tokens.end(), prompt.begin()))
       return it->second;
   return nullptr;
@@ -221,8 +255,9 @@ void Engine::lookup_prefix(Sequence& s) {
   const int64_t every = opt_.prefix_every, P = int64_t(s.req.prompt.size());
   if (every == 0) return;
   for (int64_t n = (P - 1) / every * every; n >= every; n -= every) {
-    PrefixEntry* pe = find_prefix(s.req.prompt, n, hash_tokens(s.req.prompt.data(), n));
+    PrefixEntry* pe = find_prefix(s.req.prompt, n, hash_tokens(s.req.prompt.data(), n), image_key(s, n));
     if (!pe) continue;
+    s.image_row = count_placeholders(s, 0, n);
     for (size_t l = 0; l < pe->kda.size(); ++l) {
       if (pe->kda[l].S.defined())
         s.state.kda[l] = pe->kda[l].clone();
@@ -246,10 +281,11 @@ void Engine::lookup_prefix(Sequence& s) {
 void Engine::store_prefix(const Sequence& s) {
   const int64_t n = s.prefilled;
   if (opt_.prefix_every == 0 || n == 0 || n % opt_.prefix_every != 0) return;
-  const uint64_t h = hash_tokens(s.req.prompt.data(), n);
-  if (find_prefix(s.req.prompt, n, h)) return;  // already stored
+  const uint64_t h = hash_tokens(s.req.prompt.data(), n), images = image_key(s, n);
+  if (find_prefix(s.req.prompt, n, h, images)) return;  // already stored
   auto pe = std::make_unique<PrefixEntry>();
   pe->hash = h;
+  pe->images = images;
   pe->tokens.assign(s.req.prompt.begin(), s.req.prompt.begin() + n);
   for (size_t l = 0; l < s.state.kda.size(); ++l) {
     if (s.state.kda[l].S.defined()) {
@@ -324,7 +360,7 @@ bool Engine::step() {
     // A long prefill ends on the last prefix snapshot boundary before the prompt's end (the snapshot is stored
     // and the rest, under prefix_every tokens, prefills in chunks), or takes the whole prompt without snapshots.
     int64_t whole = 0;
-    if (s.prefilled < P && opt_.long_prefill && s.state.tokens == 0) {
+    if (s.prefilled < P && opt_.long_prefill && s.state.tokens == 0 && !s.req.image_rows.defined()) {
       whole = opt_.prefix_every > 0 && P > opt_.prefix_every ? (P - 1) / opt_.prefix_every * opt_.prefix_every : P;
       if (whole < opt_.long_prefill_min) whole = 0;
     }
@@ -348,7 +384,12 @@ bool Engine::step() {
       }
       prompt_budget -= n;
       part.row = int64_t(batch.size());
-      batch.push_back({&s.state, std::span<const int32_t>(s.req.prompt.data() + s.prefilled, size_t(n))});
+      BatchEntry entry{&s.state, std::span<const int32_t>(s.req.prompt.data() + s.prefilled, size_t(n))};
+      if (const int64_t k = count_placeholders(s, s.prefilled, s.prefilled + n); k > 0) {
+        const int64_t D = model_->config().hidden_size;
+        entry.image_rows = std::span<const float>(s.req.image_rows.data<float>() + s.image_row * D, size_t(k * D));
+      }
+      batch.push_back(entry);
     } else {
       part.row = int64_t(batch.size());
       batch.push_back({&s.state, std::span<const int32_t>(&s.next_input, 1)});
@@ -381,6 +422,7 @@ bool Engine::step() {
       }
       if (part.prefilling) {
         const int64_t n = part.row < 0 ? part.long_tokens : int64_t(batch[size_t(part.row)].tokens.size());
+        s.image_row += count_placeholders(s, s.prefilled, s.prefilled + n);
         s.prefilled += n;
         prompt_tokens += uint64_t(n);
         store_prefix(s);

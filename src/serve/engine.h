@@ -67,7 +67,11 @@ DType cache_dtype_from_name(const std::string& name);
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // token ids, non-empty
-  int64_t max_tokens = 16;      // > 0
+  // Images: f32 [placeholders in prompt, hidden_size] (InferenceModel::encode_images), the rows that take the
+  // place of the prompt's media_placeholder_token_id tokens in order; undefined: none. Prefix reuse keys a prefix
+  // that holds image tokens by the content of those rows too, so another image never reuses its states.
+  Tensor image_rows;
+  int64_t max_tokens = 16;  // > 0
   SamplingParams sampling;
   std::vector<std::string> stop;  // stop strings (never part of the output)
   bool stop_at_eos = true;        // <|endoftext|> and </s> end generation (not part of the output)
@@ -149,7 +153,11 @@ class Engine {
   void emit(Sequence& s, TokenEvent ev);
   size_t reservation(const GenerationRequest& r) const;
   // The stored snapshot of prompt[0, n) (hash: of those tokens), or null.
-  PrefixEntry* find_prefix(const std::vector<int32_t>& prompt, int64_t n, uint64_t hash) const;
+  PrefixEntry* find_prefix(const std::vector<int32_t>& prompt, int64_t n, uint64_t hash, uint64_t images) const;
+  // The key of the image rows inside prompt[0, n) (0 when there are none).
+  uint64_t image_key(const Sequence& s, int64_t n) const;
+  // Media placeholders among prompt[from, to) (0 for a request without images).
+  int64_t count_placeholders(const Sequence& s, int64_t from, int64_t to) const;
   void lookup_prefix(Sequence& s);
   void store_prefix(const Sequence& s);
 

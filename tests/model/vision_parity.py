@@ -130,7 +130,7 @@ for name, vis in VARIANTS.items():
     ids, text_ids = [], [5, 17, 300, 9, 44, 45, 100, 8, 99, 17, 300, 13, 42]
     for i, n in enumerate(sizes):
         ids += text_ids[i * 3:i * 3 + 3] + [PLACEHOLDER] * n
-    ids += [2, 11]
+    ids += [2, 12]
     targets = [t if t != PLACEHOLDER else -100 for t in ids[1:]] + [-100]
     out = os.path.join(d, "logits.safetensors")
     subprocess.run([myriad, "logits", "--model", model, "--tokens", ",".join(map(str, ids)), "--targets",

@@ -112,7 +112,7 @@ TEST(VisionTower, PlaceholderCountsMustMatchTheImageTokens) {
   c.vision_config = tiny_vision();
   const int64_t ph = *c.media_placeholder_token_id;
   Transformer model(c, ModelWeights::random(c, 2));
-  const Tensor tokens = Tensor::from_vector(std::vector<int64_t>{5, ph, ph, 9, ph, 11}, {6});
+  const Tensor tokens = Tensor::from_vector(std::vector<int64_t>{5, ph, ph, 9, ph, 12}, {6});
   const ag::Var three(Tensor::zeros({3, c.hidden_size}));
   ForwardOptions opt;
   opt.image_features = &three;
@@ -151,7 +151,7 @@ TEST(VisionTower, ImagesGiveTheSameLogitsInTrainingPrefillAndDecode) {
   for (int64_t i = 0; i < px.numel(); ++i) px.data<float>()[i] = gauss(rng);
   ag::NoGradGuard no_grad;
   const ag::Var feats = encode_images(*c.vision_config, *w, ag::Var(px), grids);
-  const std::vector<int64_t> ids = {5, 17, ph, ph, ph, ph, 9, 44, ph, ph, 2, 11};
+  const std::vector<int64_t> ids = {5, 17, ph, ph, ph, ph, 9, 44, ph, ph, 2, 12};
   const int64_t T = int64_t(ids.size()), D = c.hidden_size;
   ForwardOptions opt;
   opt.image_features = &feats;

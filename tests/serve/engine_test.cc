@@ -312,6 +312,62 @@ TEST(Engine, GreedyEqualsTheTrainingModelsArgmax) {
   }
 }
 
+// Images: rows at the prompt's placeholders (split across prefill chunks) give the tokens the training model's
+// argmax gives with the same rows placed; a cached prefix holding image tokens is reused only for the same rows,
+// a text-only prefix before them for any.
+TEST(Engine, ImagesTakeTheirPlaceholdersAndKeyThePrefixCache) {
+  const auto& t = tiny();
+  const int32_t ph = int32_t(*t.config.media_placeholder_token_id);
+  const int64_t D = t.config.hidden_size;
+  std::vector<int32_t> prompt = random_tokens(70, 21, t.model->vocab_size());
+  prompt.insert(prompt.end(), 6, ph);
+  for (int32_t x : random_tokens(70, 22, t.model->vocab_size())) prompt.push_back(x);
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] == ph && (i < 70 || i >= 76)) prompt[i] = ph + 1;  // placeholders only at 70..75
+  std::mt19937 rng(23);
+  std::normal_distribution<float> gauss;
+  auto rows = [&] {
+    Tensor r = Tensor::empty({6, D});
+    for (int64_t i = 0; i < r.numel(); ++i) r.data<float>()[i] = gauss(rng);
+    return r;
+  };
+  const Tensor r1 = rows(), r2 = rows();
+  auto request = [&](const Tensor& r) {
+    GenerationRequest g = greedy(prompt, 5);
+    g.image_rows = r;
+    return g;
+  };
+  EngineOptions opt;
+  opt.page_tokens = 16;
+  opt.prefix_every = 64;
+  opt.prefill_chunk = 72;  // the first chunk ends inside the image's run
+  Engine e(t.model, opt);
+  const auto first = run(e, {request(r1)})[0];
+  std::vector<int64_t> ctx(prompt.begin(), prompt.end());
+  const ag::Var placed(r1);
+  for (int32_t tok : first) {  // each token an argmax of the training forward with the rows placed
+    ag::NoGradGuard ng;
+    ForwardOptions fo;
+    fo.image_features = &placed;
+    const Tensor l = t.train_model->logits(
+        t.train_model->forward(Tensor::from_vector(ctx, {int64_t(ctx.size())}), Tensor(), fo).hidden);
+    const float* last = l.data<float>() + (l.size(0) - 1) * l.size(1);
+    EXPECT_GE(last[tok], *std::max_element(last, last + l.size(1)) - 1e-4f);
+    ctx.push_back(tok);
+  }
+  const auto second = run(e, {request(r2)})[0];  // other image: only the text snapshot at 64 is reused
+  EXPECT_EQ(e.metrics().prefix_tokens_reused, 64u);
+  const auto third = run(e, {request(r1)})[0];  // the same image again: the snapshot at 128 too
+  EXPECT_EQ(e.metrics().prefix_tokens_reused, 64u + 128u);
+  EXPECT_EQ(third, first);
+  opt.prefix_every = 0;
+  Engine plain(t.model, opt);
+  EXPECT_EQ(run(plain, {request(r2)})[0], second);
+  GenerationRequest bad = request(r1);
+  bad.prompt[70] = ph + 1;  // 5 placeholders, 6 rows
+  EXPECT_THROW(plain.submit(bad, [](const TokenEvent&) {}), Error);
+}
+
 TEST_P(EngineCache, PrefixReuseGivesTheSameTokensWithLessWork) {
   const auto& m = tiny().model;
   const std::vector<int32_t> system = random_tokens(140, 8, m->vocab_size());
