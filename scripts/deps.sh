@@ -10,7 +10,7 @@ set -euo pipefail
 what="${1:-build}"
 pkgs=(build-essential cmake pkg-config python3 libopenblas-dev nlohmann-json3-dev libgtest-dev libgmock-dev
       libsentencepiece-dev libcpp-httplib-dev libjemalloc-dev libopenmpi-dev openmpi-bin libxxhash-dev libpcre2-dev libicu-dev
-      libstb-dev
+      libstb-dev zlib1g-dev
       python3-dev pybind11-dev)
 if [[ "$what" == fuzz || "$what" == test ]]; then
   pkgs+=(clang-14 libclang-rt-14-dev libomp-14-dev)

@@ -127,6 +127,7 @@ def main():
                                               "train_tokens": 1000}}))
 
     images()
+    idx_files()
 
 
 def png(w, h, rgb):
@@ -143,6 +144,15 @@ def bmp(w, h, rgb):
                     for y in reversed(range(h)))
     info = struct.pack("<IiiHHIIiiII", 40, w, h, 1, 24, 0, len(rows), 2835, 2835, 0, 0)
     return b"BM" + struct.pack("<IHHI", 14 + len(info) + len(rows), 0, 0, 14 + len(info)) + info + rows
+
+
+def idx_files():
+    """fuzz_idx: a small unsigned-byte IDX array, plain and gzip-compressed, and a labels-shaped one."""
+    import gzip
+    arr = b"\0\0\x08\x03" + struct.pack(">III", 2, 3, 4) + bytes(range(24))
+    put("idx", arr)
+    put("idx", gzip.compress(arr, mtime=0))
+    put("idx", b"\0\0\x08\x01" + struct.pack(">I", 5) + bytes([7, 2, 1, 0, 4]))
 
 
 def images():

@@ -1,16 +1,22 @@
-// Image decoding and patching (data/image.h). Images are written with stb_image_write (Debian's libstb), an
-// encoder independent of the decoder's code paths: PNG and BMP are lossless, so the decoded pixels must equal
-// the written ones exactly; JPEG within a small error. GIF bytes are written out by hand from the format.
+// Image decoding and patching (data/image.h), IDX arrays (data/idx.h). Images are written with stb_image_write
+// (Debian's libstb), an encoder independent of the decoder's code paths: PNG and BMP are lossless, so the decoded
+// pixels must equal the written ones exactly; JPEG within a small error. GIF bytes are written out by hand from the
+// format.
 #include "data/image.h"
 
 #include <gtest/gtest.h>
 #include <stb_image_write.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <random>
 #include <string>
 
 #include "core/error.h"
+#include "data/idx.h"
 
 namespace myriad {
 namespace {
@@ -159,6 +165,68 @@ TEST(Image, PatchesHoldTheNormalisedPixelsInChannelRowColumnOrder) {
   const ImagePatches q = image_to_patches(flat, o);
   EXPECT_EQ(q.grid_h * q.grid_w <= 64, true);
   for (float v : q.values) EXPECT_NEAR(v, (51.0f / 255.0f - 0.5f) / 0.5f, 1e-6);
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("myriad_idx_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+void write_gz(const std::string& path, const std::string& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(gzwrite(f, bytes.data(), unsigned(bytes.size())), int(bytes.size()));
+  gzclose(f);
+}
+
+TEST(Idx, ReadsPlainAndGzipAndRefusesBadFiles) {
+  // [2, 2, 3] unsigned bytes 0..11.
+  std::string idx("\0\0\x08\x03\0\0\0\x02\0\0\0\x02\0\0\0\x03", 16);
+  for (int i = 0; i < 12; ++i) idx += char(i);
+  const std::string gz = temp_path("a.gz"), plain = temp_path("a");
+  write_gz(gz, idx);
+  {
+    FILE* f = std::fopen(plain.c_str(), "wb");
+    std::fwrite(idx.data(), 1, idx.size(), f);
+    std::fclose(f);
+  }
+  for (const std::string& p : {gz, plain}) {
+    const IdxArray a = read_idx(p);
+    EXPECT_EQ(a.dims, (std::vector<int64_t>{2, 2, 3}));
+    ASSERT_EQ(a.values.size(), 12u);
+    EXPECT_EQ(a.values[11], 11);
+  }
+  auto error = [&](const std::string& bytes) {
+    write_gz(gz, bytes);
+    try {
+      read_idx(gz);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kFormat);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error(idx.substr(0, idx.size() - 1)).find("promises 12 values, found 11"), std::string::npos);
+  EXPECT_NE(error(std::string("\x01\0\x08\x01", 4)).find("not an IDX file"), std::string::npos);
+  EXPECT_NE(error(std::string("\0\0\x0d\x01\0\0\0\x01" "abcd", 12)).find("value type 0xd is not supported"),
+            std::string::npos);
+  EXPECT_NE(error(std::string("\0\0\x08\x02\xff\xff\xff\xff\xff\xff\xff\xff", 12)).find("the limit"),
+            std::string::npos);
+  std::remove(gz.c_str());
+  std::remove(plain.c_str());
+  EXPECT_THROW(read_idx("/nonexistent/idx"), Error);
+}
+
+TEST(Idx, SharedMnistTestSet) {
+  const std::string dir = MYRIAD_SOURCE_DIR "/../shared/data/mnist/";
+  if (!std::filesystem::exists(dir + "t10k-images-idx3-ubyte.gz")) GTEST_SKIP() << "no " << dir;
+  const LabeledImages m = read_mnist(dir + "t10k-images-idx3-ubyte.gz", dir + "t10k-labels-idx1-ubyte.gz");
+  ASSERT_EQ(m.images.size(), 10000u);
+  EXPECT_EQ(m.images[0].width, 28);
+  // The test set's first digits (as every MNIST tutorial prints them) and a count per class near 1000.
+  EXPECT_EQ(std::vector<int>(m.labels.begin(), m.labels.begin() + 4), (std::vector<int>{7, 2, 1, 0}));
+  std::vector<int> per(10, 0);
+  for (int l : m.labels) ++per[size_t(l)];
+  for (int c : per) EXPECT_TRUE(c > 850 && c < 1200) << c;
 }
 
 }  // namespace
