@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "data/idx.h"
+#include "data/shape_images.h"
 
 namespace myriad {
 namespace {
@@ -207,7 +208,10 @@ TEST(Idx, ReadsPlainAndGzipAndRefusesBadFiles) {
   };
   EXPECT_NE(error(idx.substr(0, idx.size() - 1)).find("promises 12 values, found 11"), std::string::npos);
   EXPECT_NE(error(std::string("\x01\0\x08\x01", 4)).find("not an IDX file"), std::string::npos);
-  EXPECT_NE(error(std::string("\0\0\x0d\x01\0\0\0\x01" "abcd", 12)).find("value type 0xd is not supported"),
+  EXPECT_NE(error(std::string("\0\0\x0d\x01\0\0\0\x01"
+                              "abcd",
+                              12))
+                .find("value type 0xd is not supported"),
             std::string::npos);
   EXPECT_NE(error(std::string("\0\0\x08\x02\xff\xff\xff\xff\xff\xff\xff\xff", 12)).find("the limit"),
             std::string::npos);
@@ -227,6 +231,44 @@ TEST(Idx, SharedMnistTestSet) {
   std::vector<int> per(10, 0);
   for (int l : m.labels) ++per[size_t(l)];
   for (int c : per) EXPECT_TRUE(c > 850 && c < 1200) << c;
+}
+
+TEST(ShapeScenes, PixelsCaptionAndAnswersAgreeWithTheScene) {
+  int asked[4] = {0, 0, 0, 0};
+  for (uint64_t i = 0; i < 200; ++i) {
+    const ShapeScene s = make_shape_scene(split_seed(false, i));
+    ASSERT_EQ(s.image.width, 56);
+    ASSERT_TRUE(!s.shapes.empty() && s.shapes.size() <= 4);
+    auto pixel = [&](double x, double y) {
+      const size_t at = size_t((int64_t(y) * 56 + int64_t(x)) * 3);
+      return std::vector<int>{s.image.rgb[at], s.image.rgb[at + 1], s.image.rgb[at + 2]};
+    };
+    EXPECT_EQ(pixel(0, 0), (std::vector<int>{220, 220, 220}));  // corners stay background
+    const std::vector<std::vector<int>> colour = {{220, 40, 40}, {40, 170, 60}, {40, 80, 220}, {230, 200, 40}};
+    for (const PlacedShape& p : s.shapes) {
+      // Each shape's centre (a triangle's a little below its apex) shows its colour; shapes never share a cell.
+      EXPECT_EQ(pixel(p.cx, p.cy + 0.3 * p.radius), colour[size_t(p.colour)]) << i;
+      EXPECT_NE(s.caption.find(shape_colour_names()[size_t(p.colour)] + " " + shape_kind_name(p.kind) + " " +
+                               shape_cell_name(p.cell)),
+                std::string::npos)
+          << s.caption;
+    }
+    for (const ShapeQuestion& q : s.questions) {
+      const std::string f = q.family;
+      asked[f == "count" ? 0 : f == "colour" ? 1 : f == "shape" ? 2 : 3]++;
+      if (f == "count") {  // recount from the scene
+        int n = 0;
+        for (const PlacedShape& p : s.shapes)
+          n += q.question == "how many " + std::string(shape_kind_name(p.kind)) + "s?";
+        EXPECT_EQ(q.answer, std::to_string(n)) << q.question;
+      }
+    }
+  }
+  for (int a : asked) EXPECT_GT(a, 50);  // every family is asked often
+  // Deterministic, and the splits differ.
+  EXPECT_EQ(make_shape_scene(7).image.rgb, make_shape_scene(7).image.rgb);
+  EXPECT_NE(make_shape_scene(split_seed(false, 3)).image.rgb, make_shape_scene(split_seed(true, 3)).image.rgb);
+  EXPECT_THROW(make_shape_scene(1, 8), Error);
 }
 
 }  // namespace
