@@ -54,7 +54,9 @@ class LoaderSource final : public BatchSource {
  private:
   static TrainBatch to_batch(const Batch& b) {
     return {Tensor::from_vector(b.tokens, {int64_t(b.tokens.size())}),
-            Tensor::from_vector(b.targets, {int64_t(b.targets.size())})};
+            Tensor::from_vector(b.targets, {int64_t(b.targets.size())}),
+            Tensor(),
+            {}};
   }
   Loader loader_;
   const Tokenizer& tok_;

@@ -61,7 +61,7 @@ TrainBatch ConversationSource::pack(const std::vector<ChatTokens>& list, const s
     tokens[i] = ids[i];
     targets[i] = trained[i + 1] ? ids[i + 1] : -100;
   }
-  return {Tensor::from_vector(tokens, {T}), Tensor::from_vector(targets, {T})};
+  return {Tensor::from_vector(tokens, {T}), Tensor::from_vector(targets, {T}), Tensor(), {}};
 }
 
 void ConversationSource::set_pretraining_mix(std::unique_ptr<Loader> loader, double fraction) {
@@ -76,7 +76,7 @@ TrainBatch ConversationSource::next(int64_t T) {
   const int64_t r = rows_++;
   if (mix_ > 0 && std::floor(double(r + 1) * mix_) > std::floor(double(r) * mix_)) {
     const Batch b = pretraining_->next_batch(T, 1);
-    return {Tensor::from_vector(b.tokens, {T}), Tensor::from_vector(b.targets, {T})};
+    return {Tensor::from_vector(b.tokens, {T}), Tensor::from_vector(b.targets, {T}), Tensor(), {}};
   }
   if (position_ >= int64_t(train_.size())) {
     ++epoch_;

@@ -44,8 +44,13 @@ std::pair<double, double> resident_bytes() {
 
 // Shard s of sp of a batch: tokens and targets [s T / sp, (s + 1) T / sp).
 TrainBatch shard_of(const TrainBatch& b, int s, int sp) {
+  MYRIAD_REQUIRE(!b.patches.defined(), kUnsupported,
+                 "training: sequences with images cannot be split over sequence-parallel ranks yet (--sp 1)");
   const int64_t T = b.tokens.numel() / sp;
-  return {b.tokens.slice(0, s * T, (s + 1) * T).contiguous(), b.targets.slice(0, s * T, (s + 1) * T).contiguous()};
+  return {b.tokens.slice(0, s * T, (s + 1) * T).contiguous(),
+          b.targets.slice(0, s * T, (s + 1) * T).contiguous(),
+          Tensor(),
+          {}};
 }
 
 int64_t counted_targets(const TrainBatch& b) {
@@ -233,6 +238,17 @@ std::string Trainer::save(int64_t step) {
   return last_checkpoint_;
 }
 
+ForwardResult Trainer::forward(const TrainBatch& b, ForwardOptions fo) {
+  if (!b.patches.defined()) return model_.forward(b.tokens, b.targets, fo);
+  const ModelConfig& c = model_.config();
+  MYRIAD_REQUIRE(c.vision_config.has_value(), kValue,
+                 "training: a batch has images but the model has no vision "
+                 "tower (its config has no vision_config)");
+  const ag::Var features = encode_images(*c.vision_config, model_.weights(), ag::Var(b.patches), b.grids);
+  fo.image_features = &features;
+  return model_.forward(b.tokens, b.targets, fo);
+}
+
 nlohmann::json Trainer::evaluate(int64_t seq_len) {
   // Every rank sees the same validation batches. Without expert or sequence parallelism the root alone
   // evaluates (the others go on to the next step's collectives and wait there); with them every rank must run
@@ -250,7 +266,7 @@ nlohmann::json Trainer::evaluate(int64_t seq_len) {
   }
   for (const TrainBatch& whole : data_.validation(seq_len, cfg_.eval_batches)) {
     const TrainBatch b = sp > 1 ? shard_of(whole, groups_->s, sp) : whole;
-    ForwardResult r = model_.forward(b.tokens, b.targets, fo);
+    ForwardResult r = forward(b, fo);
     const int64_t n = counted_targets(b);
     sums[0] += double(r.loss.value().data<float>()[0]) * double(n);
     sums[1] += double(n);
@@ -433,7 +449,7 @@ TrainSummary Trainer::run() {
         sync_->begin_overlap();
         fo.gradient_ready = sync_.get();
       }
-      ForwardResult r = model_.forward(b.tokens, b.targets, fo);
+      ForwardResult r = forward(b, fo);
       const float loss = r.loss.value().data<float>()[0];
       finite = finite && std::isfinite(loss);
       // The step's loss is the mean over its sequences: each backward is seeded with 1 / n_seq, times, for a

@@ -15,6 +15,7 @@
 #include "dist/optimizer_sharding.h"
 #include "dist/parallel_dims.h"
 #include "model/transformer.h"
+#include "model/vision_tower.h"
 #include "train/fault_injection.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
@@ -24,6 +25,10 @@ namespace myriad {
 struct TrainBatch {
   Tensor tokens;   // [T] i64
   Tensor targets;  // [T] i64 (-100 = ignore)
+  // Images of the sequence, for a model with a vision tower: patches f32 [L, 3 p p] of the grids' images in
+  // order (model/vision_tower.h); their tokens take the media placeholders of `tokens`. Undefined: text only.
+  Tensor patches;
+  std::vector<PatchGrid> grids;
 };
 
 // Where batches come from (the shard loader; tests use their own). Must be resumable exactly.
@@ -96,6 +101,8 @@ class Trainer {
 
  private:
   nlohmann::json evaluate(int64_t seq_len);
+  // model_.forward of a batch, its images (if any) encoded by the vision tower on the same tape.
+  ForwardResult forward(const TrainBatch& b, ForwardOptions fo);
   void long_context_eval(int64_t stage);  // the options' long-context grid, logged (root only)
   void balance(const std::vector<RoutingStats>& routing, const std::vector<int64_t>& total_tokens);
   void log(const nlohmann::json& record);
