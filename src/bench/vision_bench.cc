@@ -63,9 +63,8 @@ VisionBenchResult run_vision_bench(const VisionBenchOptions& opt, const MachineL
     std::fprintf(out,
                  "vision tower: %s, %lld of %lld blocks timed, one image of %lld x %lld = %lld patches (%lld tokens "
                  "after the merge), width %lld, attention %lld, MLP %lld, projector to %lld\n",
-                 opt.config_path.c_str(), (long long)L, (long long)all_blocks,
-                 (long long)grid.h, (long long)grid.w, (long long)n, (long long)(n / w), (long long)D, (long long)A,
-                 (long long)I, (long long)E);
+                 opt.config_path.c_str(), (long long)L, (long long)all_blocks, (long long)grid.h, (long long)grid.w,
+                 (long long)n, (long long)(n / w), (long long)D, (long long)A, (long long)I, (long long)E);
     std::fprintf(out, "  %-18s %10s %12s %10s %8s\n", "", "best ms", "patches/s", "GFLOP/s", "sgemm");
     std::fprintf(out, "  %-18s %10.1f %12.0f %10.1f %7.0f%%\n", "forward", fwd.best_s * 1e3, double(n) / fwd.best_s,
                  g_fwd, 100 * g_fwd / sgemm);
