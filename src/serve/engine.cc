@@ -69,7 +69,10 @@ struct Engine::Sequence {
   int64_t prefilled = 0;               // prompt tokens processed
   int64_t image_row = 0;               // image rows used by them (placeholders in prompt[0, prefilled))
   std::optional<int32_t> placeholder;  // media_placeholder_token_id, when the request has images
-  int64_t cached = 0;                  // of which reused from the prefix cache
+  // image_keys[k]: the key of image rows [0, k) (0 for k = 0: text), chained once at submission so a prefix's
+  // key costs a count of its placeholders, not a pass over the rows.
+  std::vector<uint64_t> image_keys;
+  int64_t cached = 0;  // of which reused from the prefix cache
   std::vector<int32_t> generated;
   int32_t next_input = -1;
   size_t reserved = 0;
@@ -161,6 +164,16 @@ uint64_t Engine::submit(GenerationRequest req, EventSink sink) {
   if (model_->tokenizer().loaded()) s->text = std::make_unique<TextStream>(model_->tokenizer(), req.stop);
   s->req = std::move(req);
   s->placeholder = placeholder;
+  if (s->req.image_rows.defined()) {
+    const int64_t k = s->req.image_rows.shape()[0], row = s->req.image_rows.shape()[1] * int64_t(sizeof(float));
+    const auto* p = reinterpret_cast<const unsigned char*>(s->req.image_rows.data<float>());
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the rows' bytes, chained row by row (as hash_tokens)
+    s->image_keys.assign(1, 0);
+    for (int64_t r = 0; r < k; ++r) {
+      for (int64_t i = 0; i < row; ++i) h = (h ^ p[r * row + i]) * 1099511628211ull;
+      s->image_keys.push_back(h | 1);  // never 0, the key of text
+    }
+  }
   s->sink = std::move(sink);
   s->reserved = need;
   s->submitted = Clock::now();
@@ -227,13 +240,8 @@ void Engine::admit_locked() {
 }
 
 uint64_t Engine::image_key(const Sequence& s, int64_t n) const {
-  if (!s.req.image_rows.defined()) return 0;
-  const int64_t k = count_placeholders(s, 0, n), D = model_->config().hidden_size;
-  if (k == 0) return 0;
-  const auto* p = reinterpret_cast<const unsigned char*>(s.req.image_rows.data<float>());
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the rows' bytes, as hash_tokens
-  for (size_t i = 0; i < size_t(k * D) * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h | 1;  // never 0 (the key of text)
+  if (s.image_keys.empty()) return 0;
+  return s.image_keys[size_t(count_placeholders(s, 0, n))];
 }
 
 int64_t Engine::count_placeholders(const Sequence& s, int64_t from, int64_t to) const {

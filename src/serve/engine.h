@@ -154,7 +154,7 @@ class Engine {
   size_t reservation(const GenerationRequest& r) const;
   // The stored snapshot of prompt[0, n) (hash: of those tokens), or null.
   PrefixEntry* find_prefix(const std::vector<int32_t>& prompt, int64_t n, uint64_t hash, uint64_t images) const;
-  // The key of the image rows inside prompt[0, n) (0 when there are none).
+  // The key of the image rows inside prompt[0, n) (0 when there are none): Sequence::image_keys.
   uint64_t image_key(const Sequence& s, int64_t n) const;
   // Media placeholders among prompt[from, to) (0 for a request without images).
   int64_t count_placeholders(const Sequence& s, int64_t from, int64_t to) const;

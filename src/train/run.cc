@@ -43,13 +43,7 @@ class LoaderSource final : public BatchSource {
     for (int64_t i = 0; i < std::min<int64_t>(vb.size(), max_batches); ++i) out.push_back(to_batch(vb[i]));
     return out;
   }
-  int64_t target_bytes(const TrainBatch& b) const override {
-    int64_t n = 0;
-    const int64_t* t = b.targets.data<int64_t>();
-    for (int64_t i = 0; i < b.targets.numel(); ++i)
-      if (t[i] >= 0) n += int64_t(tok_.token_bytes(int32_t(t[i])).size());
-    return n;
-  }
+  int64_t target_bytes(const TrainBatch& b) const override { return target_token_bytes(b, tok_); }
 
  private:
   static TrainBatch to_batch(const Batch& b) {

@@ -133,11 +133,7 @@ std::vector<TrainBatch> ConversationSource::validation(int64_t T, int64_t max_ba
 }
 
 int64_t ConversationSource::target_bytes(const TrainBatch& b) const {
-  int64_t n = 0;
-  const int64_t* t = b.targets.data<int64_t>();
-  for (int64_t i = 0; i < b.targets.numel(); ++i)
-    if (t[i] >= 0) n += int64_t(tok_.token_bytes(int32_t(t[i])).size());
-  return n;
+  return target_token_bytes(b, tok_);
 }
 
 }  // namespace myriad

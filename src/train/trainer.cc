@@ -238,6 +238,14 @@ std::string Trainer::save(int64_t step) {
   return last_checkpoint_;
 }
 
+int64_t target_token_bytes(const TrainBatch& b, const Tokenizer& tok) {
+  int64_t n = 0;
+  const int64_t* t = b.targets.data<int64_t>();
+  for (int64_t i = 0; i < b.targets.numel(); ++i)
+    if (t[i] >= 0) n += int64_t(tok.token_bytes(int32_t(t[i])).size());
+  return n;
+}
+
 ForwardResult Trainer::forward(const TrainBatch& b, ForwardOptions fo) {
   if (!b.patches.defined()) return model_.forward(b.tokens, b.targets, fo);
   const ModelConfig& c = model_.config();

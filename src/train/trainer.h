@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "data/tokenizer.h"
 #include "dist/gradient_sync.h"
 #include "dist/optimizer_sharding.h"
 #include "dist/parallel_dims.h"
@@ -30,6 +31,9 @@ struct TrainBatch {
   Tensor patches;
   std::vector<PatchGrid> grids;
 };
+
+// UTF-8 bytes the counted targets of a batch decode to in `tok` (BatchSource::target_bytes of text sources).
+int64_t target_token_bytes(const TrainBatch& b, const Tokenizer& tok);
 
 // Where batches come from (the shard loader; tests use their own). Must be resumable exactly.
 class BatchSource {
