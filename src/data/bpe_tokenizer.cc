@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "core/base64.h"
 #include "core/error.h"
 #include "core/json_fields.h"
 #include "data/normalizer.h"
@@ -17,38 +18,6 @@ namespace myriad {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Standard base64 (RFC 4648, '=' padding) of one tiktoken.model field; false when it is not base64.
-bool base64_decode(std::string_view in, std::string& out) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  out.clear();
-  if (in.size() % 4 != 0) return false;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] == '=') {
-      // Padding only at the end, at most two.
-      if (i + 2 < in.size() || (i + 1 < in.size() && in[i + 1] != '=')) return false;
-      break;
-    }
-    const int v = value(in[i]);
-    if (v < 0) return false;
-    acc = (acc << 6) | uint32_t(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += char((acc >> bits) & 0xFF);
-    }
-  }
-  return true;
-}
 
 // GPT-2's bytes_to_unicode, inverted: the byte each of its 256 characters stands for. Printable Latin-1 bytes
 // ('!'..'~', 0xA1..0xAC, 0xAE..0xFF) are their own character; the other 68 bytes are U+0100 + n in byte order.
