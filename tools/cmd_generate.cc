@@ -9,7 +9,7 @@
 #include "cli.h"
 #include "data/image.h"
 #include "dist/expert_parallel.h"
-#include "model/vision_tower.h"
+#include "infer/image_input.h"
 #include "serve/engine.h"
 
 namespace {
@@ -34,32 +34,17 @@ float parse_float(const myriad::cli::Args& args, const std::string& name, float 
 void attach_images(const myriad::InferenceModel& model, const std::string& list, myriad::GenerationRequest* req) {
   using namespace myriad;
   const ModelConfig& c = model.config();
-  MYRIAD_REQUIRE(c.vision_config.has_value(), kValue, "--image: the model in ", model.source(),
-                 " has no vision tower (its config.json has no vision_config)");
-  MYRIAD_REQUIRE(c.media_placeholder_token_id.has_value(), kValue, "--image: the model in ", model.source(),
-                 " has no media_placeholder_token_id to place the images at");
-  const VisionConfig& v = *c.vision_config;
-  PatchOptions o;
-  o.patch_size = v.patch_size;
-  o.merge_h = v.merge_kernel_size[0];
-  o.merge_w = v.merge_kernel_size[1];
-  std::vector<float> values;
-  std::vector<PatchGrid> grids;
-  std::vector<int64_t> tokens;
+  require_vision(c, "--image (the model in " + model.source() + ")");
+  ImageInput images;
   std::stringstream ss(list);
-  for (std::string path; std::getline(ss, path, ',');) {
-    const ImagePatches p = image_to_patches(read_image_file(path), o);
-    values.insert(values.end(), p.values.begin(), p.values.end());
-    grids.push_back({p.grid_h, p.grid_w});
-    tokens.push_back(vision_tokens(v, grids.back()));
-  }
-  MYRIAD_REQUIRE(!grids.empty(), kValue, "--image: no image paths given");
-  const int64_t L = int64_t(values.size()) / (3 * v.patch_size * v.patch_size);
-  req->image_rows = model.encode_images(Tensor::from_vector(values, {L, 3 * v.patch_size * v.patch_size}), grids);
+  for (std::string path; std::getline(ss, path, ',');) add_image(images, *c.vision_config, read_image_file(path));
+  MYRIAD_REQUIRE(!images.empty(), kValue, "--image: no image paths given");
   const auto ph = int32_t(*c.media_placeholder_token_id);
   if (std::find(req->prompt.begin(), req->prompt.end(), ph) == req->prompt.end())
-    req->prompt.insert(req->prompt.begin(), grids.size(), ph);
-  req->prompt = expand_image_placeholders(req->prompt, ph, tokens);
+    req->prompt.insert(req->prompt.begin(), images.grids.size(), ph);
+  req->prompt = expand_image_placeholders(req->prompt, ph, images.tokens);
+  req->image_patches = images.patches(*c.vision_config);
+  req->image_grids = images.grids;
 }
 
 int run_generate(const myriad::cli::Args& args) {

@@ -20,7 +20,11 @@ struct ChatPiece {
   std::string text;
   bool special = false;
   bool assistant = false;
+  bool image = false;  // an image's marker (special): encode_chat writes the model's image token
 };
+
+// A message's content as pieces: its text, with an image marker at each image's place (ChatMessage::images).
+void append_content(std::vector<ChatPiece>& out, const ChatMessage& m, bool assistant = false);
 
 // A rendered conversation as it is written: special tokens by their text, and text (empty text adds nothing).
 struct ChatPieces {
@@ -29,6 +33,7 @@ struct ChatPieces {
   void text(std::string s, bool assistant = false) {
     if (!s.empty()) list.push_back({std::move(s), false, assistant});
   }
+  void content(const ChatMessage& m, bool assistant = false) { append_content(list, m, assistant); }
 };
 
 // The checks every format makes of a message: its role (kValue naming messages[i]) and call k's name and

@@ -27,6 +27,19 @@ void check_tool_call(const ToolCall& call, size_t i, size_t k) {
   MYRIAD_REQUIRE(!call.name.empty(), kValue, "messages[", i, "].tool_calls[", k, "].name: must not be empty");
 }
 
+void append_content(std::vector<ChatPiece>& out, const ChatMessage& m, bool assistant) {
+  size_t at = 0;
+  auto text = [&](size_t end) {
+    if (end > at) out.push_back({m.content.substr(at, end - at), false, assistant});
+    at = end;
+  };
+  for (const ChatImage& image : m.images) {
+    text(std::min(image.at, m.content.size()));
+    out.push_back({"<|image|>", true, assistant, true});
+  }
+  text(m.content.size());
+}
+
 void check_chat_role(const ChatMessage& m, size_t i) {
   MYRIAD_REQUIRE(
       m.role == "system" || m.role == "developer" || m.role == "user" || m.role == "assistant" || m.role == "tool",
@@ -137,7 +150,7 @@ std::vector<Piece> myriad_pieces(std::span<const ChatMessage> messages, std::spa
       out.text(m.content);
     } else if (m.role == "user") {
       out.special("<|user|>");
-      out.text(m.content);
+      out.content(m);
     } else if (m.role == "assistant") {
       out.special("<|assistant|>");
       out.text(m.content, true);
@@ -268,7 +281,7 @@ void require_tool_tokens(const Tokenizer& tok) {
 }
 
 ChatTokens encode_chat(const Tokenizer& tok, std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
-                       bool generation_prompt, ToolChoice tool_choice) {
+                       bool generation_prompt, ToolChoice tool_choice, std::optional<int32_t> image_token) {
   const ChatFormat format = chat_format_of(tok);
   const bool uses_tools = !tools.empty() || std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) {
     return !m.tool_calls.empty() || m.role == "tool";
@@ -276,7 +289,12 @@ ChatTokens encode_chat(const Tokenizer& tok, std::span<const ChatMessage> messag
   if (uses_tools) require_tool_tokens(tok);
   ChatTokens out;
   for (const Piece& p : template_pieces(format, messages, tools, generation_prompt, tool_choice)) {
-    if (p.special) {
+    if (p.image) {
+      MYRIAD_REQUIRE(image_token.has_value(), kValue,
+                     "the conversation holds an image, but there is no image token to write it with (the model "
+                     "has no vision tower)");
+      out.ids.push_back(*image_token);
+    } else if (p.special) {
       out.ids.push_back(tok.id_of(p.text));
     } else {
       const std::vector<int32_t> ids = tok.encode(p.text, Specials::kAsText);

@@ -26,7 +26,9 @@
 // A reply ends at <|endoftext|> (the engine's end of sequence) or where the model starts another turn
 // (chat_stop_strings()); neither is part of the reply. No <s> is added.
 //
-// Leaves out: images (<|image|> is reserved), names, several choices.
+// Images: a user message's images (ChatMessage::images) are written where they stand in its TEXT as one image
+// marker each (rendered "<|image|>"; encoded as the model's media_placeholder_token_id, in every format), which
+// the server and `myriad chat` expand to the image's run of placeholders. Leaves out: names, several choices.
 //
 // Other models' formats (ChatFormat), picked from the special tokens of the tokenizer they ship (chat_format_of):
 //   k3 (<|open|> <|sep|> <|close|> <|end_of_msg|>): Kimi K3's tagged messages with think and response channels,
@@ -44,6 +46,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -69,6 +72,15 @@ struct ToolCall {
   std::string arguments_string() const { return arguments_text.empty() ? arguments.dump() : arguments_text; }
 };
 
+// An image of a message (an OpenAI content part of type image_url): where it stands in the message's content (a
+// byte offset: the text of the parts before it) and its URL as given (a data: URI; data/image.h reads it). The
+// template writes one image marker there, which the caller expands to the image's run of tokens.
+struct ChatImage {
+  size_t at = 0;
+  std::string url;
+  std::string field = {};  // where it was read ("messages[0].content[1].image_url.url"), for errors; not rendered
+};
+
 struct ChatMessage {
   ChatMessage() = default;
   ChatMessage(std::string r, std::string c) : role(std::move(r)), content(std::move(c)) {}
@@ -77,6 +89,7 @@ struct ChatMessage {
   std::vector<ToolCall> tool_calls;  // assistant only
   std::string tool_call_id;          // tool only; not rendered
   std::string reasoning_content;     // assistant only: its thinking (rendered by the k3 format's think channel)
+  std::vector<ChatImage> images;     // user only: its images, in order, each at its place in `content`
 };
 
 // A tool the model may call: its name and its parameters' JSON schema (rendered: the property names, sorted).
@@ -112,12 +125,14 @@ struct ChatTokens {
 // (a ChatML vocabulary without <tool_call>, say). encode_chat checks it for a conversation with tools or calls.
 void require_tool_tokens(const Tokenizer& tok);
 
-// The conversation's tokens, with the generation prompt when asked. Throws kValue naming messages[i] for an
+// The conversation's tokens, with the generation prompt when asked. Each image of a user message is one
+// image_token (the model's media_placeholder_token_id) at its place, whatever the format; kValue when a message
+// has images and image_token is not given. Throws kValue naming messages[i] for an
 // unknown role, tool calls on a message that is not the assistant's, or a call whose arguments are not an object.
 // The format is chat_format_of(tok).
 ChatTokens encode_chat(const Tokenizer& tok, std::span<const ChatMessage> messages,
                        std::span<const ToolSpec> tools = {}, bool generation_prompt = true,
-                       ToolChoice tool_choice = ToolChoice::kAuto);
+                       ToolChoice tool_choice = ToolChoice::kAuto, std::optional<int32_t> image_token = {});
 
 // The same conversation as text (each special token as its text): for display and logs. Not for encoding:
 // encode(render_chat(...)) would parse special-token text inside the contents.

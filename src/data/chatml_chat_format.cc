@@ -55,7 +55,7 @@ std::vector<ChatPiece> chatml_pieces(std::span<const ChatMessage> messages, std:
     const bool assistant = m.role == "assistant";
     out.special("<|im_start|>");
     out.text((m.role == "developer" ? std::string("system") : m.role) + "\n");
-    out.text(m.content, assistant);
+    out.content(m, assistant);
     for (size_t k = 0; k < m.tool_calls.size(); ++k) {
       const ToolCall& call = m.tool_calls[k];
       check_tool_call(call, i, k);

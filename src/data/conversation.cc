@@ -1,6 +1,7 @@
 // OpenAI-format conversations from JSON: see conversation.h.
 #include "data/conversation.h"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -34,23 +35,37 @@ const std::string& string_at(const json& v, const std::string& field) {
   return v.get_ref<const std::string&>();
 }
 
-std::string content_of(const json& c, const std::string& at) {
-  if (c.is_string()) return c.get<std::string>();
+// A message's content: a string, or parts of text and (in user messages) images, into msg.content / msg.images.
+void read_content(const json& c, const std::string& at, ChatMessage& msg) {
+  if (c.is_string()) {
+    msg.content = c.get<std::string>();
+    return;
+  }
   if (!c.is_array()) type_error(at, "a string or an array of content parts", c);
-  std::string out;
   for (size_t k = 0; k < c.size(); ++k) {
     const json& part = c[k];
     const std::string pat = str(at, "[", k, "]");
     if (!part.is_object()) type_error(pat, "an object", part);
     const json* type = member(part, "type");
     const std::string t = type ? string_at(*type, pat + ".type") : "";
+    if (t == "image_url") {
+      if (msg.role != "user")
+        throw FieldError(pat + ".type",
+                         str("'", pat, ".type' = 'image_url': images go in user messages only, not ", msg.role));
+      const json* image = member(part, "image_url");
+      if (!image) throw FieldError(pat + ".image_url", str("'", pat, ".image_url' is missing"));
+      if (!image->is_object()) type_error(pat + ".image_url", "an object {\"url\": ...}", *image);
+      const json* url = member(*image, "url");
+      if (!url) throw FieldError(pat + ".image_url.url", str("'", pat, ".image_url.url' is missing"));
+      msg.images.push_back({msg.content.size(), string_at(*url, pat + ".image_url.url"), pat + ".image_url.url"});
+      continue;
+    }
     if (t != "text")
-      throw FieldError(pat + ".type", str("'", pat, ".type' = '", t, "': only text content parts are supported"));
+      throw FieldError(pat + ".type", str("'", pat, ".type' = '", t, "': content parts are of type text or image_url"));
     const json* text = member(part, "text");
     if (!text) throw FieldError(pat + ".text", str("'", pat, ".text' is missing"));
-    out += string_at(*text, pat + ".text");
+    msg.content += string_at(*text, pat + ".text");
   }
-  return out;
 }
 
 ToolCall tool_call_of(const json& c, const std::string& at) {
@@ -102,7 +117,7 @@ std::vector<ChatMessage> chat_messages_from_json(const json& v) {
     if (!roles.count(msg.role))
       throw FieldError(at + ".role", str("'", at, ".role' = '", msg.role,
                                          "': must be one of system, developer, user, assistant, tool"));
-    if (const json* c = member(m, "content")) msg.content = content_of(*c, at + ".content");
+    if (const json* c = member(m, "content")) read_content(*c, at + ".content", msg);
     if (const json* calls = member(m, "tool_calls")) {
       if (!calls->is_array()) type_error(at + ".tool_calls", "an array", *calls);
       if (msg.role != "assistant" && !calls->empty())
@@ -162,6 +177,20 @@ json chat_messages_to_json(const std::vector<ChatMessage>& messages) {
   json out = json::array();
   for (const ChatMessage& m : messages) {
     json j = {{"role", m.role}, {"content", m.content}};
+    if (!m.images.empty()) {  // content parts: the text between the images, and the images
+      json parts = json::array();
+      size_t at = 0;
+      auto text = [&](size_t end) {
+        if (end > at) parts.push_back({{"type", "text"}, {"text", m.content.substr(at, end - at)}});
+        at = end;
+      };
+      for (const ChatImage& image : m.images) {
+        text(std::min(image.at, m.content.size()));
+        parts.push_back({{"type", "image_url"}, {"image_url", {{"url", image.url}}}});
+      }
+      text(m.content.size());
+      j["content"] = std::move(parts);
+    }
     if (!m.tool_calls.empty()) {
       json calls = json::array();
       for (const ToolCall& c : m.tool_calls)

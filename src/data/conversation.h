@@ -2,8 +2,9 @@
 // file), with one error per problem naming the field ("messages[2].tool_calls[0].function.arguments") and the
 // rule. The server answers such an error as a 400 whose param is the field; `myriad sft` as FILE:LINE: field.
 //
-// Message fields read: role (required), content (a string, an array of {"type":"text","text":...} parts, or
-// null), tool_calls (assistant: [{"id", "type":"function", "function":{"name", "arguments"}}], arguments a string
+// Message fields read: role (required), content (a string, an array of {"type":"text","text":...} parts and, in
+// user messages, {"type":"image_url","image_url":{"url":...}} parts (ChatMessage::images; the URL is kept as given),
+// or null), tool_calls (assistant: [{"id", "type":"function", "function":{"name", "arguments"}}], arguments a string
 // holding a JSON object, as OpenAI sends it, or the object itself), tool_call_id (tool). Other fields (name,
 // refusal, ...) are ignored. Tools: [{"type":"function","function":{"name","description","parameters"}}].
 //

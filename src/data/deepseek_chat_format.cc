@@ -56,7 +56,7 @@ std::vector<ChatPiece> deepseek_pieces(std::span<const ChatMessage> messages, st
       in_results = false;  // as the template: a user turn after results does not close them
       last_user = true;
       out.special("<｜User｜>");
-      out.text(m.content);
+      out.content(m);
       out.special("<｜Assistant｜>");
     } else if (m.role == "assistant") {
       last_user = false;

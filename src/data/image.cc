@@ -6,12 +6,14 @@
 #include <stb_image_resize.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
 
+#include "core/base64.h"
 #include "core/error.h"
 
 namespace myriad {
@@ -101,6 +103,34 @@ Image decode_image(std::string_view bytes, const std::string& what, const ImageL
   img.height = h;
   img.rgb.assign(px.get(), px.get() + size_t(w) * size_t(h) * 3);
   return img;
+}
+
+std::string image_bytes_from_url(std::string_view url, const std::string& what, const ImageLimits& limits) {
+  auto starts_nocase = [&](std::string_view prefix) {
+    if (url.size() < prefix.size()) return false;
+    for (size_t i = 0; i < prefix.size(); ++i)
+      if (std::tolower(static_cast<unsigned char>(url[i])) != prefix[i]) return false;
+    return true;
+  };
+  MYRIAD_REQUIRE(!starts_nocase("http://") && !starts_nocase("https://"), kValue, what,
+                 ": remote image URLs are not fetched (no server-side fetching); send the image inline as a "
+                 "data: URI (data:image/png;base64,...)");
+  MYRIAD_REQUIRE(starts_nocase("data:"), kValue, what, ": an image URL must be a data: URI (data:image/png;base64,...)",
+                 ", got '", url.substr(0, std::min<size_t>(url.size(), 32)), url.size() > 32 ? "...'" : "'");
+  const size_t comma = url.find(',');
+  MYRIAD_REQUIRE(comma != std::string_view::npos, kValue, what, ": data: URI without a ',' before its data");
+  const std::string_view head = url.substr(5, comma - 5), data = url.substr(comma + 1);
+  MYRIAD_REQUIRE(head.size() >= 7 && head.substr(head.size() - 7) == ";base64", kValue, what,
+                 ": the data: URI's data must be base64 (data:image/png;base64,...), got the header 'data:", head, "'");
+  const std::string_view type = head.substr(0, head.find(';'));
+  MYRIAD_REQUIRE(type.substr(0, 6) == "image/", kValue, what, ": the data: URI's media type '", type,
+                 "' is not an image type (image/png, image/jpeg, ...)");
+  // 4 characters per 3 bytes: a payload whose decoded size would be over the cap is refused undecoded.
+  MYRIAD_REQUIRE(int64_t(data.size()) / 4 * 3 <= limits.max_bytes, kValue, what, ": base64 image data of ", data.size(),
+                 " characters is over the limit of ", limits.max_bytes, " bytes");
+  std::string bytes;
+  MYRIAD_REQUIRE(base64_decode(data, bytes), kValue, what, ": the data: URI's data is not valid base64");
+  return bytes;
 }
 
 Image read_image_file(const std::string& path, const ImageLimits& limits) {

@@ -25,6 +25,13 @@ struct ImageLimits {
 // Decodes PNG, JPEG, BMP or GIF (the first frame). `what` names the source in errors (a path, a request field).
 // One kValue error for an empty, oversized, unsupported, truncated or corrupt input, or dimensions over the cap.
 Image decode_image(std::string_view bytes, const std::string& what, const ImageLimits& limits = {});
+// The encoded bytes of an image given by URL as OpenAI's image_url content parts carry it: a data: URI with base64
+// data (RFC 2397, "data:image/png;base64,iVBOR..."), its media type an image/ type. Remote URLs (http, https) and
+// every other scheme are refused: nothing is ever fetched (a server that fetches URLs for its clients is an SSRF
+// hole). The base64 text's length is checked against limits.max_bytes before anything is decoded. `what` names
+// the source in errors.
+std::string image_bytes_from_url(std::string_view url, const std::string& what, const ImageLimits& limits = {});
+
 // Reads and decodes a file (kIo when it cannot be read).
 Image read_image_file(const std::string& path, const ImageLimits& limits = {});
 

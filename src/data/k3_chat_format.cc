@@ -98,6 +98,12 @@ class Writer {
     close("message");
     special("<|end_of_msg|>", false);
   }
+  void message(const Attrs& attrs, const ChatMessage& m) {  // its content with its images
+    open("message", attrs);
+    append_content(out, m);
+    close("message");
+    special("<|end_of_msg|>", false);
+  }
   std::vector<ChatPiece> out;
 };
 
@@ -142,7 +148,7 @@ std::vector<ChatPiece> k3_pieces(std::span<const ChatMessage> messages, std::spa
     MYRIAD_REQUIRE(m.tool_calls.empty() || m.role == "assistant", kValue, "messages[", i, "].tool_calls: only ",
                    "assistant messages carry tool calls (this one's role is '", m.role, "')");
     if (m.role == "user" || m.role == "system" || m.role == "developer") {
-      w.message({{"role", m.role == "user" ? "user" : "system"}}, m.content);
+      w.message({{"role", m.role == "user" ? "user" : "system"}}, m);
     } else if (m.role == "assistant") {
       calls = &m.tool_calls;
       results = 0;

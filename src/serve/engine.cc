@@ -7,6 +7,7 @@
 
 #include "core/memory_release.h"
 #include "core/threads.h"
+#include "infer/image_input.h"
 #include "serve/text_stream.h"
 
 namespace myriad {
@@ -19,11 +20,40 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-uint64_t hash_tokens(const int32_t* t, int64_t n) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the token bytes
-  const auto* p = reinterpret_cast<const unsigned char*>(t);
-  for (size_t i = 0; i < size_t(n) * sizeof(int32_t); ++i) h = (h ^ p[i]) * 1099511628211ull;
+// FNV-1a over bytes, continuing from h (chains: hash(a then b) = fnv1a(b, fnv1a(a))).
+uint64_t fnv1a(const void* data, size_t bytes, uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
   return h;
+}
+
+uint64_t hash_tokens(const int32_t* t, int64_t n) {
+  return fnv1a(t, size_t(n) * sizeof(int32_t));
+}
+
+// The image placeholders of a prompt, in runs: each maximal run of `placeholder` must be taken by whole images, in
+// order (a run may hold several adjacent images). kValue naming the run and the image otherwise.
+void check_placeholder_runs(const std::vector<int32_t>& prompt, int32_t placeholder,
+                            const std::vector<int64_t>& tokens) {
+  size_t image = 0;
+  for (size_t i = 0; i < prompt.size();) {
+    if (prompt[i] != placeholder) {
+      ++i;
+      continue;
+    }
+    size_t end = i;
+    while (end < prompt.size() && prompt[end] == placeholder) ++end;
+    int64_t taken = 0;
+    const size_t first = image;
+    while (image < tokens.size() && taken < int64_t(end - i)) taken += tokens[image++];
+    MYRIAD_REQUIRE(taken == int64_t(end - i), kValue, "the prompt's run of ", end - i,
+                   " image placeholder tokens at token ", i, " does not hold whole images: image ", first,
+                   first < tokens.size() ? str(" takes ", tokens[first], " tokens") : std::string(" does not exist"),
+                   " (", tokens.size(), " image", tokens.size() == 1 ? "" : "s", " given)");
+    i = end;
+  }
+  MYRIAD_REQUIRE(image == tokens.size(), kValue, "the prompt's image placeholders hold ", image, " of the ",
+                 tokens.size(), " images given");
 }
 
 TokenEvent cancelled_event() {
@@ -141,8 +171,23 @@ uint64_t Engine::submit(GenerationRequest req, EventSink sink) {
                  c.max_position_embeddings, " tokens, but ", P + req.max_tokens, " were requested (", P,
                  " in the prompt, ", req.max_tokens, " for the completion)");
   validate(req.sampling);
+  MYRIAD_REQUIRE(!(req.image_rows.defined() && req.image_patches.defined()), kValue,
+                 "a request gives its images either encoded (image_rows) or as patches, not both");
   std::optional<int32_t> placeholder;
-  if (req.image_rows.defined()) {
+  if (req.image_patches.defined()) {
+    require_vision(c, "images");
+    const VisionConfig& v = *c.vision_config;
+    placeholder = int32_t(*c.media_placeholder_token_id);
+    const int64_t row = 3 * v.patch_size * v.patch_size;
+    MYRIAD_REQUIRE(req.image_patches.dtype() == DType::kF32 && req.image_patches.ndim() == 2 &&
+                       req.image_patches.shape()[1] == row,
+                   kValue, "image patches ", shape_str(req.image_patches.shape()), ": expected f32 [rows, ", row, "]");
+    check_patch_grids(v, req.image_grids, req.image_patches.shape()[0]);
+    std::vector<int64_t> tokens;
+    for (const PatchGrid& g : req.image_grids) tokens.push_back(vision_tokens(v, g));
+    check_placeholder_runs(req.prompt, *placeholder, tokens);
+    req.image_patches = req.image_patches.contiguous();
+  } else if (req.image_rows.defined()) {
     MYRIAD_REQUIRE(c.media_placeholder_token_id.has_value(), kValue,
                    "images given but the model's config has no media_placeholder_token_id");
     placeholder = int32_t(*c.media_placeholder_token_id);
@@ -164,13 +209,27 @@ uint64_t Engine::submit(GenerationRequest req, EventSink sink) {
   if (model_->tokenizer().loaded()) s->text = std::make_unique<TextStream>(model_->tokenizer(), req.stop);
   s->req = std::move(req);
   s->placeholder = placeholder;
-  if (s->req.image_rows.defined()) {
+  // Keys of the image rows: by the decoded content of each image (its patches; a row's state depends on its whole
+  // image, the tower's attention being bidirectional), or by the rows themselves when given encoded.
+  if (s->req.image_patches.defined()) {
+    const VisionConfig& v = *c.vision_config;
+    const size_t row_bytes = size_t(3 * v.patch_size * v.patch_size) * sizeof(float);
+    const auto* p = reinterpret_cast<const unsigned char*>(s->req.image_patches.data<float>());
+    uint64_t h = fnv1a(nullptr, 0);
+    s->image_keys.assign(1, 0);
+    for (const PatchGrid& g : s->req.image_grids) {
+      const size_t bytes = size_t(g.patches()) * row_bytes;
+      h = fnv1a(&g, sizeof(g), fnv1a(p, bytes, h));
+      p += bytes;
+      for (int64_t r = 0; r < vision_tokens(v, g); ++r) s->image_keys.push_back(fnv1a(&r, sizeof(r), h) | 1);
+    }
+  } else if (s->req.image_rows.defined()) {
     const int64_t k = s->req.image_rows.shape()[0], row = s->req.image_rows.shape()[1] * int64_t(sizeof(float));
     const auto* p = reinterpret_cast<const unsigned char*>(s->req.image_rows.data<float>());
-    uint64_t h = 1469598103934665603ull;  // FNV-1a over the rows' bytes, chained row by row (as hash_tokens)
+    uint64_t h = fnv1a(nullptr, 0);  // chained row by row
     s->image_keys.assign(1, 0);
     for (int64_t r = 0; r < k; ++r) {
-      for (int64_t i = 0; i < row; ++i) h = (h ^ p[r * row + i]) * 1099511628211ull;
+      h = fnv1a(p + r * row, size_t(row), h);
       s->image_keys.push_back(h | 1);  // never 0, the key of text
     }
   }
@@ -325,6 +384,53 @@ void Engine::store_prefix(const Sequence& s) {
   }
 }
 
+void Engine::encode_new_images() {
+  std::vector<Sequence*> todo;
+  for (auto& s : running_)
+    if (!s->done && s->req.image_patches.defined()) todo.push_back(s.get());
+  if (todo.empty()) return;
+  const VisionConfig& v = *model_->config().vision_config;
+  // Each sequence's rows, and the patches they came from released (their keys were taken at submission).
+  auto take = [&](Sequence& s, Tensor rows) {
+    s.req.image_rows = std::move(rows);
+    s.req.image_patches = Tensor();
+    s.req.image_grids.clear();
+  };
+  if (todo.size() > 1) {  // one call of the tower for all of them
+    std::vector<float> patches;
+    std::vector<PatchGrid> grids;
+    std::vector<int64_t> rows;  // per sequence: its image tokens
+    for (Sequence* s : todo) {
+      const Tensor& p = s->req.image_patches;
+      patches.insert(patches.end(), p.data<float>(), p.data<float>() + p.numel());
+      grids.insert(grids.end(), s->req.image_grids.begin(), s->req.image_grids.end());
+      int64_t n = 0;
+      for (const PatchGrid& g : s->req.image_grids) n += vision_tokens(v, g);
+      rows.push_back(n);
+    }
+    try {
+      const int64_t row = 3 * v.patch_size * v.patch_size;
+      const Tensor all =
+          model_->encode_images(Tensor::from_vector(patches, {int64_t(patches.size()) / row, row}), grids);
+      int64_t at = 0;
+      for (size_t i = 0; i < todo.size(); ++i) {
+        take(*todo[i], all.slice(0, at, at + rows[i]).contiguous());
+        at += rows[i];
+      }
+      return;
+    } catch (const std::exception&) {
+      // One request's images failed the batch: encode each alone below, so only that request fails.
+    }
+  }
+  for (Sequence* s : todo) {
+    try {
+      take(*s, model_->encode_images(s->req.image_patches, s->req.image_grids));
+    } catch (const std::exception& e) {
+      finish(*s, FinishReason::kError, str("encoding the request's images: ", e.what()));
+    }
+  }
+}
+
 bool Engine::step() {
   std::lock_guard step_lock(step_mu_);
   {
@@ -340,6 +446,8 @@ bool Engine::step() {
   // Requests cancelled above get their last event now (outside the lock: a sink may call back into the engine).
   for (auto& s : running_)
     if (s->done) emit(*s, cancelled_event());
+
+  encode_new_images();
 
   // The batch: prefill chunks (ending on prefix snapshot boundaries) within the step's prompt budget, and one
   // token for every decoding sequence. A long prompt under sequence-parallel prefill runs whole, outside the batch.
@@ -368,7 +476,7 @@ bool Engine::step() {
     // A long prefill ends on the last prefix snapshot boundary before the prompt's end (the snapshot is stored
     // and the rest, under prefix_every tokens, prefills in chunks), or takes the whole prompt without snapshots.
     int64_t whole = 0;
-    if (s.prefilled < P && opt_.long_prefill && s.state.tokens == 0 && !s.req.image_rows.defined()) {
+    if (s.prefilled < P && opt_.long_prefill && s.state.tokens == 0 && !s.placeholder) {
       whole = opt_.prefix_every > 0 && P > opt_.prefix_every ? (P - 1) / opt_.prefix_every * opt_.prefix_every : P;
       if (whole < opt_.long_prefill_min) whole = 0;
     }

@@ -41,6 +41,7 @@
 
 #include "infer/inference_model.h"
 #include "infer/sampling.h"
+#include "model/vision_tower.h"
 
 namespace myriad {
 
@@ -71,6 +72,12 @@ struct GenerationRequest {
   // place of the prompt's media_placeholder_token_id tokens in order; undefined: none. Prefix reuse keys a prefix
   // that holds image tokens by the content of those rows too, so another image never reuses its states.
   Tensor image_rows;
+  // Or the images as patches (infer/image_input.h): f32 [patch rows, 3 p p] and each image's grid, in order; each
+  // image takes a run of vision_tokens(grid) placeholders (adjacent images may share a run). The engine encodes
+  // the images of every request that starts in a step in one call of the vision tower, and keys prefixes by the
+  // patches (the images' decoded content).
+  Tensor image_patches;
+  std::vector<PatchGrid> image_grids;
   int64_t max_tokens = 16;  // > 0
   SamplingParams sampling;
   std::vector<std::string> stop;  // stop strings (never part of the output)
@@ -159,6 +166,9 @@ class Engine {
   // Media placeholders among prompt[from, to) (0 for a request without images).
   int64_t count_placeholders(const Sequence& s, int64_t from, int64_t to) const;
   void lookup_prefix(Sequence& s);
+  // The images of the running sequences given as patches, encoded in one call of the vision tower (each alone
+  // when that fails, so a bad one fails only its own request).
+  void encode_new_images();
   void store_prefix(const Sequence& s);
 
   std::shared_ptr<const InferenceModel> model_;

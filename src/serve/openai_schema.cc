@@ -157,9 +157,34 @@ std::vector<ChatMessage> parse_messages(const json& v) {
   }
 }
 
+ImageInput chat_images(const std::vector<ChatMessage>& messages, const InferenceModel& m, const ServerOptions& opt) {
+  ImageInput out;
+  int64_t count = 0;
+  for (const ChatMessage& msg : messages)
+    for (const ChatImage& image : msg.images) {
+      if (++count > opt.max_images)
+        throw bad_request(str(image.field, ": more than ", opt.max_images, " images in one request"), image.field);
+      try {
+        require_vision(m.config(), image.field);
+        add_image(out, *m.config().vision_config,
+                  decode_image(image_bytes_from_url(image.url, image.field, opt.image_limits), image.field,
+                               opt.image_limits));
+      } catch (const Error& e) {
+        throw bad_request(e.what(), image.field);
+      }
+    }
+  return out;
+}
+
 // ---- a generation request -----------------------------------------------------------------------------------------
 
 namespace {
+
+// The image token encode_chat writes for the request's images: the model's placeholder (none without images).
+std::optional<int32_t> image_token(const InferenceModel& m, const ImageInput& images) {
+  if (images.empty()) return std::nullopt;
+  return int32_t(*m.config().media_placeholder_token_id);
+}
 
 // Validates the sampling parameters; a bad one is reported with its own field as `param`.
 void validate_sampling(const SamplingParams& sp, bool chat) {
@@ -422,8 +447,14 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
     if (format != ChatFormat::kMyriad && format != ChatFormat::kK3 && !tools.empty())
       keep_declared_order(tools, raw_body);  // the formats that write the tools list as the request did
     parse_tool_choice(b, tools, tok, calls_before, p);
+    const ImageInput images = chat_images(messages, m, opt);
     try {
-      p.gen.prompt = encode_chat(tok, messages, tools, true, p.rendered_choice).ids;
+      p.gen.prompt = encode_chat(tok, messages, tools, true, p.rendered_choice, image_token(m, images)).ids;
+      if (!images.empty()) {
+        p.gen.prompt = expand_image_placeholders(p.gen.prompt, *image_token(m, images), images.tokens);
+        p.gen.image_patches = images.patches(*m.config().vision_config);
+        p.gen.image_grids = images.grids;
+      }
     } catch (const Error& e) {
       throw bad_request(e.what(), "messages");
     }
@@ -461,9 +492,10 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
   return p;
 }
 
-std::vector<int32_t> parse_tokenize(const json& body, const Tokenizer& tok, const std::string& model_name,
+std::vector<int32_t> parse_tokenize(const json& body, const InferenceModel& m, const ServerOptions& opt,
                                     std::string_view raw_body) {
-  check_model_field(body, model_name);
+  const Tokenizer& tok = m.tokenizer();
+  check_model_field(body, opt.model_name);
   if (const json* v = field(body, "messages")) {
     const std::vector<ChatMessage> messages = parse_messages(*v);
     std::vector<ToolSpec> tools;
@@ -475,8 +507,11 @@ std::vector<int32_t> parse_tokenize(const json& body, const Tokenizer& tok, cons
       }
       keep_declared_order(tools, raw_body);
     }
+    const ImageInput images = chat_images(messages, m, opt);
     try {
-      return encode_chat(tok, messages, tools).ids;
+      const std::vector<int32_t> ids =
+          encode_chat(tok, messages, tools, true, ToolChoice::kAuto, image_token(m, images)).ids;
+      return images.empty() ? ids : expand_image_placeholders(ids, *image_token(m, images), images.tokens);
     } catch (const Error& e) {
       throw bad_request(e.what(), tools.empty() ? "messages" : "tools");
     }

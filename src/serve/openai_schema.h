@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "data/chat_template.h"
 #include "data/conversation.h"
+#include "infer/image_input.h"
 #include "serve/engine.h"
 #include "serve/server.h"
 
@@ -61,6 +62,12 @@ const std::string& get_string(const json& v, const std::string& param);
 // messages: [{"role": "...", "content": "..." | [{"type": "text", "text": "..."}] | null}]
 std::vector<ChatMessage> parse_messages(const json& v);
 
+// The images of a chat's user messages (image_url parts), decoded and patched for the model, in order. A 400 whose
+// param names the part (messages[i].content[k].image_url.url) for a model without a vision tower, a URL that is
+// not a data: URI (remote URLs are never fetched), bad data, an image over opt.image_limits, or more than
+// opt.max_images images.
+ImageInput chat_images(const std::vector<ChatMessage>& messages, const InferenceModel& m, const ServerOptions& opt);
+
 // ---- a generation request -----------------------------------------------------------------------------------------
 
 struct ParsedRequest {
@@ -94,7 +101,8 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
 // {"prompt": "..."} or {"messages": [...]} (the chat template's ids) -> the ids:
 // {"messages": [...], "tools": [...]} renders the conversation (with its tools) as a chat completion would, without
 // the forced start of a tool_choice; {"prompt": "..."} encodes the text (special tokens parsed).
-std::vector<int32_t> parse_tokenize(const json& body, const Tokenizer& tok, const std::string& model_name,
+// Images count as the completion would take them (each image's run of placeholders): see chat_images.
+std::vector<int32_t> parse_tokenize(const json& body, const InferenceModel& m, const ServerOptions& opt,
                                     std::string_view raw_body = {});
 // {"tokens": [...]} -> the ids, each inside the vocabulary.
 std::vector<int32_t> parse_detokenize(const json& body, const Tokenizer& tok, const std::string& model_name);

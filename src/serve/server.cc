@@ -272,7 +272,7 @@ struct Server::Impl {
     const json body = parse_body(req.body);
     const std::shared_ptr<Engine> eng = require_engine();
     const InferenceModel& m = eng->model();
-    const std::vector<int32_t> ids = parse_tokenize(body, m.tokenizer(), opt.model_name, req.body);
+    const std::vector<int32_t> ids = parse_tokenize(body, m, opt, req.body);
     reply_json(res, 200,
                json{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", m.config().max_position_embeddings}});
   }

@@ -1,7 +1,12 @@
 // The OpenAI-compatible HTTP server (DESIGN §3) over one Engine: cpp-httplib for HTTP, nlohmann for JSON.
 //
 // Endpoints (bodies are JSON; errors are {"error": {"message", "type", "param", "code"}} with the status below):
-//   POST /v1/chat/completions   messages -> chat template (data/chat_template.h) -> generation
+//   POST /v1/chat/completions   messages -> chat template (data/chat_template.h) -> generation. User messages may
+//     carry images as content parts {"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}} (PNG,
+//     JPEG, BMP, GIF) for a model with a vision tower; a remote http(s) URL is refused (nothing is fetched: SSRF),
+//     as are more than max_images, an image over image_limits, or any image for a model without a vision tower
+//     (400, param naming the part). The images of the requests that start in an engine step are encoded together;
+//     prefix reuse keys them by their decoded content.
 //   POST /v1/completions        prompt: a string, a list of one string, token ids, or a list of one list of ids
 //     Both: non-streaming, or with "stream": true Server-Sent Events: "data: {json}\n\n" chunks
 //     (chat.completion.chunk / text_completion) with one id throughout, the role in the first chat delta,
@@ -35,7 +40,7 @@
 // send each request, so slow clients cannot starve the others.
 // A client that goes away is noticed within kPollInterval while it waits for a whole response (its socket reads end
 // of file), or at the next write of a stream; its request is cancelled, which frees its pages.
-// Leaves out: n > 1, echo, images, TLS (bind to loopback, or put a proxy in front).
+// Leaves out: n > 1, echo, remote image URLs, video, TLS (bind to loopback, or put a proxy in front).
 #pragma once
 
 #include <cstddef>
@@ -45,6 +50,7 @@
 #include <string>
 #include <vector>
 
+#include "data/image.h"
 #include "serve/engine.h"
 #include "serve/replica_proxy.h"
 
@@ -69,6 +75,10 @@ struct ServerOptions {
   double shutdown_grace_s = 10;
   size_t max_body_bytes = 16u << 20;  // larger request bodies get 413
   int64_t default_max_tokens = 1024;  // chat requests without max_tokens get min(this, context left)
+  // Images in chat requests (image_url parts with data: URIs): at most max_images per request, each within
+  // image_limits (encoded bytes; width x height checked from the header before decoding); more is a 400.
+  int64_t max_images = 16;
+  ImageLimits image_limits;
   // Loads the model; default InferenceModel::load(model_dir). Tests use it to hold or fail the load.
   std::function<std::shared_ptr<const InferenceModel>()> loader;
   // Data-parallel serving (serve/replica_proxy.h): servers of the same model this one forwards generation requests

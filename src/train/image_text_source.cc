@@ -2,6 +2,7 @@
 #include "train/image_text_source.h"
 
 #include "core/error.h"
+#include "infer/image_input.h"
 
 namespace myriad {
 
@@ -14,10 +15,7 @@ ShapeSceneSource::ShapeSceneSource(const ModelConfig& config, const Tokenizer& t
   MYRIAD_REQUIRE(config.vision_config.has_value() && config.media_placeholder_token_id.has_value(), kConfig,
                  "image training needs a model with a vision tower: its config needs vision_config and "
                  "media_placeholder_token_id");
-  const VisionConfig& v = *config.vision_config;
-  patching_.patch_size = v.patch_size;
-  patching_.merge_h = v.merge_kernel_size[0];
-  patching_.merge_w = v.merge_kernel_size[1];
+  patching_ = patch_options_for(*config.vision_config);
   placeholder_ = int32_t(*config.media_placeholder_token_id);
   end_of_text_ = tok.end_of_text_id();
   MYRIAD_REQUIRE(end_of_text_ >= 0, kConfig, "image training: the tokenizer has no end-of-text token");

@@ -55,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)sampler;
     });
   }
-  expect_accept_or_4xx([&] { (void)parse_tokenize(parse_body(body), model->tokenizer(), options.model_name); });
+  expect_accept_or_4xx([&] { (void)parse_tokenize(parse_body(body), *model, options); });
   expect_accept_or_4xx([&] { (void)parse_detokenize(parse_body(body), model->tokenizer(), options.model_name); });
   return 0;
 }

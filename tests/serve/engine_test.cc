@@ -12,6 +12,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "deploy/prune.h"
+#include "infer/image_input.h"
 #include "model/param_spec.h"
 #include "model/transformer.h"
 #include "serve/evaluate.h"
@@ -366,6 +367,88 @@ TEST(Engine, ImagesTakeTheirPlaceholdersAndKeyThePrefixCache) {
   GenerationRequest bad = request(r1);
   bad.prompt[70] = ph + 1;  // 5 placeholders, 6 rows
   EXPECT_THROW(plain.submit(bad, [](const TokenEvent&) {}), Error);
+}
+
+// configs/tiny-vl.json (tiny's text model with a small vision tower), random weights; the tokenizer of tiny().
+const TinyModel& tiny_vlm() {
+  static TinyModel* m = [] {
+    auto* t = new TinyModel;
+    t->config = load_model_config(std::string(MYRIAD_SOURCE_DIR) + "/configs/tiny-vl.json", nullptr);
+    t->config.vocab_size = tiny().config.vocab_size;
+    auto w = std::make_shared<ModelWeights>(ModelWeights::random(t->config, 37));
+    t->train_model = std::make_unique<Transformer>(t->config, *w);
+    t->model = std::make_shared<InferenceModel>(t->config, DecodeWeights::from_model(*w), tiny().model->tokenizer());
+    t->model->set_vision_weights(w);
+    return t;
+  }();
+  return *m;
+}
+
+// Images given as patches: the engine encodes those of the requests that start together in one call of the tower
+// and hands each request its own rows: each request's tokens equal those it gets with its rows encoded alone and
+// given encoded. Prefixes holding an image are keyed by its patches; placeholder runs must hold whole images.
+TEST(Engine, EncodesTheImagesOfRequestsStartingTogetherAndKeysThemByContent) {
+  const auto& t = tiny_vlm();
+  const VisionConfig& v = *t.config.vision_config;
+  const int32_t ph = int32_t(*t.config.media_placeholder_token_id);
+  std::mt19937 rng(41);
+  auto image = [&](int64_t w, int64_t h) {
+    Image im;
+    im.width = w;
+    im.height = h;
+    for (int64_t i = 0; i < w * h * 3; ++i) im.rgb.push_back(uint8_t(rng() % 256));
+    return im;
+  };
+  // Request k: text, its images' runs (request 2 has two adjacent images in one run), text.
+  const std::vector<std::vector<Image>> images = {{image(28, 28)}, {image(56, 28)}, {image(28, 84), image(56, 56)}};
+  std::vector<GenerationRequest> as_patches, as_rows;
+  for (size_t k = 0; k < images.size(); ++k) {
+    ImageInput in;
+    for (const Image& im : images[k]) add_image(in, v, im);
+    std::vector<int32_t> prompt = random_tokens(30, 50 + k, t.model->vocab_size());
+    int64_t n = 0;
+    for (int64_t x : in.tokens) n += x;
+    prompt.insert(prompt.begin() + 10, size_t(n), ph);
+    for (size_t i = 0; i < prompt.size(); ++i)
+      if (prompt[i] == ph && (i < 10 || i >= size_t(10 + n))) prompt[i] = ph + 1;
+    GenerationRequest g = greedy(prompt, 6);
+    g.image_patches = in.patches(v);
+    g.image_grids = in.grids;
+    as_patches.push_back(g);
+    g.image_rows = t.model->encode_images(g.image_patches, g.image_grids);
+    g.image_patches = Tensor();
+    g.image_grids.clear();
+    as_rows.push_back(g);
+  }
+  EngineOptions opt;
+  opt.page_tokens = 16;
+  opt.prefix_every = 16;
+  Engine together(t.model, opt), alone(t.model, opt);
+  const auto got = run(together, as_patches);
+  for (size_t k = 0; k < images.size(); ++k) EXPECT_EQ(got[k], run(alone, {as_rows[k]})[0]) << "request " << k;
+  // The same image again: its snapshot at 16 tokens (which holds the image's token at 10) is reused; another image
+  // of the same size at the same place: not (no snapshot ends before the image).
+  const uint64_t reused = together.metrics().prefix_tokens_reused;
+  run(together, {as_patches[0]});
+  EXPECT_EQ(together.metrics().prefix_tokens_reused, reused + 16);
+  GenerationRequest other = as_patches[0];
+  ImageInput in;
+  add_image(in, v, image(28, 28));
+  other.image_patches = in.patches(v);
+  run(together, {other});
+  EXPECT_EQ(together.metrics().prefix_tokens_reused, reused + 16);
+  // Runs that do not hold whole images.
+  GenerationRequest split = as_patches[2];  // 3 + 4 placeholders: a run of 2 then 5
+  split.prompt[12] = ph + 1;
+  EXPECT_THROW(together.submit(split, [](const TokenEvent&) {}), Error);
+  GenerationRequest short_run = as_patches[0];  // one placeholder too few
+  short_run.prompt[10] = ph + 1;
+  EXPECT_THROW(together.submit(short_run, [](const TokenEvent&) {}), Error);
+  GenerationRequest no_tower = greedy(as_patches[0].prompt, 2);  // a text-only model
+  no_tower.image_patches = as_patches[0].image_patches;
+  no_tower.image_grids = as_patches[0].image_grids;
+  Engine text_only(tiny().model, opt);
+  EXPECT_THROW(text_only.submit(no_tower, [](const TokenEvent&) {}), Error);
 }
 
 TEST_P(EngineCache, PrefixReuseGivesTheSameTokensWithLessWork) {

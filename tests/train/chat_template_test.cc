@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -191,6 +192,56 @@ TEST_F(ChatTemplateTest, MalformedRepliesAreTextWithAReason) {
     EXPECT_NE(r.error, "") << s;
     EXPECT_TRUE(r.tool_calls.empty()) << s;
     EXPECT_EQ(r.content, s);
+  }
+}
+
+// Images (image_url parts of user messages): one image token each where the image stands in the text, in every
+// format; the marker's text inside a content is text; a message cannot carry an image where the template has no
+// place for one.
+TEST_F(ChatTemplateTest, ImagesAreOneImageTokenWhereTheyStand) {
+  const json in = json::parse(R"([{"role": "user", "content": [
+      {"type": "text", "text": "look: "}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+      {"type": "text", "text": " and "}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,BBBB"}},
+      {"type": "text", "text": "?"}]}])");
+  const std::vector<ChatMessage> conv = chat_messages_from_json(in);
+  ASSERT_EQ(conv[0].images.size(), 2u);
+  EXPECT_EQ(conv[0].content, "look:  and ?");
+  EXPECT_EQ(conv[0].images[0].at, 6u);
+  EXPECT_EQ(conv[0].images[1].url, "data:image/png;base64,BBBB");
+  EXPECT_EQ(conv[0].images[1].field, "messages[0].content[3].image_url.url");
+  const int32_t image = 11;
+  std::vector<int32_t> want = {tok_->id_of("<|user|>")};
+  for (const char* piece : {"look: ", "", " and ", "", "?"}) {
+    const std::vector<int32_t> ids = tok_->encode(piece, Specials::kAsText);
+    want.insert(want.end(), ids.begin(), ids.end());
+    if (!*piece) want.push_back(image);
+  }
+  want.push_back(tok_->id_of("<|assistant|>"));
+  EXPECT_EQ(encode_chat(*tok_, conv, {}, true, ToolChoice::kAuto, image).ids, want);
+  EXPECT_THROW(encode_chat(*tok_, conv), Error);  // no image token to write them with
+  for (ChatFormat f :
+       {ChatFormat::kMyriad, ChatFormat::kKimi, ChatFormat::kK3, ChatFormat::kDeepSeekV3, ChatFormat::kChatMl})
+    EXPECT_NE(render_chat(conv, {}, true, f).find("look: <|image|> and <|image|>?"), std::string::npos)
+        << chat_format_name(f);
+  EXPECT_EQ(chat_messages_to_json(conv), in);  // the parts as given
+  // The marker as text is text.
+  const std::vector<ChatMessage> typed = {{"user", "<|image|> hi"}};
+  const ChatTokens forged = encode_chat(*tok_, typed, {}, true, ToolChoice::kAuto, image);
+  EXPECT_EQ(std::count(forged.ids.begin(), forged.ids.end(), image), 0);
+  for (const auto& [text, field] : std::vector<std::pair<const char*, const char*>>{
+           {R"([{"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])",
+            "messages[0].content[0].type"},
+           {R"([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}])",
+            "messages[0].content[0].image_url.url"},
+           {R"([{"role": "user", "content": [{"type": "image_url", "image_url": "data:x"}]}])",
+            "messages[0].content[0].image_url"},
+           {R"([{"role": "user", "content": [{"type": "input_audio"}]}])", "messages[0].content[0].type"}}) {
+    try {
+      chat_messages_from_json(json::parse(text));
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const FieldError& e) {
+      EXPECT_EQ(e.field(), field) << text << ": " << e.what();
+    }
   }
 }
 

@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 
+#include "core/base64.h"
 #include "core/error.h"
 #include "data/idx.h"
 #include "data/shape_images.h"
@@ -119,6 +120,59 @@ TEST(Image, BadInputsGetOneClearError) {
   zero[16] = zero[17] = zero[18] = zero[19] = 0;  // width 0
   EXPECT_NE(error_of(zero).find("request.image: corrupt or truncated PNG header"), std::string::npos);
   EXPECT_THROW(read_image_file("/nonexistent/x.png"), Error);
+}
+
+// RFC 4648's test vectors (section 10), and what is not base64.
+TEST(Base64, DecodesRfc4648VectorsAndRefusesTheRest) {
+  const std::pair<const char*, const char*> vectors[] = {{"", ""},
+                                                         {"Zg==", "f"},
+                                                         {"Zm8=", "fo"},
+                                                         {"Zm9v", "foo"},
+                                                         {"Zm9vYg==", "foob"},
+                                                         {"Zm9vYmE=", "fooba"},
+                                                         {"Zm9vYmFy", "foobar"}};
+  for (const auto& [in, want] : vectors) {
+    std::string out;
+    EXPECT_TRUE(base64_decode(in, out)) << in;
+    EXPECT_EQ(out, want) << in;
+  }
+  std::string out;
+  for (const char* bad : {"Zg=", "Zg=a", "Z===", "Zm9v!A==", "Zm9vYmFy\n", "=Zg="})
+    EXPECT_FALSE(base64_decode(bad, out)) << bad;
+}
+
+// Images as data: URIs (the server's image_url parts): the PNG's bytes back; every other URL refused by rule.
+TEST(Image, DataUrisGiveTheirBytesAndRemoteUrlsAreRefused) {
+  const std::string bytes = png(4, 3, random_rgb(4, 3, 9));
+  // The encoding written here from RFC 4648's definition (3 bytes -> 4 characters of 6 bits, '=' padding).
+  const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string b64;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const size_t n = std::min<size_t>(3, bytes.size() - i);
+    uint32_t v = 0;
+    for (size_t k = 0; k < 3; ++k) v = (v << 8) | (k < n ? uint8_t(bytes[i + k]) : 0);
+    for (size_t k = 0; k < 4; ++k) b64 += k <= n ? alphabet[(v >> (18 - 6 * k)) & 63] : '=';
+  }
+  EXPECT_EQ(image_bytes_from_url("data:image/png;base64," + b64, "u"), bytes);
+  EXPECT_EQ(decode_image(image_bytes_from_url("DATA:image/png;base64," + b64, "u"), "u").width, 4);
+  const std::pair<std::string, const char*> bad[] = {
+      {"https://example.com/cat.png", "not fetched"},         {"HTTP://10.0.0.1/x.png", "not fetched"},
+      {"file:///etc/passwd", "must be a data: URI"},          {"data:image/png," + b64, "must be base64"},
+      {"data:text/plain;base64," + b64, "not an image type"}, {"data:image/png;base64", "without a ','"},
+      {"data:image/png;base64,Zg=a", "not valid base64"},
+  };
+  for (const auto& [url, want] : bad) {
+    try {
+      image_bytes_from_url(url, "messages[0].content[1].image_url.url");
+      ADD_FAILURE() << "accepted " << url;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("messages[0].content[1]"), std::string::npos) << e.what();
+    }
+  }
+  ImageLimits small;
+  small.max_bytes = 30;  // the base64 text alone says the image is larger: refused before decoding
+  EXPECT_THROW(image_bytes_from_url("data:image/png;base64," + b64, "u", small), Error);
 }
 
 TEST(Image, GridsKeepTheAspectUnderTheBudget) {

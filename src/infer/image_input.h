@@ -1,0 +1,37 @@
+// Images prepared for a model's vision tower: each decoded image resized and cut into patches at the model's
+// patch size and merge window (docs/vision.md "Input"), packed for one encode_images call, with the number of
+// tokens it takes in the prompt. What `generate --image`, `chat /image`, the server's image_url parts and the
+// image-text training sources share.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "data/image.h"
+#include "model/config.h"
+#include "model/vision_tower.h"
+
+namespace myriad {
+
+// The patching of a model's images: its vision_config's patch size and merge window, myriad's patch budget.
+PatchOptions patch_options_for(const VisionConfig& v);
+
+// Throws kValue naming `what` (a flag, a request field) when the model cannot take images: no vision_config (no
+// vision tower) or no media_placeholder_token_id to place them at.
+void require_vision(const ModelConfig& c, const std::string& what);
+
+struct ImageInput {
+  std::vector<float> values;     // every image's patches, [patch rows, 3 p p] row-major, images in order
+  std::vector<PatchGrid> grids;  // per image
+  std::vector<int64_t> tokens;   // per image: the placeholder run it takes (vision_tokens)
+  bool empty() const { return grids.empty(); }
+  // The patches as the vision tower takes them: f32 [patch rows, 3 p p].
+  Tensor patches(const VisionConfig& v) const;
+};
+
+// Appends an image, patched for the model's tower.
+void add_image(ImageInput& in, const VisionConfig& v, const Image& image);
+
+}  // namespace myriad
