@@ -2,9 +2,10 @@
 // Reads one user message per line from stdin, renders the whole history with the chat template
 // (serve/chat_template.h: the same as the server's), and streams the reply as the engine produces it. The history
 // is kept; when it no longer fits the context (with room for --max-tokens), the oldest turns are dropped (the
-// system message stays). "/reset" clears the history, "/quit" (or end of input) exits. With a terminal a "> "
-// prompt is shown; with piped input only the replies are printed, one line each (a reply's own newlines kept).
-// Ctrl-C while a reply streams ends that reply; at the prompt it exits.
+// system message stays). "/image PATH" attaches an image (PNG, JPEG, BMP, GIF) to the next message, for a model with
+// a vision tower (kept in the history with its message). "/reset" clears the history, "/quit" (or end of input) exits.
+// With a terminal a "> " prompt is shown; with piped input only the replies are printed, one line each (a reply's own
+// newlines kept). Ctrl-C while a reply streams ends that reply; at the prompt it exits.
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,13 +14,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli.h"
 #include "core/error.h"
 #include "data/chat_template.h"
+#include "infer/image_input.h"
 #include "serve/engine.h"
 
 namespace {
@@ -34,6 +38,29 @@ void on_sigint(int) {
   }
   ::signal(SIGINT, SIG_DFL);
   ::raise(SIGINT);
+}
+
+// The history as a request: the chat template's tokens, each image's marker expanded to its run of placeholders,
+// and the images' patches (decoded once, when attached: `images` by path).
+myriad::GenerationRequest chat_request(const myriad::InferenceModel& model,
+                                       const std::vector<myriad::ChatMessage>& history,
+                                       const std::map<std::string, myriad::Image>& images) {
+  using namespace myriad;
+  const ModelConfig& c = model.config();
+  ImageInput in;
+  for (const ChatMessage& m : history)
+    for (const ChatImage& im : m.images) add_image(in, *c.vision_config, images.at(im.url));
+  GenerationRequest req;
+  if (in.empty()) {
+    req.prompt = encode_chat(model.tokenizer(), history).ids;
+    return req;
+  }
+  const auto ph = int32_t(*c.media_placeholder_token_id);
+  req.prompt = expand_image_placeholders(encode_chat(model.tokenizer(), history, {}, true, ToolChoice::kAuto, ph).ids,
+                                         ph, in.tokens);
+  req.image_patches = in.patches(*c.vision_config);
+  req.image_grids = in.grids;
+  return req;
 }
 
 int run_chat(const myriad::cli::Args& args) {
@@ -72,6 +99,8 @@ int run_chat(const myriad::cli::Args& args) {
                  static_cast<long long>(context));
   ::signal(SIGINT, on_sigint);
 
+  std::map<std::string, myriad::Image> images;  // by path, as attached
+  std::vector<myriad::ChatImage> pending;       // for the next message
   std::string line;
   for (;;) {
     if (tty) {
@@ -86,24 +115,37 @@ int run_chat(const myriad::cli::Args& args) {
       if (tty) std::fprintf(stderr, "(conversation cleared)\n");
       continue;
     }
+    if (line.rfind("/image", 0) == 0 && (line.size() == 6 || line[6] == ' ')) {
+      const std::string path = line.size() > 7 ? line.substr(7) : "";
+      try {
+        MYRIAD_REQUIRE(!path.empty(), kValue, "/image needs a path: /image PATH");
+        myriad::require_vision(model->config(), "/image");
+        images[path] = myriad::read_image_file(path);
+        pending.push_back({0, path});
+        if (tty) std::fprintf(stderr, "(image %s attached to the next message)\n", path.c_str());
+      } catch (const myriad::Error& e) {
+        std::fprintf(stderr, "myriad chat: %s\n", e.what());
+      }
+      continue;
+    }
     if (line.empty()) continue;
     history.push_back({"user", line});
+    history.back().images = std::exchange(pending, {});
 
     // The prompt: the history, its oldest turns dropped until it fits with room for the reply.
-    std::vector<int32_t> prompt = myriad::encode_chat(tok, history).ids;
-    while (int64_t(prompt.size()) + max_tokens > context && history.size() > kept + 1) {
+    myriad::GenerationRequest req = chat_request(*model, history, images);
+    while (int64_t(req.prompt.size()) + max_tokens > context && history.size() > kept + 1) {
       history.erase(history.begin() + ptrdiff_t(kept));
-      prompt = myriad::encode_chat(tok, history).ids;
+      req = chat_request(*model, history, images);
     }
-    myriad::GenerationRequest req;
-    req.max_tokens = std::min(max_tokens, context - int64_t(prompt.size()));
+    const size_t prompt_size = req.prompt.size();
+    req.max_tokens = std::min(max_tokens, context - int64_t(prompt_size));
     if (req.max_tokens <= 0) {
       std::fprintf(stderr, "myriad chat: the message is %lld tokens, more than the context (%lld): not sent\n",
-                   static_cast<long long>(prompt.size()), static_cast<long long>(context));
+                   static_cast<long long>(prompt_size), static_cast<long long>(context));
       history.pop_back();
       continue;
     }
-    req.prompt = std::move(prompt);
     req.sampling = sp;
     req.stop = myriad::chat_stop_strings(myriad::chat_format_of(tok));
     ++sp.seed;  // each turn its own draws, the whole conversation reproducible with --seed
@@ -167,7 +209,8 @@ int run_chat(const myriad::cli::Args& args) {
 }  // namespace
 
 MYRIAD_COMMAND("chat", "talk with a model in the terminal (chat template, history, streamed replies)",
-               "myriad chat --model DIR [--system TEXT] [--max-tokens N] [--temperature T] [--seed S]",
+               "myriad chat --model DIR [--system TEXT] [--max-tokens N] [--temperature T] [--seed S]; in the chat: "
+               "/image PATH, /reset, /quit",
                {{"model", "DIR", "model directory (config.json, safetensors, tokenizer/) or a training run"},
                 {"tokenizer", "DIR|FILE",
                  "use this tokenizer instead of the model's own (tokenizer.model, tiktoken.model or tokenizer.json)"},
