@@ -20,11 +20,11 @@ AdamW::AdamW(const ModelConfig& config, const ModelWeights& weights, AdamWConfig
   }
 }
 
-double AdamW::grad_norm(const ModelWeights& weights) const {
+double AdamW::grad_norm(const ModelWeights& weights, const Frozen& frozen) const {
   double ss = 0.0;
   for (const auto& [name, on] : decay_) {
     const ag::Var& v = weights.at(name);
-    if (!v.has_grad()) continue;
+    if (!v.has_grad() || (frozen && frozen(name))) continue;
     const float* g = v.grad().data<float>();
     const int64_t n = v.grad().numel();
     double s = 0.0;
@@ -35,9 +35,10 @@ double AdamW::grad_norm(const ModelWeights& weights) const {
   return std::sqrt(ss);
 }
 
-void AdamW::step(ModelWeights& weights, float lr, float clip_scale) {
+void AdamW::step(ModelWeights& weights, float lr, float clip_scale, const Frozen& frozen) {
   ++step_;
   for (auto& [name, decay] : decay_) {
+    if (frozen && frozen(name)) continue;
     const ag::Var& var = weights.at(name);
     Tensor p = var.value();
     Tensor g = var.has_grad() ? var.grad() : Tensor::zeros(var.shape());  // an unused expert still decays

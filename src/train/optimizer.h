@@ -34,10 +34,12 @@ class AdamW {
   AdamW(const ModelConfig& config, const ModelWeights& weights, AdamWConfig hp,
         const std::function<bool(const std::string&)>& keeps = {});
 
-  // Global L2 norm of all gradients (double accumulation); infinite or NaN when any gradient is.
-  double grad_norm(const ModelWeights& weights) const;
+  // The tensors a step leaves alone (a stage's frozen modules): neither updated nor decayed, their state kept.
+  using Frozen = std::function<bool(const std::string&)>;
+  // Global L2 norm of all gradients but the frozen ones (double accumulation); infinite or NaN when any is.
+  double grad_norm(const ModelWeights& weights, const Frozen& frozen = {}) const;
   // One update with learning rate lr; gradients are scaled by clip_scale first (1 = no clipping).
-  void step(ModelWeights& weights, float lr, float clip_scale);
+  void step(ModelWeights& weights, float lr, float clip_scale, const Frozen& frozen = {});
   int64_t steps() const { return step_; }
 
   // The state as tensors "m.<name>", "v.<name>" (this process's: under expert parallelism its experts only).

@@ -1,5 +1,6 @@
 #include "train/train_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,12 @@
 #include "model/config.h"
 
 namespace myriad {
+
+const char* module_of_tensor(const std::string& name) {
+  if (name.rfind("vision_tower.", 0) == 0) return "vision_tower";
+  if (name.rfind("mm_projector.", 0) == 0) return "mm_projector";
+  return "text_model";
+}
 
 int64_t TrainConfig::total_steps() const {
   int64_t n = 0;
@@ -64,6 +71,26 @@ TrainConfig parse_train_config(const nlohmann::json& j, const std::string& sourc
               str("longer than the model's max_position_embeddings (", model.max_position_embeddings, ")"));
     if (st.steps < 1) so.fail("steps", st.steps, "must be at least 1");
     if (!(st.lr_scale > 0) || !std::isfinite(st.lr_scale)) so.fail("lr_scale", st.lr_scale, "must be > 0");
+    if (const nlohmann::json* fr = so.opt_array("freeze")) {
+      std::vector<std::string> modules = {"text_model"};
+      if (model.vision_config) modules.insert(modules.end(), {"vision_tower", "mm_projector"});
+      for (const nlohmann::json& m : *fr) {
+        const std::string name = m.is_string() ? m.get<std::string>() : m.dump();
+        if (std::find(modules.begin(), modules.end(), name) == modules.end())
+          so.fail("freeze", *fr,
+                  str(
+                      "'", name, "' is not a module of this model (",
+                      modules.size() == 1 ? "it has no vision tower; " : "", "modules: ",
+                      [&] {
+                        std::string l;
+                        for (const auto& x : modules) l += (l.empty() ? "" : ", ") + x;
+                        return l;
+                      }(),
+                      ")"));
+        if (std::find(st.freeze.begin(), st.freeze.end(), name) == st.freeze.end()) st.freeze.push_back(name);
+      }
+      if (st.freeze.size() == modules.size()) so.fail("freeze", *fr, "freezes every module: nothing would train");
+    }
     so.finish();
     c.stages.push_back(st);
   }
@@ -138,8 +165,11 @@ TrainConfig load_train_config(const std::string& path, const ModelConfig& model)
 
 nlohmann::json train_config_to_json(const TrainConfig& c) {
   nlohmann::json j;
-  for (const Stage& s : c.stages)
-    j["stages"].push_back({{"seq_len", s.seq_len}, {"steps", s.steps}, {"lr_scale", s.lr_scale}});
+  for (const Stage& s : c.stages) {
+    nlohmann::json st = {{"seq_len", s.seq_len}, {"steps", s.steps}, {"lr_scale", s.lr_scale}};
+    if (!s.freeze.empty()) st["freeze"] = s.freeze;
+    j["stages"].push_back(std::move(st));
+  }
   j["batch_tokens"] = c.batch_tokens;
   j["lr"] = c.lr;
   j["min_lr_ratio"] = c.min_lr_ratio;

@@ -1,6 +1,9 @@
 // The training configuration (train.json): the progressive context ladder and the optimisation settings.
 // Fields (all optional but `stages`; defaults below):
-//   stages            [{"seq_len": T, "steps": N, "lr_scale": 1.0}]  the ladder, run in order
+//   stages            [{"seq_len": T, "steps": N, "lr_scale": 1.0, "freeze": []}]  the ladder, run in order;
+//                     freeze: modules not updated during the stage, of "text_model", "vision_tower",
+//                     "mm_projector" (a vision-language model's stage 1: ["text_model", "vision_tower"] trains
+//                     the projector alone); at least one module must train
 //   batch_tokens      tokens per optimizer step (sequences per step = max(1, batch_tokens / seq_len); the
 //                     sequences of a step are micro-batches whose gradients accumulate)       default 4096
 //   lr, min_lr_ratio, warmup_steps                   warmup then cosine to lr * min_lr_ratio over all steps
@@ -28,7 +31,11 @@ struct Stage {
   int64_t seq_len = 256;
   int64_t steps = 100;
   double lr_scale = 1.0;
+  std::vector<std::string> freeze;  // module names (module_of_tensor) not updated in this stage
 };
+
+// The module a tensor belongs to, as stages' "freeze" names them: "vision_tower", "mm_projector" or "text_model".
+const char* module_of_tensor(const std::string& name);
 
 // The long-context evaluation run at every stage's end (absent: lengths empty).
 struct LongContextEvalConfig {

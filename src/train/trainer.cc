@@ -515,6 +515,14 @@ TrainSummary Trainer::run() {
     // Over the ranks: the gradients (summed: each backward was seeded with 1 / the step's sequences), the
     // losses, the skip decision (every rank skips together) and the routing statistics.
     Communicator& world = *groups_->world;
+    // The stage's frozen modules (stages[i].freeze): left out of the norm and the update. Their gradients are
+    // still computed (the backward reaches the tower through the projector either way).
+    const std::vector<std::string>& freeze = cfg_.stages[size_t(cfg_.stage_of(step_))].freeze;
+    AdamW::Frozen frozen;
+    if (!freeze.empty())
+      frozen = [&freeze](const std::string& name) {
+        return std::find(freeze.begin(), freeze.end(), module_of_tensor(name)) != freeze.end();
+      };
     double gnorm = 0;
     if (world.size() > 1) {
       sync_->all_reduce();
@@ -525,7 +533,7 @@ TrainSummary Trainer::run() {
       aux_sum = sums[1];
       finite = world.all_reduce_value<int32_t>(finite ? 1 : 0, ReduceOp::kMin) == 1;
     } else {
-      gnorm = adamw_->grad_norm(model_.weights());
+      gnorm = adamw_->grad_norm(model_.weights(), frozen);
     }
     std::vector<int64_t> routed_tokens(routing.size());
     // Every rank's tokens are distinct tokens of the step (sequences over the data ranks, shards over sp).
@@ -534,9 +542,10 @@ TrainSummary Trainer::run() {
     finite = finite && std::isfinite(gnorm);
     if (finite) {
       const float clip_scale = cfg_.clip > 0 && gnorm > cfg_.clip ? float(cfg_.clip / gnorm) : 1.0f;
-      adamw_->step(model_.weights(), float(lr), clip_scale);
+      adamw_->step(model_.weights(), float(lr), clip_scale, frozen);
       if (sharding_) sharding_->broadcast_updates();  // ZeRO-1: the owners' new values to every replica
-      balance(routing, routed_tokens);
+      // a frozen text model keeps its routers' balancing biases too
+      if (std::find(freeze.begin(), freeze.end(), "text_model") == freeze.end()) balance(routing, routed_tokens);
       consecutive_skips_ = 0;
     } else {
       ++skipped_total_;

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "autograd/functions.h"
 #include "model/weights.h"
@@ -124,6 +125,76 @@ TEST(ImageText, TrainingLowersTheHeldOutLossAndReachesTheTower) {
   EXPECT_GT(moved(tower_before, model.p("vision_tower.encoder.blocks.0.wqkv.weight").value()), 1e-4);
   EXPECT_GT(moved(pos_before, model.p("vision_tower.patch_embed.pos_emb.weight").value()), 1e-5);
   std::filesystem::remove_all(dir);
+}
+
+// Stage 1 freezes the text model and the tower (the projector alone trains: every other tensor keeps its bits,
+// the routers' balancing biases too); stage 2 trains everything. The config names modules and refuses others.
+TEST(ImageText, StagesFreezeTheModulesTheyName) {
+  const ModelConfig c = vlm_config();
+  Transformer model(c, ModelWeights::random(c, 4));
+  ShapeSceneSource src(c, qa_tokenizer());
+  auto config = [&](int64_t stage2_steps) {
+    nlohmann::json stages = {{{"seq_len", 128}, {"steps", 3}, {"freeze", {"text_model", "vision_tower"}}}};
+    if (stage2_steps) stages.push_back({{"seq_len", 128}, {"steps", stage2_steps}});
+    return parse_train_config({{"stages", stages},
+                               {"batch_tokens", 256},
+                               {"warmup_steps", 1},
+                               {"eval_every", 100},
+                               {"checkpoint_every", 100},
+                               {"log_every", 100},
+                               {"kda_chunk", 32}},
+                              "test", c);
+  };
+  auto snapshot = [&] {
+    std::map<std::string, std::vector<float>> out;
+    for (const auto& [name, v] : model.weights().all()) out[name] = v.value().contiguous().to_vector();
+    return out;
+  };
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("myriad_vlm_freeze_" + std::to_string(getpid()))).string();
+  TrainerOptions to;
+  to.run_dir = dir;
+  to.model_config_json = "{}";
+  to.quiet = true;
+  const auto before = snapshot();
+  {
+    Trainer stage1(model, config(0), src, to);
+    stage1.run();
+  }
+  const auto after1 = snapshot();
+  int moved_projector = 0;
+  for (const auto& [name, values] : before) {
+    const bool projector = std::string(module_of_tensor(name)) == "mm_projector";
+    if (projector)
+      moved_projector += values != after1.at(name);
+    else
+      EXPECT_EQ(values, after1.at(name)) << name << " moved in a stage that freezes it";
+  }
+  EXPECT_GT(moved_projector, 0);
+  std::filesystem::remove_all(dir);
+  {
+    Trainer both(model, config(3), src, to);
+    both.run();
+  }
+  const auto after2 = snapshot();
+  EXPECT_NE(after1.at("vision_tower.encoder.blocks.0.wqkv.weight"),
+            after2.at("vision_tower.encoder.blocks.0.wqkv.weight"));
+  EXPECT_NE(after1.at("lm_head.weight"), after2.at("lm_head.weight"));
+  std::filesystem::remove_all(dir);
+  for (const auto& [freeze, why] : std::vector<std::pair<nlohmann::json, const char*>>{
+           {{"text_model", "vision_tower", "mm_projector"}, "nothing would train"}, {{"encoder"}, "not a module"}}) {
+    try {
+      parse_train_config({{"stages", {{{"seq_len", 128}, {"steps", 1}, {"freeze", freeze}}}}}, "t.json", c);
+      ADD_FAILURE() << "accepted " << freeze.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("stages[0].freeze"), std::string::npos) << e.what();
+    }
+  }
+  const ModelConfig text = load_model_config(MYRIAD_SOURCE_DIR "/configs/tiny.json", nullptr);
+  EXPECT_THROW(
+      parse_train_config({{"stages", {{{"seq_len", 128}, {"steps", 1}, {"freeze", {"vision_tower"}}}}}}, "t", text),
+      Error);
 }
 
 }  // namespace
