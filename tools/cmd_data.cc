@@ -3,11 +3,13 @@
 // A progress bar goes to stderr when it is a terminal; the summary to stdout.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "cli.h"
 #include "core/error.h"
+#include "data/image_datasets.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
 
@@ -45,25 +47,85 @@ int run_prepare(const myriad::cli::Args& args) {
   return 0;
 }
 
+void print_summary(const std::string& dir, const myriad::ImageDatasetSummary& s) {
+  std::printf("wrote %s/train.jsonl (%lld questions) and %s/test.jsonl (%lld), %.1f MB, images inline as PNG\n",
+              dir.c_str(), static_cast<long long>(s.train), dir.c_str(), static_cast<long long>(s.test),
+              double(s.bytes) / 1e6);
+}
+
+int run_shapes(const myriad::cli::Args& args) {
+  const auto out = args.get("out");
+  MYRIAD_REQUIRE(out.has_value(), kValue, "data shapes needs --out DIR");
+  const auto s = myriad::write_shape_dataset(*out, args.get_int("train", 4000, 1, 1 << 24),
+                                             args.get_int("test", 400, 1, 1 << 24), args.get_int("size", 56, 16, 4096));
+  print_summary(*out, s);
+  return 0;
+}
+
+// The IDX pair of a folder: its one *images-idx3-ubyte[.gz] and *labels-idx1-ubyte[.gz] file.
+std::string find_idx(const std::string& dir, const std::string& kind) {
+  std::string found;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find(kind) == std::string::npos) continue;
+    MYRIAD_REQUIRE(found.empty(), kValue, "--idx ", dir, ": more than one ", kind, " file (", found, ", ", name,
+                   "): give --images and --labels");
+    found = e.path().string();
+  }
+  MYRIAD_REQUIRE(!ec, kIo, "--idx ", dir, ": cannot list the folder: ", ec.message());
+  MYRIAD_REQUIRE(!found.empty(), kValue, "--idx ", dir, ": no *", kind, " file");
+  return found;
+}
+
+int run_mnist(const myriad::cli::Args& args) {
+  const auto out = args.get("out");
+  MYRIAD_REQUIRE(out.has_value(), kValue, "data mnist needs --out DIR");
+  std::string images = args.get_or("images", ""), labels = args.get_or("labels", "");
+  if (const auto idx = args.get("idx")) {
+    if (images.empty()) images = find_idx(*idx, "images-idx3-ubyte");
+    if (labels.empty()) labels = find_idx(*idx, "labels-idx1-ubyte");
+  }
+  MYRIAD_REQUIRE(!images.empty() && !labels.empty(), kValue,
+                 "data mnist needs --idx DIR (MNIST's files) or --images FILE and --labels FILE");
+  const auto s = myriad::write_mnist_dataset(images, labels, *out, args.get_int("train", 9000, 1, 1 << 30),
+                                             args.get_int("test", -1, -1, 1 << 30));
+  print_summary(*out, s);
+  return 0;
+}
+
 int run_data(const myriad::cli::Args& args) {
-  MYRIAD_REQUIRE(!args.positional().empty(), kValue, "data needs an action: prepare (see myriad data --help)");
+  MYRIAD_REQUIRE(!args.positional().empty(), kValue,
+                 "data needs an action: prepare, shapes or mnist (see myriad data --help)");
   const std::string& action = args.positional()[0];
   if (action == "prepare") return run_prepare(args);
-  myriad::throw_error(myriad::ErrorKind::kValue, "data: unknown action '", action, "' (prepare)");
+  if (action == "shapes") return run_shapes(args);
+  if (action == "mnist") return run_mnist(args);
+  myriad::throw_error(myriad::ErrorKind::kValue, "data: unknown action '", action, "' (prepare, shapes, mnist)");
 }
 
 }  // namespace
 
-MYRIAD_COMMAND("data", "tokenize text / JSONL into token shards for training (train-*.bin, val-*.bin, meta.json)",
-               "myriad data prepare --tokenizer DIR --data PATH... --out DIR [--val-fraction F] "
-               "[--split-by position|document] [--shard-tokens N] [--force]",
-               {{"tokenizer", "DIR", "tokenizer directory (myriad tokenizer train)"},
-                {"data", "PATH...", "text files (one document each), JSONL files (\"text\" per line) or directories"},
-                {"out", "DIR", "output directory (created atomically; an existing non-empty one needs --force)"},
-                {"val-fraction", "F", "fraction of the data for validation, in [0, 1) (default 0.1)"},
-                {"split-by", "MODE",
-                 "position: the last F of each file's bytes (default); document: every 1/F-th document"},
-                {"shard-tokens", "N", "tokens per shard at most (default 67108864)"},
-                {"force", "", "replace an existing non-empty output directory"},
-                {"no-progress", "", "no progress bar on stderr"}},
-               run_data);
+MYRIAD_COMMAND(
+    "data",
+    "tokenize text / JSONL into token shards for training (train-*.bin, val-*.bin, meta.json); write "
+    "image-question sets (shapes, MNIST) as image-text JSONL",
+    "myriad data prepare --tokenizer DIR --data PATH... --out DIR [--val-fraction F] "
+    "[--split-by position|document] [--shard-tokens N] [--force] | "
+    "myriad data shapes --out DIR [--train N] [--test N] [--size PX] | "
+    "myriad data mnist --idx DIR | --images FILE --labels FILE --out DIR [--train N] [--test N]",
+    {{"tokenizer", "DIR", "tokenizer directory (myriad tokenizer train)"},
+     {"data", "PATH...", "text files (one document each), JSONL files (\"text\" per line) or directories"},
+     {"out", "DIR", "output directory (created atomically; an existing non-empty one needs --force)"},
+     {"val-fraction", "F", "fraction of the data for validation, in [0, 1) (default 0.1)"},
+     {"split-by", "MODE", "position: the last F of each file's bytes (default); document: every 1/F-th document"},
+     {"shard-tokens", "N", "tokens per shard at most (default 67108864)"},
+     {"force", "", "replace an existing non-empty output directory"},
+     {"no-progress", "", "no progress bar on stderr"},
+     {"train", "N", "shapes: train scenes (default 4000); mnist: the first N images train (default 9000)"},
+     {"test", "N", "shapes: test scenes (default 400); mnist: test images after the train ones (default all)"},
+     {"size", "PX", "shapes: scene size in pixels (default 56)"},
+     {"idx", "DIR", "mnist: a folder with MNIST's *images-idx3-ubyte[.gz] and *labels-idx1-ubyte[.gz]"},
+     {"images", "FILE", "mnist: the images IDX file"},
+     {"labels", "FILE", "mnist: the labels IDX file"}},
+    run_data);

@@ -14,6 +14,8 @@
 #include "serve/engine.h"
 #include "serve/evaluate.h"
 #include "train/agent_eval.h"
+#include "train/image_question_eval.h"
+#include "train/image_text_source.h"
 #include "train/longctx_eval.h"
 
 namespace {
@@ -109,13 +111,50 @@ int run_eval_longctx(const myriad::cli::Args& args) {
   return 0;
 }
 
+// `myriad eval images`: image questions answered by generation (src/train/image_question_eval.h).
+int run_eval_images(const myriad::cli::Args& args) {
+  using namespace myriad;
+  const auto model_dir = args.get("model");
+  const auto data = args.get("data");
+  MYRIAD_REQUIRE(model_dir && data, kValue, "eval images needs --model DIR and --data FILE.jsonl");
+  const auto model = InferenceModel::load(*model_dir, {}, args.get_or("tokenizer", ""));
+  require_vision(model->config(), "eval images (the model in " + *model_dir + ")");
+  std::vector<ImageTextExample> examples;
+  for (const ImageTextRecord& r : read_image_text_records(*data, image_marker(model->config())))
+    if (r.kind == ImageTextRecord::Kind::kQuestion)
+      examples.push_back(record_example(r, model->config(), model->tokenizer()));
+  if (const int64_t limit = args.get_int("limit", 0, 0, 1L << 40); limit > 0 && int64_t(examples.size()) > limit)
+    examples.resize(size_t(limit));
+  ImageQuestionOptions o;
+  o.max_new_tokens = int(args.get_int("max-new-tokens", 8, 1, 1 << 20));
+  o.batch = args.get_int("batch", 32, 1, 1 << 20);
+  o.keep_samples = args.get_int("show", 8, 0, 1 << 20);
+  const ImageQuestionReport r = evaluate_image_questions(*model, model->tokenizer(), examples, o);
+  nlohmann::json j = r.to_json();
+  j["model"] = *model_dir;
+  j["data"] = *data;
+  if (const auto p = args.get("json"))
+    write_file_atomic(*p, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  for (const auto& s : r.samples)
+    std::printf("  %-28s  answered %-10s  truth %-10s  %s\n", ("\"" + s.prompt + "\"").c_str(),
+                ("\"" + s.got + "\"").c_str(), ("\"" + s.want + "\"").c_str(), s.got == s.want ? "right" : "WRONG");
+  std::printf("%-10s %9s %9s\n", "type", "questions", "accuracy");
+  for (const auto& [type, c] : r.by_type)
+    std::printf("%-10s %9lld %8.1f%%\n", type.empty() ? "-" : type.c_str(), static_cast<long long>(c.total),
+                100 * c.accuracy());
+  std::printf("%-10s %9lld %8.1f%%   (%.1f s, %lld tokens generated)\n", "all", static_cast<long long>(r.all.total),
+              100 * r.all.accuracy(), r.seconds, static_cast<long long>(r.generated_tokens));
+  return 0;
+}
+
 int run_eval(const myriad::cli::Args& args) {
   using namespace myriad;
   if (!args.positional().empty() && args.positional()[0] == "tasks") return run_eval_tasks(args);
+  if (!args.positional().empty() && args.positional()[0] == "images") return run_eval_images(args);
   if (!args.positional().empty() && args.positional()[0] == "longctx") return run_eval_longctx(args);
   MYRIAD_REQUIRE(args.positional().empty(), kValue, "eval: unknown mode '", args.positional()[0],
                  "' (myriad eval --model DIR --data PATH, myriad eval tasks --model DIR, or myriad eval longctx "
-                 "--model DIR)");
+                 "--model DIR, myriad eval images --model DIR --data FILE)");
   const auto model_dir = args.get("model");
   const auto data = args.get("data");
   MYRIAD_REQUIRE(model_dir && data, kValue, "eval needs --model DIR and --data PATH");
@@ -163,12 +202,14 @@ int run_eval(const myriad::cli::Args& args) {
 MYRIAD_COMMAND(
     "eval",
     "perplexity of a model as served (plain or quantized); KL divergence from a reference; `eval tasks`: "
-    "held-out multi-step tool tasks; `eval longctx`: long-context retrieval by length x depth",
+    "held-out multi-step tool tasks; `eval longctx`: long-context retrieval by length x depth; `eval images`: "
+    "image questions answered by generation",
     "myriad eval --model DIR --data PATH [--reference DIR] [--max-tokens N] [--window T] [--split val] "
     "[--cache-dtype f32|bf16|q8] [--decode]\n       myriad eval tasks --model DIR [--suite builtin|FILE] "
     "[--samples K] [--per-family N] [--json F] [--html F] [--data PATH]\n       myriad eval longctx --model DIR "
     "[--task passkey|multikey|vartrack] [--lengths 1K,4K] [--depths 0,25,50,75,100] [--samples N] "
-    "[--seed S] [--prefill-chunk T] [--json F] [--html F] [--svg F]",
+    "[--seed S] [--prefill-chunk T] [--json F] [--html F] [--svg F]\n       myriad eval images --model DIR "
+    "--data FILE.jsonl [--max-new-tokens N] [--batch N] [--limit N] [--show N] [--json F]",
     {{"model", "DIR", "a model directory (plain or quantized) or a run"},
      {"tokenizer", "DIR|FILE",
       "use this tokenizer instead of the model's own (tokenizer.model, tiktoken.model or tokenizer.json)"},
@@ -193,5 +234,9 @@ MYRIAD_COMMAND(
      {"transcripts", "N", "eval tasks: episodes per family kept as text (default 1)"},
      {"json", "FILE", "eval tasks / longctx: write the report as JSON"},
      {"html", "FILE", "eval tasks / longctx: write the report as an HTML page"},
-     {"decode", "", "run every window token by token (the decode path serving uses) instead of one prefill"}},
+     {"decode", "", "run every window token by token (the decode path serving uses) instead of one prefill"},
+     {"max-new-tokens", "N", "eval images: tokens an answer may take (default 8)"},
+     {"batch", "N", "eval images: questions per batch (default 32)"},
+     {"limit", "N", "eval images: the first N questions only (default all)"},
+     {"show", "N", "eval images: answers printed next to the truth (default 8)"}},
     run_eval);

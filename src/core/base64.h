@@ -11,4 +11,7 @@ namespace myriad {
 // the alphabet, padding anywhere but the last one or two places). Linear in the input.
 bool base64_decode(std::string_view in, std::string& out);
 
+// The base64 text of `in`, '=' padded.
+std::string base64_encode(std::string_view in);
+
 }  // namespace myriad

@@ -4,6 +4,7 @@
 
 #include <stb_image.h>
 #include <stb_image_resize.h>
+#include <stb_image_write.h>
 
 #include <algorithm>
 #include <cctype>
@@ -131,6 +132,24 @@ std::string image_bytes_from_url(std::string_view url, const std::string& what, 
   std::string bytes;
   MYRIAD_REQUIRE(base64_decode(data, bytes), kValue, what, ": the data: URI's data is not valid base64");
   return bytes;
+}
+
+std::string encode_png(const Image& image) {
+  MYRIAD_REQUIRE(image.width > 0 && image.height > 0 && int64_t(image.rgb.size()) == image.width * image.height * 3,
+                 kValue, "encode_png: image of ", image.width, " x ", image.height, " holds ", image.rgb.size(),
+                 " bytes, not width x height x 3");
+  std::string out;
+  const auto append = [](void* ctx, void* data, int size) {
+    static_cast<std::string*>(ctx)->append(static_cast<const char*>(data), size_t(size));
+  };
+  MYRIAD_REQUIRE(stbi_write_png_to_func(append, &out, int(image.width), int(image.height), 3, image.rgb.data(),
+                                        int(image.width * 3)) == 1,
+                 kValue, "encode_png: stb_image_write failed");
+  return out;
+}
+
+std::string png_data_uri(const Image& image) {
+  return "data:image/png;base64," + base64_encode(encode_png(image));
 }
 
 Image read_image_file(const std::string& path, const ImageLimits& limits) {

@@ -32,6 +32,10 @@ Image decode_image(std::string_view bytes, const std::string& what, const ImageL
 // the source in errors.
 std::string image_bytes_from_url(std::string_view url, const std::string& what, const ImageLimits& limits = {});
 
+// The image as PNG (stb_image_write), and as a data: URI holding that PNG.
+std::string encode_png(const Image& image);
+std::string png_data_uri(const Image& image);
+
 // Reads and decodes a file (kIo when it cannot be read).
 Image read_image_file(const std::string& path, const ImageLimits& limits = {});
 

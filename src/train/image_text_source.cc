@@ -1,77 +1,181 @@
-// Shape-scene question answering as training batches (see image_text_source.h).
+// Image-text examples and their batch sources (see image_text_source.h).
 #include "train/image_text_source.h"
 
+#include <algorithm>
+#include <numeric>
+#include <optional>
+#include <random>
+
 #include "core/error.h"
-#include "infer/image_input.h"
 
 namespace myriad {
 
 namespace {
+
 constexpr uint64_t kValidationScenes = 64;  // fixed held-out scenes the validation batches draw from
+
+int32_t end_of_text(const Tokenizer& tok) {
+  const int32_t eot = tok.end_of_text_id();
+  MYRIAD_REQUIRE(eot >= 0, kConfig, "image training: the tokenizer has no end-of-text token");
+  return eot;
 }
+
+void append_text(ImageTextExample& e, const std::string& text, bool predicted, const Tokenizer& tok) {
+  for (int32_t t : tok.encode(text, Specials::kAsText)) {
+    e.tokens.push_back(t);
+    e.predicted.push_back(predicted ? 1 : 0);
+  }
+}
+
+void append_image(ImageTextExample& e, size_t image, int32_t placeholder) {
+  e.tokens.insert(e.tokens.end(), size_t(e.images.tokens[image]), placeholder);
+  e.predicted.resize(e.tokens.size(), 0);
+}
+
+// Text with the images at its markers (or all images first when it has none).
+void append_marked(ImageTextExample& e, const std::string& text, const std::string& marker, bool predicted,
+                   int32_t placeholder, const Tokenizer& tok) {
+  const std::vector<std::string> pieces = split_at_markers(text, marker);
+  const size_t images = e.images.grids.size();
+  MYRIAD_REQUIRE(pieces.size() == 1 || pieces.size() - 1 == images, kValue, pieces.size() - 1, " image marker",
+                 pieces.size() == 2 ? "" : "s", " (", marker, ") but ", images, " image", images == 1 ? "" : "s");
+  if (pieces.size() == 1)
+    for (size_t i = 0; i < images; ++i) append_image(e, i, placeholder);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (i > 0) append_image(e, i - 1, placeholder);
+    append_text(e, pieces[i], predicted, tok);
+  }
+}
+
+int32_t placeholder_of(const ModelConfig& config) {
+  require_vision(config, "image training");
+  return int32_t(*config.media_placeholder_token_id);
+}
+
+}  // namespace
+
+std::string image_marker(const ModelConfig& config) {
+  return config.image_placeholder.value_or("<|image|>");
+}
+
+ImageTextExample question_example(const std::vector<Image>& images, const std::string& prompt,
+                                  const std::string& answer, const std::string& type, const ModelConfig& config,
+                                  const Tokenizer& tok, const std::string& marker) {
+  const int32_t ph = placeholder_of(config);
+  ImageTextExample e;
+  for (const Image& im : images) add_image(e.images, *config.vision_config, im);
+  append_marked(e, prompt, marker, false, ph, tok);
+  e.prompt_tokens = int64_t(e.tokens.size());
+  append_text(e, " " + answer, true, tok);
+  e.tokens.push_back(end_of_text(tok));
+  e.predicted.push_back(1);
+  e.answer = answer;
+  e.type = type;
+  return e;
+}
+
+ImageTextExample record_example(const ImageTextRecord& r, const ModelConfig& config, const Tokenizer& tok) {
+  const int32_t ph = placeholder_of(config);
+  std::vector<Image> images;
+  for (size_t k = 0; k < r.images.size(); ++k) {
+    try {
+      images.push_back(load_record_image(r.images[k], str(r.where, ": image ", k)));
+    } catch (const Error& e) {
+      throw_error(ErrorKind::kFormat, r.where, ": image ", k, ": ", e.what());
+    }
+  }
+  if (r.kind == ImageTextRecord::Kind::kQuestion)
+    return question_example(images, r.prompt, r.answer, r.type, config, tok, image_marker(config));
+  ImageTextExample e;
+  for (const Image& im : images) add_image(e.images, *config.vision_config, im);
+  if (r.kind == ImageTextRecord::Kind::kCaption) {
+    append_marked(e, r.text, image_marker(config), true, ph, tok);
+    e.tokens.push_back(end_of_text(tok));
+    e.predicted.push_back(1);
+    return e;
+  }
+  // A chat: the template's tokens (one image token per image where it stands), each expanded to the image's run.
+  const ChatTokens chat = encode_chat(tok, r.messages, {}, /*generation_prompt=*/false, ToolChoice::kAuto, ph);
+  size_t image = 0;
+  for (size_t i = 0; i < chat.ids.size(); ++i) {
+    if (chat.ids[i] == ph) {
+      append_image(e, image++, ph);
+      continue;
+    }
+    e.tokens.push_back(chat.ids[i]);
+    e.predicted.push_back(chat.assistant[i]);
+  }
+  return e;
+}
+
+TrainBatch pack_image_text(int64_t seq_len, int32_t pad, int64_t patch_row,
+                           const std::function<const ImageTextExample*(bool peek)>& draw) {
+  std::vector<int64_t> tokens, targets;
+  std::vector<float> patches;
+  TrainBatch b;
+  for (const ImageTextExample* e; (e = draw(/*peek=*/true)) != nullptr;) {
+    const int64_t n = int64_t(e->tokens.size());
+    int64_t image_tokens = 0;
+    for (int64_t t : e->images.tokens) image_tokens += t;
+    MYRIAD_REQUIRE(n <= seq_len, kConfig, "image training: one example takes ", n, " tokens (", image_tokens,
+                   " of them for its images), more than the stage's seq_len ", seq_len);
+    if (int64_t(tokens.size()) + n > seq_len) break;
+    draw(/*peek=*/false);
+    for (int64_t i = 0; i < n; ++i) {
+      tokens.push_back(e->tokens[size_t(i)]);
+      // Position i predicts token i + 1: counted when that token is a target.
+      targets.push_back(i + 1 < n && e->predicted[size_t(i + 1)] ? e->tokens[size_t(i + 1)] : -100);
+    }
+    patches.insert(patches.end(), e->images.values.begin(), e->images.values.end());
+    b.grids.insert(b.grids.end(), e->images.grids.begin(), e->images.grids.end());
+  }
+  MYRIAD_REQUIRE(!tokens.empty(), kValue, "image training: no example to pack");
+  while (int64_t(tokens.size()) < seq_len) {
+    tokens.push_back(pad);
+    targets.push_back(-100);
+  }
+  b.tokens = Tensor::from_vector(tokens, {seq_len});
+  b.targets = Tensor::from_vector(targets, {seq_len});
+  b.patches = Tensor::from_vector(patches, {int64_t(patches.size()) / patch_row, patch_row});
+  return b;
+}
+
+// ---- the built-in shape scenes --------------------------------------------------------------------------------------
 
 ShapeSceneSource::ShapeSceneSource(const ModelConfig& config, const Tokenizer& tok, int64_t image_size)
     : config_(config), tok_(tok), image_size_(image_size) {
   MYRIAD_REQUIRE(config.vision_config.has_value() && config.media_placeholder_token_id.has_value(), kConfig,
                  "image training needs a model with a vision tower: its config needs vision_config and "
                  "media_placeholder_token_id");
-  patching_ = patch_options_for(*config.vision_config);
-  placeholder_ = int32_t(*config.media_placeholder_token_id);
-  end_of_text_ = tok.end_of_text_id();
-  MYRIAD_REQUIRE(end_of_text_ >= 0, kConfig, "image training: the tokenizer has no end-of-text token");
+  end_of_text_ = end_of_text(tok);
 }
 
 ImageTextExample ShapeSceneSource::example(uint64_t scene_seed, uint64_t question) const {
   const ShapeScene scene = make_shape_scene(scene_seed, image_size_);
-  ImageTextExample e;
-  e.question = scene.questions[size_t(question % scene.questions.size())];
-  e.patches = image_to_patches(scene.image, patching_);
-  const int64_t n = vision_tokens(*config_.vision_config, {e.patches.grid_h, e.patches.grid_w});
-  e.tokens.assign(size_t(n), placeholder_);
-  for (int32_t t : tok_.encode(e.question.question, Specials::kAsText)) e.tokens.push_back(t);
-  e.answer_begin = int64_t(e.tokens.size());
-  for (int32_t t : tok_.encode(" " + e.question.answer, Specials::kAsText)) e.tokens.push_back(t);
-  e.tokens.push_back(end_of_text_);
-  return e;
+  const ShapeQuestion& q = scene.questions[size_t(question % scene.questions.size())];
+  return question_example({scene.image}, q.question, q.answer, q.family, config_, tok_);
 }
 
-template <class Draw>
-TrainBatch ShapeSceneSource::pack(int64_t seq_len, Draw&& draw) const {
-  std::vector<int64_t> tokens, targets;
-  std::vector<float> patches;
-  TrainBatch b;
-  while (true) {
-    const ImageTextExample e = draw(/*peek=*/true);
-    const int64_t n = int64_t(e.tokens.size());
-    MYRIAD_REQUIRE(n <= seq_len, kConfig, "image training: one example takes ", n, " tokens (its image ",
-                   e.patches.grid_h, " x ", e.patches.grid_w, " patches), more than the stage's seq_len ", seq_len);
-    if (int64_t(tokens.size()) + n > seq_len) break;
-    draw(/*peek=*/false);
-    for (int64_t i = 0; i < n; ++i) {
-      tokens.push_back(e.tokens[size_t(i)]);
-      // Position i predicts token i + 1: counted when that token is part of the answer (or its end of text).
-      targets.push_back(i + 1 >= e.answer_begin && i + 1 < n ? e.tokens[size_t(i + 1)] : -100);
-    }
-    patches.insert(patches.end(), e.patches.values.begin(), e.patches.values.end());
-    b.grids.push_back({e.patches.grid_h, e.patches.grid_w});
-  }
-  while (int64_t(tokens.size()) < seq_len) {
-    tokens.push_back(end_of_text_);
-    targets.push_back(-100);
-  }
-  const int64_t row = 3 * patching_.patch_size * patching_.patch_size, L = int64_t(patches.size()) / row;
-  b.tokens = Tensor::from_vector(tokens, {seq_len});
-  b.targets = Tensor::from_vector(targets, {seq_len});
-  b.patches = Tensor::from_vector(patches, {L, row});
-  return b;
+namespace {
+
+// draw() for pack_image_text over examples made on the fly: example(i) for i = counter, counter + 1, ...
+template <class Make>
+std::function<const ImageTextExample*(bool)> drawing(uint64_t& counter, Make make) {
+  auto cur = std::make_shared<std::optional<std::pair<uint64_t, ImageTextExample>>>();
+  return [&counter, make, cur](bool peek) -> const ImageTextExample* {
+    if (!*cur || (*cur)->first != counter) *cur = std::make_pair(counter, make(counter));
+    const ImageTextExample* e = &(*cur)->second;
+    if (!peek) ++counter;
+    return e;
+  };
 }
+
+}  // namespace
 
 TrainBatch ShapeSceneSource::next(int64_t seq_len) {
-  return pack(seq_len, [&](bool peek) {
-    const ImageTextExample e = example(split_seed(false, next_), next_);
-    if (!peek) ++next_;
-    return e;
-  });
+  const int64_t row = 3 * config_.vision_config->patch_size * config_.vision_config->patch_size;
+  return pack_image_text(seq_len, end_of_text_, row,
+                         drawing(next_, [this](uint64_t i) { return example(split_seed(false, i), i); }));
 }
 
 void ShapeSceneSource::restore(const nlohmann::json& state) {
@@ -81,18 +185,80 @@ void ShapeSceneSource::restore(const nlohmann::json& state) {
 }
 
 std::vector<TrainBatch> ShapeSceneSource::validation(int64_t seq_len, int64_t max_batches) {
+  const int64_t row = 3 * config_.vision_config->patch_size * config_.vision_config->patch_size;
   std::vector<TrainBatch> out;
   uint64_t i = 0;
+  const auto draw = drawing(i, [this](uint64_t k) { return example(split_seed(true, k % kValidationScenes), k); });
   for (int64_t k = 0; k < max_batches && i < kValidationScenes; ++k)
-    out.push_back(pack(seq_len, [&](bool peek) {
-      const ImageTextExample e = example(split_seed(true, i % kValidationScenes), i);
-      if (!peek) ++i;
-      return e;
-    }));
+    out.push_back(pack_image_text(seq_len, end_of_text_, row, draw));
   return out;
 }
 
 int64_t ShapeSceneSource::target_bytes(const TrainBatch& b) const {
+  return target_token_bytes(b, tok_);
+}
+
+// ---- image-text files ---------------------------------------------------------------------------------------------
+
+ImageTextFileSource::ImageTextFileSource(const std::string& path, const ModelConfig& config, const Tokenizer& tok,
+                                         uint64_t seed)
+    : tok_(tok), seed_(seed) {
+  (void)placeholder_of(config);
+  end_of_text_ = end_of_text(tok);
+  patch_row_ = 3 * config.vision_config->patch_size * config.vision_config->patch_size;
+  std::vector<ImageTextExample> all;
+  for (const ImageTextRecord& r : read_image_text_records(path, image_marker(config)))
+    all.push_back(record_example(r, config, tok));
+  const size_t held = all.size() >= 20 ? std::min<size_t>(256, all.size() / 20) : 0;
+  held_out_.assign(std::make_move_iterator(all.end() - ptrdiff_t(held)), std::make_move_iterator(all.end()));
+  all.resize(all.size() - held);
+  train_ = std::move(all);
+  shuffle_epoch();
+}
+
+void ImageTextFileSource::shuffle_epoch() {
+  order_.resize(train_.size());
+  std::iota(order_.begin(), order_.end(), size_t(0));
+  std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + epoch_);
+  std::shuffle(order_.begin(), order_.end(), rng);
+}
+
+TrainBatch ImageTextFileSource::next(int64_t seq_len) {
+  return pack_image_text(seq_len, end_of_text_, patch_row_, [this](bool peek) {
+    if (position_ >= order_.size()) {
+      ++epoch_;
+      position_ = 0;
+      shuffle_epoch();
+    }
+    const ImageTextExample* e = &train_[order_[position_]];
+    if (!peek) ++position_;
+    return e;
+  });
+}
+
+void ImageTextFileSource::restore(const nlohmann::json& s) {
+  MYRIAD_REQUIRE(s.is_object() && s.contains("epoch") && s["epoch"].is_number_unsigned() && s.contains("position") &&
+                     s["position"].is_number_unsigned() && s["position"].get<uint64_t>() <= train_.size(),
+                 kFormat, "image training: the data state must be {\"epoch\": E, \"position\": P} with P at most ",
+                 train_.size(), ", got ", s.dump());
+  epoch_ = s["epoch"].get<uint64_t>();
+  position_ = s["position"].get<uint64_t>();
+  shuffle_epoch();
+}
+
+std::vector<TrainBatch> ImageTextFileSource::validation(int64_t seq_len, int64_t max_batches) {
+  std::vector<TrainBatch> out;
+  size_t i = 0;
+  const auto draw = [&](bool peek) -> const ImageTextExample* {
+    if (i >= held_out_.size()) return nullptr;
+    return &held_out_[peek ? i : i++];
+  };
+  for (int64_t k = 0; k < max_batches && i < held_out_.size(); ++k)
+    out.push_back(pack_image_text(seq_len, end_of_text_, patch_row_, draw));
+  return out;
+}
+
+int64_t ImageTextFileSource::target_bytes(const TrainBatch& b) const {
   return target_token_bytes(b, tok_);
 }
 

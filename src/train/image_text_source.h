@@ -1,36 +1,66 @@
-// Training batches of images and questions for a vision-language model (issue 14): the built-in shape scenes
-// (data/shape_images.h), each as
+// Training batches of images and text for a vision-language model (issue 14). An example is a record's tokens
+// with each image's run of placeholders (vision_tokens(grid) copies of media_placeholder_token_id) and which
+// tokens are targets:
 //
-//   <image tokens> QUESTION " " ANSWER <|endoftext|>
+//   question  <image tokens> PROMPT " " ANSWER <|endoftext|>      the answer and its end are predicted
+//   caption   <image tokens> TEXT <|endoftext|>                   the text and its end are predicted
+//   chat      the chat template's tokens, images where they stand  the assistant's turns are predicted
 //
-// where the image tokens are vision_tokens(grid) copies of media_placeholder_token_id, the question and the
-// answer are encoded as text (special-token text never parsed), and the targets are the answer's tokens and the
-// end of text only (the model is never asked to predict image tokens or the question). Examples are packed into
-// sequences of seq_len (several images per sequence; the rest padded with <|endoftext|> and ignored); an
-// example longer than seq_len is a kConfig error naming both lengths. One question per scene, in turn over the
-// scene's families. Train scenes and held-out scenes come from disjoint seeds (split_seed); the validation
-// batches are fixed held-out scenes. The state is the next train scene's index: resumes are exact.
+// (images at the record's markers, else first; text encoded as text: special-token text is never parsed). Image
+// tokens and prompts are never predicted. Examples are packed whole into sequences of seq_len (several per
+// sequence; the rest padded with <|endoftext|> and ignored); one longer than seq_len is a kConfig error naming
+// both lengths. Two sources:
+//   ShapeSceneSource      the built-in shape scenes (data/shape_images.h), one question per scene in turn over
+//                         its families; train and held-out scenes from disjoint seeds (split_seed); state: the
+//                         next train scene.
+//   ImageTextFileSource   the records of an image-text JSONL file (data/image_text_records.h), every image decoded
+//                         and patched once when the source is made (held in memory, never decoded per step); the
+//                         last records are held out for validation (1 in 20, at most 256, none under 20 records);
+//                         each epoch in its own order from the seed; state: epoch and position.
+// Both resume exactly.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
-#include "data/image.h"
+#include "data/image_text_records.h"
 #include "data/shape_images.h"
 #include "data/tokenizer.h"
+#include "infer/image_input.h"
 #include "model/config.h"
 #include "train/trainer.h"
 
 namespace myriad {
 
-// One scene's example: tokens with its placeholders, the answer's span, the image's patches.
 struct ImageTextExample {
   std::vector<int32_t> tokens;
-  int64_t answer_begin = 0;  // tokens[answer_begin..] are the answer and the end of text (the targets)
-  ImagePatches patches;
-  ShapeQuestion question;
+  std::vector<uint8_t> predicted;  // per token: 1 when it is a target (predicted from the token before it)
+  ImageInput images;
+  // A question's: the tokens before its answer (what evaluation prompts with), its answer and type.
+  int64_t prompt_tokens = 0;
+  std::string answer, type;
 };
+
+// A question about images: <image tokens> PROMPT " " ANSWER <|endoftext|>, the images at `marker`s of the prompt or
+// first. Throws kValue when the markers and images disagree in number, kConfig for a model without a vision tower.
+ImageTextExample question_example(const std::vector<Image>& images, const std::string& prompt,
+                                  const std::string& answer, const std::string& type, const ModelConfig& config,
+                                  const Tokenizer& tok, const std::string& marker = "<|image|>");
+
+// A record as an example, its images read (load_record_image) and patched. kFormat naming the record's place for
+// an image that cannot be read.
+ImageTextExample record_example(const ImageTextRecord& r, const ModelConfig& config, const Tokenizer& tok);
+
+// The image marker of a model's records: its config's image_placeholder, else "<|image|>".
+std::string image_marker(const ModelConfig& config);
+
+// Packs examples drawn by `draw(peek)` (which advances past the example when peek is false; null: none left) into
+// one sequence of seq_len; at least one example must be drawn.
+TrainBatch pack_image_text(int64_t seq_len, int32_t pad, int64_t patch_row,
+                           const std::function<const ImageTextExample*(bool peek)>& draw);
 
 class ShapeSceneSource final : public BatchSource {
  public:
@@ -45,16 +75,34 @@ class ShapeSceneSource final : public BatchSource {
   int64_t target_bytes(const TrainBatch& b) const override;
 
  private:
-  // Packs examples drawn by `draw` (which advances its own counter) into one sequence of seq_len.
-  template <class Draw>
-  TrainBatch pack(int64_t seq_len, Draw&& draw) const;
-
   const ModelConfig& config_;
   const Tokenizer& tok_;
   int64_t image_size_;
-  PatchOptions patching_;
-  int32_t placeholder_ = 0, end_of_text_ = 0;
+  int32_t end_of_text_ = 0;
   uint64_t next_ = 0;  // train scenes used so far
+};
+
+class ImageTextFileSource final : public BatchSource {
+ public:
+  ImageTextFileSource(const std::string& path, const ModelConfig& config, const Tokenizer& tok, uint64_t seed);
+
+  TrainBatch next(int64_t seq_len) override;
+  nlohmann::json state() const override { return {{"epoch", epoch_}, {"position", position_}}; }
+  void restore(const nlohmann::json& state) override;
+  std::vector<TrainBatch> validation(int64_t seq_len, int64_t max_batches) override;
+  int64_t target_bytes(const TrainBatch& b) const override;
+  size_t train_examples() const { return train_.size(); }
+  const std::vector<ImageTextExample>& held_out() const { return held_out_; }
+
+ private:
+  void shuffle_epoch();  // order_ for epoch_
+  const Tokenizer& tok_;
+  int64_t patch_row_ = 0;
+  int32_t end_of_text_ = 0;
+  uint64_t seed_ = 0;
+  std::vector<ImageTextExample> train_, held_out_;
+  std::vector<size_t> order_;
+  uint64_t epoch_ = 0, position_ = 0;
 };
 
 }  // namespace myriad

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "data/corpus.h"
+#include "data/image_text_records.h"
 #include "data/loader.h"
 #include "data/longctx_tasks.h"
 #include "data/shards.h"
@@ -19,6 +20,8 @@
 #include "io/checkpoint.h"
 #include "model/config.h"
 #include "model/param_spec.h"
+#include "train/image_question_eval.h"
+#include "train/image_text_source.h"
 #include "train/longctx_eval.h"
 #include "train/run_checkpoint.h"
 #include "train/task_eval.h"
@@ -67,6 +70,27 @@ bool is_shard_dir(const std::string& p) {
   return fs::is_directory(p) && fs::exists(fs::path(p) / "meta.json");
 }
 
+// Image-text training data (data/image_text_records.h): one JSONL file whose records have images.
+bool is_image_data(const std::vector<std::string>& data) {
+  return data.size() == 1 && fs::is_regular_file(data[0]) && is_image_text_file(data[0]);
+}
+
+// The text of image-text records, one line each, for training a tokenizer on (captions, questions and answers,
+// messages).
+std::string image_records_text(const std::vector<ImageTextRecord>& records) {
+  std::string out;
+  auto line = [&](const std::string& s) {
+    for (char c : s) out += c == '\n' ? ' ' : c;
+    out += '\n';
+  };
+  for (const ImageTextRecord& r : records) {
+    if (!r.text.empty()) line(r.text);
+    if (!r.prompt.empty()) line(r.prompt + " " + r.answer);
+    for (const ChatMessage& m : r.messages) line(m.content);
+  }
+  return out;
+}
+
 // What the root's setup hands to every rank (through the run directory: the others read it from there).
 struct PreparedRun {
   TrainConfig tc;
@@ -91,7 +115,17 @@ PreparedRun prepare_run(const RunRequest& req, const ModelConfig& mc, Tokenizer&
   // Every input is checked before anything is written: the data paths, the checkpoint to resume (its tensors
   // against this config) and the training config below.
   const bool prepared = req.data.size() == 1 && is_shard_dir(req.data[0]);
-  if (!req.data.empty() && !prepared) (void)collect_data_files(req.data);
+  const bool images = is_image_data(req.data);
+  std::vector<ImageTextRecord> image_records;
+  if (images) {
+    require_vision(mc, "--data " + req.data[0] + " (image-text records)");
+    image_records = read_image_text_records(req.data[0], image_marker(mc));
+  } else if (!req.data.empty() && !prepared) {
+    for (const std::string& p : req.data)
+      MYRIAD_REQUIRE(!fs::is_regular_file(p) || !is_image_text_file(p), kValue, "--data ", p,
+                     ": image-text records train alone (give that one file as --data)");
+    (void)collect_data_files(req.data);
+  }
   if (resuming) validate_checkpoint_against_config(Checkpoint::open(latest_checkpoint(req.resume)), mc);
   // Training config.
   TrainConfig tc;
@@ -145,7 +179,13 @@ PreparedRun prepare_run(const RunRequest& req, const ModelConfig& mc, Tokenizer&
     MYRIAD_REQUIRE(!prepared, kValue, "prepared shards (", req.data[0],
                    ") need the tokenizer they were made with: --tokenizer DIR");
     if (!req.quiet) std::fprintf(stderr, "myriad train: training a %lld-token tokenizer\n", (long long)mc.vocab_size);
-    tok = Tokenizer::train(text_paths, mc.vocab_size, tok_dir);
+    if (images) {  // on the records' text
+      fs::create_directories(out + "/corpus");
+      write_file_atomic(out + "/corpus/image_text.txt", image_records_text(image_records));
+      tok = Tokenizer::train({out + "/corpus/image_text.txt"}, mc.vocab_size, tok_dir);
+    } else {
+      tok = Tokenizer::train(text_paths, mc.vocab_size, tok_dir);
+    }
   }
   MYRIAD_REQUIRE(tok.vocab_size() <= mc.vocab_size, kConfig, "the tokenizer has ", tok.vocab_size(),
                  " tokens but the model's vocab_size is ", mc.vocab_size);
@@ -161,8 +201,8 @@ PreparedRun prepare_run(const RunRequest& req, const ModelConfig& mc, Tokenizer&
   }
   // Shards.
   std::string data_dir = out + "/data";
-  if (prepared) {
-    data_dir = req.data[0];
+  if (prepared || images) {
+    data_dir = req.data[0];  // shards, or the image-text file (read by its source: images decoded once)
   } else if (!fs::exists(data_dir + "/meta.json")) {
     PrepareOptions po;
     po.progress = !req.quiet;
@@ -196,14 +236,23 @@ TrainSummary run_training(const RunRequest& req) {
     run.config_json = read_file(out + "/config.json");
     run.tok_dir = out + "/tokenizer";
     tok = Tokenizer::load(run.tok_dir);
-    run.data_dir = req.data.size() == 1 && is_shard_dir(req.data[0]) ? req.data[0] : out + "/data";
+    run.data_dir =
+        req.data.size() == 1 && (is_shard_dir(req.data[0]) || is_image_data(req.data)) ? req.data[0] : out + "/data";
   }
   const TrainConfig& tc = run.tc;
   const std::string& out = req.out_dir;
   // Model (this rank's shard of the experts, each tensor as the one-process run would initialise it) and trainer.
   Transformer model(mc, ModelWeights::random(mc, tc.seed, ranks->keep));
   if (ranks->dispatcher) model.set_moe_dispatcher(ranks->dispatcher.get());
-  LoaderSource source(run.data_dir, tc.seed, tok);
+  std::unique_ptr<BatchSource> source;
+  ImageTextFileSource* image_source = nullptr;
+  if (is_image_data(req.data)) {
+    auto s = std::make_unique<ImageTextFileSource>(run.data_dir, mc, tok, tc.seed);
+    image_source = s.get();
+    source = std::move(s);
+  } else {
+    source = std::make_unique<LoaderSource>(run.data_dir, tc.seed, tok);
+  }
   TrainerOptions to;
   to.run_dir = out;
   to.model_config_json = run.config_json;
@@ -217,8 +266,25 @@ TrainSummary run_training(const RunRequest& req) {
     std::fprintf(stderr,
                  "myriad train: task evaluation is off under --ep / --sp (it decodes with the whole model in "
                  "one process); validation loss is on\n");
-  if (tc.task_eval_per_task > 0 && dims.ep == 1 &&
-      dims.sp == 1)  // the built-in tasks (on other data they only show the format is unknown)
+  if (image_source && tc.task_eval_per_task > 0 && dims.ep == 1 && dims.sp == 1) {
+    // Image questions: the held-out records' answers as generated (train/image_question_eval.h).
+    to.evaluate_tasks = [&tok, &tc, image_source](const Transformer& m) {
+      nlohmann::json j;
+      const std::vector<ImageTextExample>& held = image_source->held_out();
+      if (held.empty()) return j;
+      InferenceModel inference(m.config(), DecodeWeights::from_model(m.weights()));
+      inference.set_vision_weights(std::shared_ptr<const ModelWeights>(&m.weights(), [](const ModelWeights*) {}));
+      ImageQuestionOptions o;
+      o.max_new_tokens = int(tc.task_eval_max_new_tokens);
+      const size_t n = std::min<size_t>(held.size(), size_t(tc.task_eval_per_task) * 8);
+      const ImageQuestionReport r =
+          evaluate_image_questions(inference, tok, std::span<const ImageTextExample>(held.data(), n), o);
+      for (const auto& [type, c] : r.by_type) j["tasks"][type.empty() ? "answer" : type] = c.accuracy();
+      for (const auto& s : r.samples) j["samples"].push_back({{"prompt", s.prompt}, {"got", s.got}, {"want", s.want}});
+      return j;
+    };
+  } else if (tc.task_eval_per_task > 0 && dims.ep == 1 &&
+             dims.sp == 1)  // the built-in tasks (on other data they only show the format is unknown)
     to.evaluate_tasks = [&tok, &tc, eot](const Transformer& m) {
       TaskScores s = evaluate_tasks(
           m, [&tok](const std::string& t) { return tok.encode(t); },
@@ -241,7 +307,7 @@ TrainSummary run_training(const RunRequest& req) {
       const InferenceModel inference(m.config(), DecodeWeights::from_model(m.weights()));
       return evaluate_long_context(inference, tok, o).to_json();
     };
-  Trainer trainer(model, tc, source, to);
+  Trainer trainer(model, tc, *source, to);
   if (!req.resume.empty()) trainer.resume(req.resume);
   return trainer.run();
 }

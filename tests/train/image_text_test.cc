@@ -47,7 +47,7 @@ TEST(ImageText, BatchesPlaceImagesAndCountAnswersOnly) {
   const ModelConfig c = vlm_config();
   ShapeSceneSource src(c, qa_tokenizer());
   const ImageTextExample e = src.example(4, 1);
-  EXPECT_EQ(e.patches.grid_h, 8);  // 56 pixels at patch 7, nothing resized
+  EXPECT_EQ(e.images.grids.at(0).h, 8);  // 56 pixels at patch 7, nothing resized
   const TrainBatch b = src.next(128);
   ASSERT_EQ(b.tokens.numel(), 128);
   const int64_t* tok = b.tokens.data<int64_t>();

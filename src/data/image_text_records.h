@@ -1,0 +1,50 @@
+// Image-text data as JSONL (training with images, and evaluation by generated answer), one record per line, blank
+// lines skipped:
+//
+//   {"images": ["a.png"], "text": "<|image|> a red square"}                                   caption
+//   {"images": ["a.png"], "prompt": "how many circles?", "answer": "3", "type": "count"}      question
+//   {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "a.png"}},
+//                 {"type": "text", "text": "what is it?"}]}, {"role": "assistant", "content": "a square"}]}  chat
+//
+// An image is a path (relative to the JSONL file's folder) or a data: URI (data/image.h); http(s) URLs are
+// refused (nothing is fetched). In "text" and "prompt" the image marker (the model's image_placeholder, "<|image|>"
+// by default) stands where the next image goes; without markers the images come first; otherwise the markers and
+// the images must agree in number. "type" (optional) names the question's family for per-type accuracy. What a
+// record trains (train/image_text_source.h): a caption's text, a question's answer, a chat's assistant turns.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/chat_template.h"
+#include "data/image.h"
+
+namespace myriad {
+
+struct ImageTextRecord {
+  enum class Kind { kCaption, kQuestion, kChat };
+  Kind kind = Kind::kCaption;
+  std::vector<std::string> images;    // resolved: a path, or a data: URI (chat: the image_url parts in order)
+  std::string text;                   // caption
+  std::string prompt, answer, type;   // question
+  std::vector<ChatMessage> messages;  // chat
+  std::string where;                  // "FILE:LINE", for errors
+};
+
+// Every record of the file, each checked (fields, types, the markers against the images, a chat's assistant
+// turn); the images are not read here. kIo for an unreadable file; kFormat "FILE:LINE: field: what" for the first
+// bad record; kFormat for a file without records.
+std::vector<ImageTextRecord> read_image_text_records(const std::string& path, const std::string& marker = "<|image|>");
+
+// Whether the file's first record is image-text data (it has "images", or a message with an image_url part): how
+// `myriad train --data` tells image-text JSONL from text JSONL. False for anything unreadable.
+bool is_image_text_file(const std::string& path);
+
+// A record's image: decoded from its path or data: URI (kValue naming `what` for a bad one).
+Image load_record_image(const std::string& ref, const std::string& what, const ImageLimits& limits = {});
+
+// The text split at each marker: pieces.size() == markers + 1.
+std::vector<std::string> split_at_markers(const std::string& text, const std::string& marker);
+
+}  // namespace myriad
