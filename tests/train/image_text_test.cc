@@ -1,15 +1,23 @@
 // Image-text training (train/image_text_source.h, the trainer's image batches): the batches put the images'
 // tokens where the placeholders are and count the answers only; a short training run on shape scenes lowers the
-// held-out loss and moves every part of the vision tower (the gradient reaches it through the text model).
+// held-out loss and moves every part of the vision tower (the gradient reaches it through the text model); stages
+// freeze the modules they name; image-text JSONL records become the examples their kind says and resume exactly;
+// answers are scored as the serving engine generates them.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 
 #include "autograd/functions.h"
+#include "data/image_text_records.h"
+#include "infer/decode_weights.h"
+#include "io/atomic_file.h"
 #include "model/weights.h"
+#include "serve/engine.h"
+#include "train/image_question_eval.h"
 #include "train/image_text_source.h"
 
 namespace myriad {
@@ -195,6 +203,179 @@ TEST(ImageText, StagesFreezeTheModulesTheyName) {
   EXPECT_THROW(
       parse_train_config({{"stages", {{{"seq_len", 128}, {"steps", 1}, {"freeze", {"vision_tower"}}}}}}, "t", text),
       Error);
+}
+
+Image random_image(int64_t w, int64_t h, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Image im;
+  im.width = w;
+  im.height = h;
+  for (int64_t i = 0; i < w * h * 3; ++i) im.rgb.push_back(uint8_t(rng() % 256));
+  return im;
+}
+
+std::vector<int32_t> text_ids(const std::string& s) {
+  return qa_tokenizer().encode(s, Specials::kAsText);
+}
+
+// Each kind of record: its tokens built here from the tokenizer's own encoding of the pieces, and which are targets.
+TEST(ImageText, FileRecordsBecomeTheirKindsOfExamplesAndResumeExactly) {
+  const ModelConfig c = vlm_config();
+  const Tokenizer& tok = qa_tokenizer();
+  const int32_t ph = int32_t(*c.media_placeholder_token_id), eot = tok.end_of_text_id();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("myriad_itf_" + std::to_string(getpid()))).string();
+  std::filesystem::create_directories(dir + "/img");
+  write_file_atomic(dir + "/img/a.png", encode_png(random_image(28, 28, 1)));  // 4 x 4 patches of 7: 4 tokens
+  const std::string b_uri = png_data_uri(random_image(56, 28, 2));             // 4 x 8 patches: 8 tokens
+  std::ofstream(dir + "/data.jsonl")
+      << R"({"images": ["img/a.png"], "text": "a <|image|> red"})"
+      << "\n\n"
+      << R"({"images": [")" << b_uri << R"("], "prompt": "how many?", "answer": "3", "type": "count"})"
+      << "\n"
+      << R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "img/a.png"}}, )"
+      << R"({"type": "text", "text": "what?"}]}, {"role": "assistant", "content": "a square"}]})"
+      << "\n";
+  const std::vector<ImageTextRecord> records = read_image_text_records(dir + "/data.jsonl");
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[1].where, dir + "/data.jsonl:3");
+  auto concat = [](std::initializer_list<std::vector<int32_t>> parts) {
+    std::vector<int32_t> out;
+    for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+    return out;
+  };
+  auto targets_text = [&](const ImageTextExample& e) {
+    std::vector<int32_t> t;
+    for (size_t i = 0; i < e.tokens.size(); ++i)
+      if (e.predicted[i]) t.push_back(e.tokens[i]);
+    return t;
+  };
+  const ImageTextExample caption = record_example(records[0], c, tok);
+  EXPECT_EQ(caption.tokens, concat({text_ids("a "), std::vector<int32_t>(4, ph), text_ids(" red"), {eot}}));
+  EXPECT_EQ(targets_text(caption), concat({text_ids("a "), text_ids(" red"), {eot}}));
+  const ImageTextExample question = record_example(records[1], c, tok);
+  EXPECT_EQ(question.tokens, concat({std::vector<int32_t>(8, ph), text_ids("how many?"), text_ids(" 3"), {eot}}));
+  EXPECT_EQ(targets_text(question), concat({text_ids(" 3"), {eot}}));
+  EXPECT_EQ(question.prompt_tokens, 8 + int64_t(text_ids("how many?").size()));
+  EXPECT_EQ(question.type, "count");
+  const ImageTextExample chat = record_example(records[2], c, tok);
+  EXPECT_EQ(std::count(chat.tokens.begin(), chat.tokens.end(), ph), 4);
+  EXPECT_EQ(tok.decode(targets_text(chat)), "a square<|endoftext|>");  // the assistant's turn and its end only
+
+  // A file of 40 records: 2 held out; batches hold their examples' patches; the state resumes exactly, also
+  // across an epoch's end.
+  {
+    std::ofstream many(dir + "/many.jsonl");
+    for (int i = 0; i < 40; ++i)
+      many << R"({"images": ["img/a.png"], "prompt": "q)" << i << R"(?", "answer": ")" << i % 10 << R"("})"
+           << "\n";
+  }
+  ImageTextFileSource src(dir + "/many.jsonl", c, tok, 5);
+  EXPECT_EQ(src.train_examples(), 38u);
+  EXPECT_EQ(src.held_out().size(), 2u);
+  const TrainBatch first = src.next(64);
+  int64_t rows = 0;
+  for (const PatchGrid& g : first.grids) rows += g.patches();
+  EXPECT_EQ(first.patches.shape()[0], rows);
+  EXPECT_EQ(std::count(first.tokens.data<int64_t>(), first.tokens.data<int64_t>() + 64, ph),
+            4 * int64_t(first.grids.size()));
+  for (int i = 0; i < 7; ++i) src.next(64);
+  ImageTextFileSource again(dir + "/many.jsonl", c, tok, 5);
+  again.restore(src.state());
+  for (int i = 0; i < 12; ++i)  // 12 x ~4 examples pass the 38 of an epoch
+    EXPECT_EQ(src.next(64).tokens.to_vector(), again.next(64).tokens.to_vector()) << "batch " << i;
+  EXPECT_EQ(src.validation(64, 4).size(), 1u);  // the 2 held-out questions fit one sequence
+
+  // Bad records: one kFormat error naming the file and line.
+  const std::pair<std::string, const char*> bad[] = {
+      {R"({"text": "no images"})", "'images' must be a list"},
+      {R"({"images": ["img/a.png", "img/a.png"], "text": "one <|image|> marker"})", "1 image marker"},
+      {R"({"images": ["https://x.org/a.png"], "text": "x"})", "not fetched"},
+      {R"({"images": ["img/a.png"], "prompt": "p?"})", "'answer' is missing"},
+      {R"({"images": ["img/a.png"], "text": "x", "answer": "y"})", "not both"},
+      {R"({"messages": [{"role": "user", "content": "hi"}]})", "no assistant message"},
+      {"[1, 2]", "expected a JSON object"},
+      {"{nope", "not valid JSON"},
+  };
+  for (const auto& [line, want] : bad) {
+    std::ofstream(dir + "/bad.jsonl") << R"({"images": ["img/a.png"], "text": "fine"})"
+                                      << "\n"
+                                      << line << "\n";
+    try {
+      read_image_text_records(dir + "/bad.jsonl");
+      ADD_FAILURE() << "accepted " << line;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("bad.jsonl:2"), std::string::npos) << e.what();
+    }
+  }
+  std::ofstream(dir + "/missing.jsonl") << R"({"images": ["img/none.png"], "text": "x"})"
+                                        << "\n";
+  EXPECT_THROW(record_example(read_image_text_records(dir + "/missing.jsonl")[0], c, tok), Error);
+  EXPECT_TRUE(is_image_text_file(dir + "/many.jsonl"));
+  std::ofstream(dir + "/text.jsonl") << R"({"text": "plain"})"
+                                     << "\n";
+  EXPECT_FALSE(is_image_text_file(dir + "/text.jsonl"));
+  std::filesystem::remove_all(dir);
+}
+
+// The answers evaluate_image_questions generates (a batch of questions, one call of the tower, batched decode)
+// are those the serving engine generates for each question alone; an answer counts when it equals the truth.
+TEST(ImageText, GeneratedAnswersAreTheEnginesAndScoredByExactMatch) {
+  ModelConfig c = vlm_config();
+  const Tokenizer& tok = qa_tokenizer();
+  c.vocab_size = tok.vocab_size();
+  auto w = std::make_shared<ModelWeights>(ModelWeights::random(c, 8));
+  auto model = std::make_shared<InferenceModel>(c, DecodeWeights::from_model(*w), tok);
+  model->set_vision_weights(w);
+  std::vector<ImageTextExample> examples;
+  const char* prompts[] = {"how many circles?", "what colour is the square?", "where is the triangle?",
+                           "how many squares?", "what shape is red?",         "which one?"};
+  for (uint32_t i = 0; i < 6; ++i)
+    examples.push_back(question_example({random_image(28 + 28 * (i % 2), 28, 10 + i)}, prompts[i], "x",
+                                        i % 2 ? "odd" : "even", c, tok));
+  Engine engine(model);
+  std::vector<std::string> engine_text;
+  for (const ImageTextExample& e : examples) {
+    GenerationRequest g;
+    g.prompt.assign(e.tokens.begin(), e.tokens.begin() + e.prompt_tokens);
+    g.image_patches = e.images.patches(*c.vision_config);
+    g.image_grids = e.images.grids;
+    g.max_tokens = 3;
+    g.sampling.temperature = 0;
+    g.stop = {"\n"};
+    std::vector<int32_t> ids;  // decoded as the evaluator decodes (bytes that are not UTF-8 replaced)
+    engine.submit(g, [&](const TokenEvent& ev) {
+      if (ev.token >= 0) ids.push_back(ev.token);
+    });
+    engine.run_until_idle();
+    const std::string text = tok.decode(ids);
+    engine_text.push_back(text.substr(0, text.find('\n')));
+  }
+  // The truth: the engine's answer for questions 0, 2, 4 (when not blank), something else for the rest.
+  int64_t expect_right = 0;
+  for (size_t i = 0; i < examples.size(); ++i) {
+    const size_t b = engine_text[i].find_first_not_of(" \t"), e = engine_text[i].find_last_not_of(" \t");
+    const std::string trimmed = b == std::string::npos ? "" : engine_text[i].substr(b, e - b + 1);
+    const bool use = i % 2 == 0 && !trimmed.empty();
+    examples[i].answer = use ? trimmed : "\x01never";
+    expect_right += use;
+  }
+  ImageQuestionOptions o;
+  o.max_new_tokens = 3;
+  o.batch = 4;  // two batches, the second partly filled
+  o.keep_samples = 6;
+  const ImageQuestionReport r = evaluate_image_questions(*model, tok, examples, o);
+  ASSERT_EQ(r.samples.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    const size_t b = engine_text[i].find_first_not_of(" \t"), e = engine_text[i].find_last_not_of(" \t");
+    EXPECT_EQ(r.samples[i].got, b == std::string::npos ? "" : engine_text[i].substr(b, e - b + 1)) << i;
+    EXPECT_EQ(r.samples[i].prompt, prompts[i]);
+  }
+  EXPECT_EQ(r.all.total, 6);
+  EXPECT_EQ(r.all.right, expect_right);
+  EXPECT_EQ(r.by_type.at("odd").right, 0);
+  EXPECT_EQ(r.by_type.at("even").total, 3);
 }
 
 }  // namespace
