@@ -2,7 +2,7 @@
 # Each installs the Debian packages it needs first (scripts/deps.sh skips what is present).
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo demo-agent test test-release test-sanitize test-tsan test-fuzz fuzz python interop-llama cuda format clean
+.PHONY: all deps build demo demo-agent demo-vision bench-mnist test test-release test-sanitize test-tsan test-fuzz fuzz python interop-llama cuda format clean
 
 all: build
 
@@ -28,6 +28,16 @@ demo: build
 # multi-step tool tasks after each stage (scripts/demo_agent.sh; runs/agent).
 demo-agent: build
 	@bash scripts/demo_agent.sh runs/agent
+
+# Vision: a small VLM trained on the built-in shape scenes, answering questions about held-out ones
+# (scripts/demo_vision.sh; runs/vision).
+demo-vision: build
+	@bash scripts/demo_vision.sh runs/vision
+
+# MNIST by generated answer (a benchmark: needs ../shared/data/mnist or IDX=DIR; scripts/bench_mnist.sh).
+IDX ?= ../shared/data/mnist
+bench-mnist: build
+	@bash scripts/bench_mnist.sh $(IDX) runs/mnist
 
 test-release:
 	@bash scripts/deps.sh test

@@ -112,5 +112,28 @@ check "eval longctx: depth over 100" 1 "$bin" eval longctx --model "$work/lc" --
 one_error_line "0..100"
 check "eval longctx: unknown task" 1 "$bin" eval longctx --model "$work/lc" --task needle
 one_error_line "passkey, multikey, vartrack"
+# Images: a shape-question set, a VLM trained on it for a few steps (stage 1 the projector alone), its answers
+# scored by generation; the refusals.
+check "data shapes" 0 "$bin" data shapes --out "$work/shapes" --train 60 --test 12
+[[ $(wc -l <"$work/shapes/train.jsonl") == 60 && $(wc -l <"$work/shapes/test.jsonl") == 12 ]] ||
+  { echo "FAIL: data shapes wrote the wrong number of records"; fails=$((fails + 1)); }
+printf '{"stages": [{"seq_len": 64, "steps": 2, "freeze": ["text_model", "vision_tower"]}, {"seq_len": 64, "steps": 2}], "batch_tokens": 128, "eval_every": 4, "task_eval_per_task": 1}' >"$work/vl.train.json"
+check "train a VLM on image-text records" 0 "$bin" train --config "$root/configs/tiny-vl.json" \
+  --train-config "$work/vl.train.json" --data "$work/shapes/train.jsonl" --out "$work/vl" --quiet
+grep -q '"type":"eval"' "$work/vl/metrics.jsonl" || { echo "FAIL: the VLM run logged no eval"; fails=$((fails + 1)); }
+check "eval images" 0 "$bin" eval images --model "$work/vl" --data "$work/shapes/test.jsonl" --json "$work/vl.json"
+grep -q '"questions": 12' "$work/vl.json" || { echo "FAIL: eval images did not score 12 questions"; fails=$((fails + 1)); }
+check "train: image records for a text-only model" 1 "$bin" train --config "$root/configs/tiny.json" \
+  --data "$work/shapes/train.jsonl" --out "$work/vl-text" --quiet
+one_error_line "no vision tower"
+no_run_left "$work/vl-text"
+printf '{"stages": [{"seq_len": 64, "steps": 1, "freeze": ["text_model", "vision_tower", "mm_projector"]}]}' >"$work/vl-all.train.json"
+check "train: a stage that freezes everything" 1 "$bin" train --config "$root/configs/tiny-vl.json" \
+  --train-config "$work/vl-all.train.json" --data "$work/shapes/train.jsonl" --out "$work/vl-all" --quiet
+one_error_line "nothing would train"
+check "eval images on a text-only model" 1 "$bin" eval images --model "$work/lc" --data "$work/shapes/test.jsonl"
+one_error_line "no vision tower"
+check "data mnist without files" 1 "$bin" data mnist --out "$work/mnist"
+one_error_line "--idx DIR"
 echo "$fails failure(s)"
 exit $((fails > 0))
