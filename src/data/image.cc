@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -153,6 +154,12 @@ std::string png_data_uri(const Image& image) {
 }
 
 Image read_image_file(const std::string& path, const ImageLimits& limits) {
+  // A device or a pipe (/dev/stdin, a FIFO) could block or never end: image files are regular files.
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  MYRIAD_REQUIRE(!ec && st.type() != std::filesystem::file_type::not_found, kIo, path, ": cannot open image file");
+  MYRIAD_REQUIRE(st.type() == std::filesystem::file_type::regular, kIo, path,
+                 ": not a regular file (an image is read whole from a file)");
   std::ifstream in(path, std::ios::binary);
   MYRIAD_REQUIRE(in.good(), kIo, path, ": cannot open image file");
   in.seekg(0, std::ios::end);

@@ -175,6 +175,21 @@ TEST(Image, DataUrisGiveTheirBytesAndRemoteUrlsAreRefused) {
   EXPECT_THROW(image_bytes_from_url("data:image/png;base64," + b64, "u", small), Error);
 }
 
+// Files: a missing one and one that is not a regular file (a device could block or never end) are refused.
+TEST(Image, FilesMustBeRegularFiles) {
+  for (const auto& [path, want] :
+       std::vector<std::pair<std::string, const char*>>{{"/nonexistent/a.png", "cannot open image file"},
+                                                        {"/dev/zero", "not a regular file"},
+                                                        {"/tmp", "not a regular file"}}) {
+    try {
+      read_image_file(path);
+      ADD_FAILURE() << "read " << path;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Image, GridsKeepTheAspectUnderTheBudget) {
   PatchOptions o;  // p 14, 2 x 2 windows, 16384 patches
   int64_t gh = 0, gw = 0;
