@@ -74,7 +74,20 @@ ImageTextExample question_example(const std::vector<Image>& images, const std::s
   return e;
 }
 
-ImageTextExample record_example(const ImageTextRecord& r, const ModelConfig& config, const Tokenizer& tok) {
+Image shifted_image(const Image& image, int64_t dx, int64_t dy) {
+  Image out = image;
+  for (int64_t y = 0; y < image.height; ++y)
+    for (int64_t x = 0; x < image.width; ++x) {
+      const int64_t sx = std::clamp<int64_t>(x - dx, 0, image.width - 1),
+                    sy = std::clamp<int64_t>(y - dy, 0, image.height - 1);
+      for (int64_t ch = 0; ch < 3; ++ch)
+        out.rgb[size_t((y * image.width + x) * 3 + ch)] = image.rgb[size_t((sy * image.width + sx) * 3 + ch)];
+    }
+  return out;
+}
+
+ImageTextExample record_example(const ImageTextRecord& r, const ModelConfig& config, const Tokenizer& tok,
+                                std::vector<Image>* decoded) {
   const int32_t ph = placeholder_of(config);
   std::vector<Image> images;
   for (size_t k = 0; k < r.images.size(); ++k) {
@@ -84,6 +97,7 @@ ImageTextExample record_example(const ImageTextRecord& r, const ModelConfig& con
       throw_error(ErrorKind::kFormat, r.where, ": image ", k, ": ", e.what());
     }
   }
+  if (decoded) *decoded = images;
   if (r.kind == ImageTextRecord::Kind::kQuestion)
     return question_example(images, r.prompt, r.answer, r.type, config, tok, image_marker(config));
   ImageTextExample e;
@@ -201,15 +215,18 @@ int64_t ShapeSceneSource::target_bytes(const TrainBatch& b) const {
 // ---- image-text files ---------------------------------------------------------------------------------------------
 
 ImageTextFileSource::ImageTextFileSource(const std::string& path, const ModelConfig& config, const Tokenizer& tok,
-                                         uint64_t seed)
-    : tok_(tok), seed_(seed) {
-  (void)placeholder_of(config);
+                                         uint64_t seed, int64_t shift)
+    : tok_(tok), vision_((placeholder_of(config), *config.vision_config)), shift_(shift), seed_(seed) {
+  MYRIAD_REQUIRE(shift >= 0, kValue, "image training: shift ", shift, " must be >= 0");
   end_of_text_ = end_of_text(tok);
   patch_row_ = 3 * config.vision_config->patch_size * config.vision_config->patch_size;
   std::vector<ImageTextExample> all;
-  for (const ImageTextRecord& r : read_image_text_records(path, image_marker(config)))
-    all.push_back(record_example(r, config, tok));
+  for (const ImageTextRecord& r : read_image_text_records(path, image_marker(config))) {
+    if (shift_ > 0) train_images_.emplace_back();
+    all.push_back(record_example(r, config, tok, shift_ > 0 ? &train_images_.back() : nullptr));
+  }
   const size_t held = all.size() >= 20 ? std::min<size_t>(256, all.size() / 20) : 0;
+  if (shift_ > 0) train_images_.resize(all.size() - held);
   held_out_.assign(std::make_move_iterator(all.end() - ptrdiff_t(held)), std::make_move_iterator(all.end()));
   all.resize(all.size() - held);
   train_ = std::move(all);
@@ -230,7 +247,17 @@ TrainBatch ImageTextFileSource::next(int64_t seq_len) {
       position_ = 0;
       shuffle_epoch();
     }
-    const ImageTextExample* e = &train_[order_[position_]];
+    const size_t k = order_[position_];
+    const ImageTextExample* e = &train_[k];
+    if (shift_ > 0 && !train_images_[k].empty()) {  // the drawn example with its images moved
+      std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull ^ (epoch_ << 32) ^ position_);
+      std::uniform_int_distribution<int64_t> offset(-shift_, shift_);
+      augmented_ = *e;
+      augmented_.images = ImageInput();
+      for (const Image& im : train_images_[k])
+        add_image(augmented_.images, vision_, shifted_image(im, offset(rng), offset(rng)));
+      e = &augmented_;
+    }
     if (!peek) ++position_;
     return e;
   });

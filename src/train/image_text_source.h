@@ -16,7 +16,9 @@
 //   ImageTextFileSource   the records of an image-text JSONL file (data/image_text_records.h), every image decoded
 //                         and patched once when the source is made (held in memory, never decoded per step); the
 //                         last records are held out for validation (1 in 20, at most 256, none under 20 records);
-//                         each epoch in its own order from the seed; state: epoch and position.
+//                         each epoch in its own order from the seed; state: epoch and position. With shift > 0
+//                         each training image is moved by a random offset of up to shift pixels per axis each
+//                         time it is drawn (augmentation; the offset a function of the seed, epoch and position).
 // Both resume exactly.
 #pragma once
 
@@ -50,9 +52,13 @@ ImageTextExample question_example(const std::vector<Image>& images, const std::s
                                   const std::string& answer, const std::string& type, const ModelConfig& config,
                                   const Tokenizer& tok, const std::string& marker = "<|image|>");
 
-// A record as an example, its images read (load_record_image) and patched. kFormat naming the record's place for
-// an image that cannot be read.
-ImageTextExample record_example(const ImageTextRecord& r, const ModelConfig& config, const Tokenizer& tok);
+// A record as an example, its images read (load_record_image) and patched (the decoded images also into `images`
+// when given). kFormat naming the record's place for an image that cannot be read.
+ImageTextExample record_example(const ImageTextRecord& r, const ModelConfig& config, const Tokenizer& tok,
+                                std::vector<Image>* images = nullptr);
+
+// The image moved by (dx, dy) pixels, the same size: out(x, y) = in(x - dx, y - dy), edge pixels repeated.
+Image shifted_image(const Image& image, int64_t dx, int64_t dy);
 
 // The image marker of a model's records: its config's image_placeholder, else "<|image|>".
 std::string image_marker(const ModelConfig& config);
@@ -84,7 +90,8 @@ class ShapeSceneSource final : public BatchSource {
 
 class ImageTextFileSource final : public BatchSource {
  public:
-  ImageTextFileSource(const std::string& path, const ModelConfig& config, const Tokenizer& tok, uint64_t seed);
+  ImageTextFileSource(const std::string& path, const ModelConfig& config, const Tokenizer& tok, uint64_t seed,
+                      int64_t shift = 0);
 
   TrainBatch next(int64_t seq_len) override;
   nlohmann::json state() const override { return {{"epoch", epoch_}, {"position", position_}}; }
@@ -97,6 +104,10 @@ class ImageTextFileSource final : public BatchSource {
  private:
   void shuffle_epoch();  // order_ for epoch_
   const Tokenizer& tok_;
+  const VisionConfig vision_;
+  int64_t shift_ = 0;
+  std::vector<std::vector<Image>> train_images_;  // with shift: each training example's decoded images
+  ImageTextExample augmented_;                    // with shift: the example drawn last, its images moved
   int64_t patch_row_ = 0;
   int32_t end_of_text_ = 0;
   uint64_t seed_ = 0;

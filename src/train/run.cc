@@ -247,7 +247,7 @@ TrainSummary run_training(const RunRequest& req) {
   std::unique_ptr<BatchSource> source;
   ImageTextFileSource* image_source = nullptr;
   if (is_image_data(req.data)) {
-    auto s = std::make_unique<ImageTextFileSource>(run.data_dir, mc, tok, tc.seed);
+    auto s = std::make_unique<ImageTextFileSource>(run.data_dir, mc, tok, tc.seed, tc.image_shift);
     image_source = s.get();
     source = std::move(s);
   } else {

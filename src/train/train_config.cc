@@ -114,6 +114,7 @@ TrainConfig parse_train_config(const nlohmann::json& j, const std::string& sourc
   c.max_consecutive_skips = o.int_or("max_consecutive_skips", c.max_consecutive_skips);
   c.log_every = o.int_or("log_every", c.log_every);
   c.kda_chunk = o.int_or("kda_chunk", c.kda_chunk);
+  c.image_shift = o.int_or("image_shift", c.image_shift);
   if (const nlohmann::json* lc = o.opt_object("longctx_eval")) {
     JsonFields lo(*lc, "longctx_eval", src);
     LongContextEvalConfig& e = c.longctx_eval;
@@ -150,6 +151,7 @@ TrainConfig parse_train_config(const nlohmann::json& j, const std::string& sourc
   for (const auto& [key, v] : at_least_one)
     if (v < 1) o.fail(key, v, "must be >= 1");
   if (c.eval_batches < 0) o.fail("eval_batches", c.eval_batches, "must be >= 0");
+  if (c.image_shift < 0 || c.image_shift > 64) o.fail("image_shift", c.image_shift, "must lie in 0..64 (pixels)");
   if (c.task_eval_per_task < 0) o.fail("task_eval_per_task", c.task_eval_per_task, "must be >= 0");
   if (c.task_eval_max_new_tokens < 1) o.fail("task_eval_max_new_tokens", c.task_eval_max_new_tokens, "must be >= 1");
   return c;
@@ -190,6 +192,7 @@ nlohmann::json train_config_to_json(const TrainConfig& c) {
   j["max_consecutive_skips"] = c.max_consecutive_skips;
   j["log_every"] = c.log_every;
   j["kda_chunk"] = c.kda_chunk;
+  if (c.image_shift) j["image_shift"] = c.image_shift;
   if (c.longctx_eval.enabled())
     j["longctx_eval"] = {{"task", c.longctx_eval.task},
                          {"lengths", c.longctx_eval.lengths},

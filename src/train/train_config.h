@@ -13,6 +13,8 @@
 //   eval_every, eval_batches, task_eval_per_task, task_eval_max_new_tokens
 //   checkpoint_every, keep_checkpoints, max_consecutive_skips, log_every
 //   kda_chunk         KDA chunk size                                                        default 64
+//   image_shift       image-text records: each training image moved by a random offset of up to this many
+//                     pixels in x and y each time it is drawn (edges repeated; held-out images never)  default 0
 //   longctx_eval      {"task": "passkey", "lengths": [512, 2048], "depths": [0, 25, 50, 75, 100], "samples": 2}:
 //                     the long-context grid (train/longctx_eval.h) at the end of every stage of the ladder; each
 //                     length at most max_position_embeddings. Absent: not run
@@ -66,6 +68,7 @@ struct TrainConfig {
   int64_t max_consecutive_skips = 5;
   int64_t log_every = 1;
   int64_t kda_chunk = 64;
+  int64_t image_shift = 0;
   LongContextEvalConfig longctx_eval;
 
   int64_t total_steps() const;

@@ -286,6 +286,23 @@ TEST(ImageText, FileRecordsBecomeTheirKindsOfExamplesAndResumeExactly) {
     EXPECT_EQ(src.next(64).tokens.to_vector(), again.next(64).tokens.to_vector()) << "batch " << i;
   EXPECT_EQ(src.validation(64, 4).size(), 1u);  // the 2 held-out questions fit one sequence
 
+  // Augmentation: each drawn image moved (edges repeated), differently per draw, and still exactly resumable.
+  Image row;  // 3 x 1: pixels 10, 20, 30 (grey)
+  row.width = 3;
+  row.height = 1;
+  row.rgb = {10, 10, 10, 20, 20, 20, 30, 30, 30};
+  EXPECT_EQ(shifted_image(row, 1, 0).rgb, (std::vector<uint8_t>{10, 10, 10, 10, 10, 10, 20, 20, 20}));
+  EXPECT_EQ(shifted_image(row, -1, 5).rgb, (std::vector<uint8_t>{20, 20, 20, 30, 30, 30, 30, 30, 30}));
+  ImageTextFileSource plain(dir + "/many.jsonl", c, tok, 5), moved(dir + "/many.jsonl", c, tok, 5, 2);
+  const TrainBatch p0 = plain.next(64), m0 = moved.next(64);
+  EXPECT_EQ(p0.tokens.to_vector(), m0.tokens.to_vector());    // the same examples in the same order ...
+  EXPECT_NE(p0.patches.to_vector(), m0.patches.to_vector());  // ... their images moved
+  for (int i = 0; i < 5; ++i) moved.next(64);
+  ImageTextFileSource moved_again(dir + "/many.jsonl", c, tok, 5, 2);
+  moved_again.restore(moved.state());
+  for (int i = 0; i < 12; ++i)
+    EXPECT_EQ(moved.next(64).patches.to_vector(), moved_again.next(64).patches.to_vector()) << "batch " << i;
+
   // Bad records: one kFormat error naming the file and line.
   const std::pair<std::string, const char*> bad[] = {
       {R"({"text": "no images"})", "'images' must be a list"},
