@@ -121,6 +121,11 @@ printf '{"stages": [{"seq_len": 64, "steps": 2, "freeze": ["text_model", "vision
 check "train a VLM on image-text records" 0 "$bin" train --config "$root/configs/tiny-vl.json" \
   --train-config "$work/vl.train.json" --data "$work/shapes/train.jsonl" --out "$work/vl" --quiet
 grep -q '"type":"eval"' "$work/vl/metrics.jsonl" || { echo "FAIL: the VLM run logged no eval"; fails=$((fails + 1)); }
+check "train a VLM: stop after 2 steps" 0 "$bin" train --config "$root/configs/tiny-vl.json" \
+  --train-config "$work/vl.train.json" --data "$work/shapes/train.jsonl" --out "$work/vl2" --quiet --stop-after 2
+check "resume the VLM run without --data (its records file is recorded)" 0 "$bin" train \
+  --config "$root/configs/tiny-vl.json" --resume "$work/vl2" --quiet
+[[ -d "$work/vl2/checkpoints/step-000004" ]] || { echo "FAIL: the resumed VLM run did not reach step 4"; fails=$((fails + 1)); }
 check "eval images" 0 "$bin" eval images --model "$work/vl" --data "$work/shapes/test.jsonl" --json "$work/vl.json"
 grep -q '"questions": 12' "$work/vl.json" || { echo "FAIL: eval images did not score 12 questions"; fails=$((fails + 1)); }
 check "train: image records for a text-only model" 1 "$bin" train --config "$root/configs/tiny.json" \

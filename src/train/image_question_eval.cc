@@ -47,6 +47,7 @@ ImageQuestionReport evaluate_image_questions(const InferenceModel& model, const 
   const VisionConfig& v = *model.config().vision_config;
   const int64_t D = model.config().hidden_size, text_vocab = tok.vocab_size();
   const int32_t eot = tok.end_of_text_id();
+  const int64_t context = model.config().max_position_embeddings;
   ImageQuestionReport r;
   for (size_t first = 0; first < questions.size(); first += size_t(o.batch)) {
     const size_t n = std::min(questions.size() - first, size_t(o.batch));
@@ -97,6 +98,7 @@ ImageQuestionReport evaluate_image_questions(const InferenceModel& model, const 
         out[i].push_back(t);
         ++r.generated_tokens;
         if (int(out[i].size()) >= o.max_new_tokens || tok.decode(out[i]).find('\n') != std::string::npos) continue;
+        if (questions[first + i]->prompt_tokens + int64_t(out[i].size()) >= context) continue;  // the context is full
         next[i] = t;
         again.push_back({&states[i], std::span<const int32_t>(&next[i], 1)});
         still.push_back(i);

@@ -201,6 +201,7 @@ PreparedRun prepare_run(const RunRequest& req, const ModelConfig& mc, Tokenizer&
   }
   // Shards.
   std::string data_dir = out + "/data";
+  if (images) write_file_atomic(out + "/image_data.txt", fs::absolute(req.data[0]).string());
   if (prepared || images) {
     data_dir = req.data[0];  // shards, or the image-text file (read by its source: images decoded once)
   } else if (!fs::exists(data_dir + "/meta.json")) {
@@ -215,7 +216,11 @@ PreparedRun prepare_run(const RunRequest& req, const ModelConfig& mc, Tokenizer&
 
 }  // namespace
 
-TrainSummary run_training(const RunRequest& req) {
+TrainSummary run_training(const RunRequest& request) {
+  // A resumed image-text run without --data reads the records file it was started with (image_data.txt).
+  RunRequest req = request;
+  if (req.data.empty() && !req.resume.empty() && fs::exists(req.out_dir + "/image_data.txt"))
+    req.data = {read_file(req.out_dir + "/image_data.txt")};
   std::vector<std::string> warnings;
   const ModelConfig mc = load_model_config(req.model_config_path, &warnings);
   // The ranks: one process, or every rank of the mpirun job (its layout validated before anything is written).
