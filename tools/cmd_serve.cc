@@ -128,6 +128,9 @@ int run_serve(const myriad::cli::Args& args) {
   opt.max_connections = int(args.get_int("max-connections", opt.max_connections, 1, 1 << 16));
   opt.request_timeout_s = args.get_double("request-timeout", opt.request_timeout_s, 0.001, 86400);
   opt.shutdown_grace_s = args.get_double("shutdown-grace", opt.shutdown_grace_s, 0, 86400);
+  opt.max_images = args.get_int("max-images", opt.max_images, 0, 1 << 16);
+  opt.image_limits.max_bytes = args.get_int("max-image-mb", opt.image_limits.max_bytes >> 20, 1, 1 << 12) << 20;
+  opt.image_limits.max_pixels = args.get_int("max-image-pixels", opt.image_limits.max_pixels, 1, int64_t(1) << 32);
 
   // SIGINT / SIGTERM are taken here with sigtimedwait: block them before any thread starts (threads inherit it).
   // Expert followers block them too: mpirun passes them to every rank, and a follower ends when rank 0, stopping,
@@ -263,6 +266,9 @@ MYRIAD_COMMAND("serve", "serve a model over an OpenAI-compatible HTTP API (chat,
                 {"prefix-every", "N", "prefix cache snapshot interval in tokens; 0 = off (default 256)"},
                 {"prefix-cache-mb", "N", "memory for prefix snapshots (default 256)"},
                 {"default-max-tokens", "N", "chat max_tokens when the request has none (default 1024)"},
+                {"max-images", "N", "images per chat request at most (default 16; 0: none accepted)"},
+                {"max-image-mb", "N", "an image's encoded size at most, in MiB (default 32)"},
+                {"max-image-pixels", "N", "an image's width x height at most, from its header (default 50000000)"},
                 {"max-connections", "N",
                  "connections served at once, a thread each (default 1024; more wait for a free one)"},
                 {"request-timeout", "S",

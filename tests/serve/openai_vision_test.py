@@ -12,7 +12,7 @@ gives; two images of different sizes in one message; streaming equals non-stream
 reuses the cached prefix (prompt_tokens_details.cached_tokens) and another image of the same size does not (the
 prefix is keyed by the image's content); four requests with different images sent at once answer what each answers
 alone (their images are encoded in one batch); refusals as 400 BadRequestError naming the part: a remote URL (never
-fetched), a non-image media type, bad base64, a truncated PNG, more than 16 images, an image for the text-only model
+fetched), a non-image media type, bad base64, a truncated PNG, more images than --max-images, an image for the text-only model
 (its message names the missing vision tower); the server still answers afterwards. `myriad chat` with piped stdin:
 "/image PATH" then a message replies what the server replies to the same conversation.
 
@@ -68,7 +68,7 @@ def image_part(data, media="image/png"):
 
 def start_server(model_dir):
     proc = subprocess.Popen([myriad, "serve", "--model", model_dir, "--port", "0", "--api-key", KEY, "--max-batch",
-                             "8", "--prefix-every", "64"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             "8", "--prefix-every", "64", "--max-images", "4"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=dict(os.environ, MYRIAD_THREADS="2"))
     m = re.search(r"http://127\.0\.0\.1:(\d+)", proc.stdout.readline())
     if not m:
@@ -200,7 +200,7 @@ try:
         ([image_part(square, "text/plain")], "not an image type", "a text/plain data: URI"),
         ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@@"}}], "not valid base64", "bad base64"),
         ([image_part(truncated)], "corrupt or truncated", "a truncated PNG"),
-        ([image_part(wide)] * 17, "more than 16 images", "17 images"),
+        ([image_part(wide)] * 5, "more than 4 images", "5 images (--max-images 4)"),
     ]
     for content_, words_, what in cases:
         ok, why = refused(content_, "messages[0].content[", words_)
