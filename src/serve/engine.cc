@@ -95,10 +95,9 @@ struct Engine::Sequence {
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<TextStream> text;
   SequenceState state;
-  bool started = false;                // state created (and the prefix cache consulted)
-  int64_t prefilled = 0;               // prompt tokens processed
-  int64_t image_row = 0;               // image rows used by them (placeholders in prompt[0, prefilled))
-  std::optional<int32_t> placeholder;  // media_placeholder_token_id, when the request has images
+  bool started = false;   // state created (and the prefix cache consulted)
+  int64_t prefilled = 0;  // prompt tokens processed
+  int64_t image_row = 0;  // image rows used by them (placeholders in prompt[0, prefilled))
   // image_keys[k]: the key of image rows [0, k) (0 for k = 0: text), chained once at submission so a prefix's
   // key costs a count of its placeholders, not a pass over the rows.
   std::vector<uint64_t> image_keys;
@@ -208,7 +207,6 @@ uint64_t Engine::submit(GenerationRequest req, EventSink sink) {
                  "stop strings need a tokenizer, and this model has none");
   if (model_->tokenizer().loaded()) s->text = std::make_unique<TextStream>(model_->tokenizer(), req.stop);
   s->req = std::move(req);
-  s->placeholder = placeholder;
   // Keys of the image rows: by the decoded content of each image (its patches; a row's state depends on its whole
   // image, the tower's attention being bidirectional), or by the rows themselves when given encoded.
   if (s->req.image_patches.defined()) {
@@ -304,8 +302,9 @@ uint64_t Engine::image_key(const Sequence& s, int64_t n) const {
 }
 
 int64_t Engine::count_placeholders(const Sequence& s, int64_t from, int64_t to) const {
-  if (!s.req.image_rows.defined() || !s.placeholder) return 0;
-  return std::count(s.req.prompt.begin() + from, s.req.prompt.begin() + to, *s.placeholder);
+  if (s.image_keys.empty()) return 0;  // a request without images
+  const auto placeholder = int32_t(*model_->config().media_placeholder_token_id);
+  return std::count(s.req.prompt.begin() + from, s.req.prompt.begin() + to, placeholder);
 }
 
 Engine::PrefixEntry* Engine::find_prefix(const std::vector<int32_t>& prompt, int64_t n, uint64_t hash,
@@ -476,7 +475,7 @@ bool Engine::step() {
     // A long prefill ends on the last prefix snapshot boundary before the prompt's end (the snapshot is stored
     // and the rest, under prefix_every tokens, prefills in chunks), or takes the whole prompt without snapshots.
     int64_t whole = 0;
-    if (s.prefilled < P && opt_.long_prefill && s.state.tokens == 0 && !s.placeholder) {
+    if (s.prefilled < P && opt_.long_prefill && s.state.tokens == 0 && s.image_keys.empty()) {
       whole = opt_.prefix_every > 0 && P > opt_.prefix_every ? (P - 1) / opt_.prefix_every * opt_.prefix_every : P;
       if (whole < opt_.long_prefill_min) whole = 0;
     }

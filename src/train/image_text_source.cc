@@ -249,15 +249,17 @@ TrainBatch ImageTextFileSource::next(int64_t seq_len) {
     }
     const size_t k = order_[position_];
     const ImageTextExample* e = &train_[k];
-    if (shift_ > 0 && !train_images_[k].empty()) {  // the drawn example with its images moved
+    if (shift_ > 0 && !train_images_[k].empty() && augmented_at_ != std::make_pair(epoch_, position_)) {
+      // The drawn example with its images moved, made once per draw (a peek and the take share it).
+      augmented_at_ = {epoch_, position_};
       std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull ^ (epoch_ << 32) ^ position_);
       std::uniform_int_distribution<int64_t> offset(-shift_, shift_);
       augmented_ = *e;
       augmented_.images = ImageInput();
       for (const Image& im : train_images_[k])
         add_image(augmented_.images, vision_, shifted_image(im, offset(rng), offset(rng)));
-      e = &augmented_;
     }
+    if (shift_ > 0 && !train_images_[k].empty()) e = &augmented_;
     if (!peek) ++position_;
     return e;
   });

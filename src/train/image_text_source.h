@@ -106,8 +106,9 @@ class ImageTextFileSource final : public BatchSource {
   const Tokenizer& tok_;
   const VisionConfig vision_;
   int64_t shift_ = 0;
-  std::vector<std::vector<Image>> train_images_;  // with shift: each training example's decoded images
-  ImageTextExample augmented_;                    // with shift: the example drawn last, its images moved
+  std::vector<std::vector<Image>> train_images_;                 // with shift: each training example's decoded images
+  ImageTextExample augmented_;                                   // with shift: the example drawn last, its images moved
+  std::pair<uint64_t, uint64_t> augmented_at_ = {~0ull, ~0ull};  // its (epoch, position)
   int64_t patch_row_ = 0;
   int32_t end_of_text_ = 0;
   uint64_t seed_ = 0;
