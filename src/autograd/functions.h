@@ -62,6 +62,10 @@ Var rope(const Var& x, const Tensor& cos, const Tensor& sin, RopeLayout layout);
 // Attention: q [B, T, H, Dk], k [B, T, Hk, Dk], v [B, T, Hk, Dv] -> [B, T, H, Dv]; causal (the text model) or
 // bidirectional (the vision tower, one image per call).
 Var attention(const Var& q, const Var& k, const Var& v, float scale, bool causal = true);
+// Block-sparse causal attention (ops/kernels.h SparseAttentionShape): the same q, k, v; blocks I32 [B, T, top_k],
+// the blocks each query reads beyond its local ones (chosen outside the tape: not differentiated).
+Var sparse_attention(const Var& q, const Var& k, const Var& v, const Tensor& blocks, int64_t block,
+                     int64_t local_blocks, float scale);
 inline Var gelu_tanh(const Var& x) {
   return unary(Unary::kGeluTanh, x);
 }

@@ -85,6 +85,59 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale_factor, bool
   return out;
 }
 
+Var sparse_attention(const Var& q, const Var& k, const Var& v, const Tensor& blocks, int64_t block,
+                     int64_t local_blocks, float scale_factor) {
+  const Device dev = cpu_op_device("sparse_attention", {&q.value(), &k.value(), &v.value(), &blocks});
+  const bool ok = q.value().ndim() == 4 && k.value().ndim() == 4 && v.value().ndim() == 4 &&
+                  k.shape()[0] == q.shape()[0] && v.shape()[0] == q.shape()[0] && k.shape()[1] == q.shape()[1] &&
+                  v.shape()[1] == q.shape()[1] && k.shape()[3] == q.shape()[3] && v.shape()[2] == k.shape()[2] &&
+                  k.shape()[2] > 0 && q.shape()[2] % k.shape()[2] == 0;
+  MYRIAD_REQUIRE(ok, kShape, "sparse_attention: q ", shape_str(q.shape()), " k ", shape_str(k.shape()), " v ",
+                 shape_str(v.shape()),
+                 " must be [B, T, H, Dk], [B, T, Hk, Dk], [B, T, Hk, Dv] with H a multiple of Hk");
+  MYRIAD_REQUIRE(blocks.dtype() == DType::kI32 && blocks.ndim() == 3 && blocks.shape()[0] == q.shape()[0] &&
+                     blocks.shape()[1] == q.shape()[1] && block > 0 && local_blocks >= 0,
+                 kShape, "sparse_attention: blocks ", dtype_name(blocks.dtype()), " ", shape_str(blocks.shape()),
+                 " must be I32 [", q.shape()[0], ", ", q.shape()[1], ", top_k]; block ", block, " > 0, local_blocks ",
+                 local_blocks, " >= 0");
+  const int64_t top_k = blocks.shape()[2];
+  // Each chosen block must lie wholly before its query's local keys (else a key would be read twice or be a
+  // future one): checked here, once, so the kernels can trust it.
+  const Tensor bl = blocks.contiguous();
+  const int32_t* bp = bl.data<int32_t>();
+  for (int64_t bi = 0; bi < q.shape()[0] * q.shape()[1]; ++bi) {
+    const int64_t first = sparse_first_local_block(block, local_blocks, bi % q.shape()[1]);
+    int64_t prev = -1;
+    for (int64_t c = 0; c < top_k && bp[bi * top_k + c] >= 0; ++c) {
+      const int64_t b = bp[bi * top_k + c];
+      MYRIAD_REQUIRE(b > prev && b < first, kValue, "sparse_attention: query ", bi % q.shape()[1], " reads block ", b,
+                     "; its blocks must ascend and lie before its first local block ", first);
+      prev = b;
+    }
+  }
+  SparseAttentionShape s{
+      {q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3], scale_factor, true},
+      block,
+      local_blocks,
+      top_k};
+  Tensor o = Tensor::empty({s.attn.B, s.attn.T, s.attn.H, s.attn.Dv}),
+         lse = Tensor::empty({s.attn.B, s.attn.H, s.attn.T});
+  ops::sparse_attention_forward(dev, mf(o), mf(lse), cf(q.value()), cf(k.value()), cf(v.value()), bp, s);
+  const bool needs = needs_grad({&q, &k, &v});
+  Var out = make_output(o, needs);
+  if (needs) {
+    auto oi = out.impl();
+    Tape::current().record("sparse_attention", {oi}, [q, k, v, oi, lse, bl, s, dev]() mutable {
+      Tensor dq = q.requires_grad() ? q.grad_buffer() : Tensor::zeros(q.shape());
+      Tensor dk = k.requires_grad() ? k.grad_buffer() : Tensor::zeros(k.shape());
+      Tensor dv = v.requires_grad() ? v.grad_buffer() : Tensor::zeros(v.shape());
+      ops::sparse_attention_backward(dev, mf(dq), mf(dk), mf(dv), cf(oi->grad), cf(oi->value), cf(lse), cf(q.value()),
+                                     cf(k.value()), cf(v.value()), bl.data<int32_t>(), s);
+    });
+  }
+  return out;
+}
+
 Var cross_entropy(const Var& h, const Var& W, const Tensor& targets, int64_t ignore_index, const Tensor* weights,
                   Tensor* nll) {
   const Device dev = cpu_op_device("cross_entropy", {&h.value(), &W.value(), &targets});

@@ -127,7 +127,7 @@ SequenceState InferenceModel::new_sequence(int64_t page_tokens, DType cache_dtyp
   SequenceState s;
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     s.kda.push_back(kda_[size_t(l)] ? kda_[size_t(l)]->make_state() : KdaState{});
-    s.mla.push_back(MlaCache(config_.kv_lora_rank, config_.qk_rope_head_dim, page_tokens, cache_dtype));
+    s.mla.push_back(MlaCache::for_config(config_, page_tokens, cache_dtype));
   }
   return s;
 }

@@ -49,7 +49,7 @@ void check_input(const Tensor& x, const char* what) {
 // ---------------------------------------------------------------------------------------------------------------
 // MlaCache
 
-MlaCache::MlaCache(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens, DType dtype)
+MlaCache::MlaCache(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens, DType dtype, int64_t mean_block)
     : C_(kv_lora_rank), Dr_(rope_dim), page_tokens_(page_tokens), dtype_(dtype) {
   MYRIAD_REQUIRE(kv_lora_rank > 0 && rope_dim >= 0, kValue, "mla cache: kv_lora_rank ", kv_lora_rank,
                  " must be > 0 and qk_rope_head_dim ", rope_dim, " >= 0");
@@ -57,6 +57,8 @@ MlaCache::MlaCache(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens, 
   MYRIAD_REQUIRE(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kQ8_0, kValue,
                  "mla cache: rows are stored as F32, BF16 or Q8_0, not ", dtype_name(dtype));
   if (dtype == DType::kQ8_0) q8_.emplace(kv_lora_rank, rope_dim, page_tokens);
+  MYRIAD_REQUIRE(mean_block >= 0, kValue, "mla cache: mean_block ", mean_block, " must be >= 0");
+  if (mean_block > 0) means_ = BlockMeans(mean_block, kv_lora_rank + rope_dim);
 }
 
 void* MlaCache::next_row() {
@@ -77,6 +79,13 @@ void* MlaCache::next_row() {
 }
 
 void MlaCache::append(const float* c_kv, const float* k_pe) {
+  if (means_.block() > 0) {
+    thread_local std::vector<float> whole;
+    whole.resize(size_t(row_width()));
+    std::copy(c_kv, c_kv + C_, whole.begin());
+    std::copy(k_pe, k_pe + Dr_, whole.begin() + C_);
+    means_.append(whole.data());
+  }
   void* r = next_row();
   if (q8_) {
     thread_local std::vector<float> row;  // [c_kv | k_pe] as the page stores it
@@ -109,8 +118,9 @@ void MlaCache::append(const Tensor& c_kv, const Tensor& k_pe) {
 }
 
 MlaCache MlaCache::clone() const {
-  MlaCache c(C_, Dr_, page_tokens_, dtype_);
+  MlaCache c(C_, Dr_, page_tokens_, dtype_, means_.block());
   c.size_ = size_;
+  c.means_ = means_;
   c.pages_.reserve(pages_.size());
   for (const Tensor& p : pages_) c.pages_.push_back(p.clone());
   return c;
@@ -119,15 +129,19 @@ MlaCache MlaCache::clone() const {
 MlaCache MlaCache::share_prefix(int64_t n) const {
   MYRIAD_REQUIRE(n >= 0 && n <= size_ && n % page_tokens_ == 0, kValue, "mla cache: a shared prefix of ", n,
                  " tokens must be a multiple of the page size ", page_tokens_, " and at most ", size_);
-  MlaCache c(C_, Dr_, page_tokens_, dtype_);
+  MlaCache c(C_, Dr_, page_tokens_, dtype_, means_.block());
   c.size_ = n;
   c.pages_.assign(pages_.begin(), pages_.begin() + n / page_tokens_);
+  // The means of the prefix: the complete blocks' are kept; a block the prefix ends inside is summed again from
+  // its stored rows (exact for f32 caches; a bf16 or q8 cache's rows are its rounded ones).
+  if (means_.block() > 0) c.means_ = means_.prefix(n, [&](int64_t t, float* out) { row_f32(t, out); });
   return c;
 }
 
 void MlaCache::clear() {
   pages_.clear();
   size_ = 0;
+  if (means_.block() > 0) means_ = BlockMeans(means_.block(), row_width());
 }
 
 size_t MlaCache::page_bytes(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens, DType dtype) {
@@ -182,6 +196,23 @@ void MlaCache::row_f32(int64_t t, float* out) const {
   for (int64_t i = 0; i < row_width(); ++i) out[i] = bf16_to_f32(b[i]);
 }
 
+void MlaCache::rows_f32(int64_t t0, int64_t n, float* out, int64_t ldo) const {
+  MYRIAD_CHECK(t0 >= 0 && n >= 0 && t0 + n <= size_, "mla cache: rows [", t0, ", ", t0 + n, ") of ", size_);
+  const int64_t W = row_width();
+  for (int64_t t = t0; t < t0 + n;) {
+    const int64_t p = t / page_tokens_, r = t % page_tokens_, m = std::min(page_tokens_ - r, t0 + n - t);
+    float* o = out + (t - t0) * ldo;
+    if (q8_) {
+      ops::latent_q8_load_rows(device(), *q8_, page_q8(p), r, m, o, ldo);
+    } else if (dtype_ == DType::kBF16) {
+      ops::bf16_to_f32_rows(device(), o, ldo, page_bf16(p) + r * W, W, m, W);
+    } else {
+      for (int64_t i = 0; i < m; ++i) std::memcpy(o + i * ldo, page(p) + (r + i) * W, size_t(W) * sizeof(float));
+    }
+    t += m;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // MlaDecoder
 
@@ -228,6 +259,7 @@ MlaDecoder::MlaDecoder(const ModelConfig& c, std::shared_ptr<const DecodeWeights
   w_o_ = linear_weight(w, a + "o_proj.weight", D_, H_ * Dv_);
 
   scale_ = mla_score_scale(c);  // the training forward's scale, from one place
+  sparse_ = c.mla_sparse_attention;
   if (rope_) {
     MYRIAD_REQUIRE(Dr_ % 2 == 0, kConfig, "mla decoder: qk_rope_head_dim ", Dr_, " must be even for RoPE");
     yarn_ = mla_yarn_params(c);
@@ -235,15 +267,64 @@ MlaDecoder::MlaDecoder(const ModelConfig& c, std::shared_ptr<const DecodeWeights
 }
 
 MlaCache MlaDecoder::make_cache(int64_t page_tokens, DType dtype) const {
-  return MlaCache(C_, Dr_, page_tokens, dtype);
+  return MlaCache(C_, Dr_, page_tokens, dtype, sparse_ ? sparse_->block_size : 0);
 }
 
 void MlaDecoder::check_cache(const MlaCache& cache) const {
   MYRIAD_REQUIRE(cache.kv_lora_rank() == C_ && cache.rope_dim() == Dr_, kShape, "mla decoder: cache rows are [",
                  cache.kv_lora_rank(), " | ", cache.rope_dim(), "], layer ", layer_, " needs [", C_, " | ", Dr_, "]");
+  // Sparse layers score the cache's block means; dense ones read every row (and ignore any means).
+  MYRIAD_REQUIRE(!sparse_ || cache.mean_block() == sparse_->block_size, kValue,
+                 "mla decoder: the cache keeps block means of ", cache.mean_block(), " rows, layer ", layer_, " needs ",
+                 sparse_ ? sparse_->block_size : 0,
+                 " (mla_sparse_attention's block_size): make it with MlaCache::for_config");
+}
+
+void MlaDecoder::attend_sparse(const float* q, int64_t t, const MlaCache& cache, float* attn) const {
+  const SparseMlaConfig& sp = *sparse_;
+  const int64_t W = C_ + Dr_;
+  const Device dev = weights_->device();
+  thread_local std::vector<float> qbar, qcat, rows, S, o_lat;
+  thread_local std::vector<int32_t> chosen;
+  qbar.resize(size_t(W));
+  chosen.resize(size_t(sp.top_k));
+  // The choice, as training makes it (model/sparse_mla.h): the summed absorbed query against the block means.
+  sparse_mla_query_sum(dev, q, 1, H_ * Dq_, H_, Dn_, Dr_, w_uk_.data<float>(), Dn_ * C_, C_, scale_, qbar.data());
+  sparse_mla_choose(sp, t, qbar.data(), cache.block_means().means(), W, chosen.data());
+  const std::vector<KeyRange> ranges = sparse_mla_ranges(sp, t, chosen.data());
+  int64_t n = 0;
+  for (const KeyRange& r : ranges) n += r.end - r.begin;
+  rows.resize(size_t(n * W));
+  for (int64_t i = 0; const KeyRange& r : ranges) {
+    cache.rows_f32(r.begin, r.end - r.begin, rows.data() + i * W, W);
+    i += r.end - r.begin;
+  }
+  // Every head's [q_lat | q_pe], scaled; the scores [H, n], an exact softmax per head, o_lat [H, C], out.
+  qcat.resize(size_t(H_ * W));
+  for (int64_t h = 0; h < H_; ++h) {
+    ops::gemm_skinny_nn(dev, 1, C_, Dn_, q + h * Dq_, Dq_, w_uk_.data<float>() + h * Dn_ * C_, C_, qcat.data() + h * W,
+                        W, false);
+    std::copy(q + h * Dq_ + Dn_, q + (h + 1) * Dq_, qcat.data() + h * W + C_);
+  }
+  ops::scale(dev, qcat.data(), qcat.data(), scale_, H_ * W);
+  S.resize(size_t(H_ * n));
+  ops::gemm_skinny(dev, H_, n, W, qcat.data(), rows.data(), S.data(), n);
+  for (int64_t h = 0; h < H_; ++h) {
+    float* sr = S.data() + h * n;
+    const float mx = ops::max_of(dev, sr, n);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; ++j) sum += (sr[j] = std::exp(sr[j] - mx));
+    ops::scale(dev, sr, sr, 1.0f / sum, n);
+  }
+  o_lat.resize(size_t(H_ * C_));
+  ops::gemm_skinny_nn(dev, H_, C_, n, S.data(), n, rows.data(), W, o_lat.data(), C_, false);
+  for (int64_t h = 0; h < H_; ++h)
+    ops::gemm_skinny(dev, 1, Dv_, C_, o_lat.data() + h * C_, w_uv_.data<float>() + h * Dv_ * C_, attn + h * Dv_,
+                     H_ * Dv_);
 }
 
 void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, int max_parts) const {
+  if (sparse_) return attend_sparse(q, cache.size() - 1, cache, attn);
   const int64_t W = C_ + Dr_, HV = H_ * Dv_;
   (void)HV;
   // Every head's query row [q_lat | q_pe] (q_lat[h] = q_nope[h] W_uk[h]), so that one sgemm per page scores all
@@ -365,6 +446,12 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
 void MlaDecoder::attend_chunk(const float* q, int64_t T, const MlaCache& cache, float* attn_p) const {
   const int64_t W = C_ + Dr_, HV = H_ * Dv_, HQ = H_ * Dq_;
   const int64_t N = cache.size(), base = N - T, P = cache.page_tokens();
+  if (sparse_) {  // each query its own keys: in parallel over the queries
+    ops::ScopedSerialBlas single;
+#pragma omp parallel for schedule(dynamic, 16) num_threads(num_threads())
+    for (int64_t r = 0; r < T; ++r) attend_sparse(q + r * HQ, base + r, cache, attn_p + r * HV);
+    return;
+  }
   const int64_t tiles = (T + kQueryTile - 1) / kQueryTile, tasks = H_ * tiles;
   // A bf16 or q8 cache is widened to f32 once per call ([N, W], the pages back to back), for the sgemm products
   // below (prefill is compute-bound: sgemm over f32 beats integer kernels that would re-read the codes per tile).

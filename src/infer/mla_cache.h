@@ -49,6 +49,7 @@
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/prefill_shards.h"
+#include "model/sparse_mla.h"
 #include "model/weights.h"
 #include "ops/latent_q8.h"
 #include "ops/rope_table.h"
@@ -65,7 +66,10 @@ class MlaCache {
   // columns with an f32 scale, error <= half a step of the group, in the page layout of ops/cpu/latent_q8.h, whose
   // int8 products decode uses: ~48% of the f32 bytes at kv_lora_rank 128 + rope 32). See MlaDecoder for how each is
   // read. Other dtypes are refused (kValue).
-  MlaCache(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens = kDefaultPageTokens, DType dtype = DType::kF32);
+  // mean_block > 0: the cache also keeps the mean of each block of that many rows (f32, from the rows as appended,
+  // before any rounding to the storage dtype), which block-sparse MLA scores (model/sparse_mla.h).
+  MlaCache(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens = kDefaultPageTokens, DType dtype = DType::kF32,
+           int64_t mean_block = 0);
   // Move-only: the pages are shared-storage tensors, so a plain copy would alias them. clone() copies deeply
   // (e.g. to fork a sequence after a shared prompt).
   MlaCache(MlaCache&&) = default;
@@ -78,7 +82,11 @@ class MlaCache {
   MlaCache share_prefix(int64_t n) const;
   static MlaCache for_config(const ModelConfig& config, int64_t page_tokens = kDefaultPageTokens,
                              DType dtype = DType::kF32) {
-    return MlaCache(config.kv_lora_rank, config.qk_rope_head_dim, page_tokens, dtype);
+    return MlaCache(config.kv_lora_rank, config.qk_rope_head_dim, page_tokens, dtype, mean_block_of(config));
+  }
+  // The block means a layer of `config` needs: its sparse block size, or 0 (dense MLA).
+  static int64_t mean_block_of(const ModelConfig& config) {
+    return config.mla_sparse_attention ? config.mla_sparse_attention->block_size : 0;
   }
 
   // One token: c_kv [C] (normed), k_pe [Dr] (rotated when RoPE is on). Allocates a page when the last is full.
@@ -113,6 +121,10 @@ class MlaCache {
   const float* c_kv(int64_t t) const { return row(t); }
   const float* k_pe(int64_t t) const { return row(t) + C_; }
   void row_f32(int64_t t, float* out) const;  // [W] as f32, either dtype
+  // Rows [t0, t0 + n) as f32 into out [n, ldo] (any dtype; the range may cross pages).
+  void rows_f32(int64_t t0, int64_t n, float* out, int64_t ldo) const;
+  int64_t mean_block() const { return means_.block(); }  // 0: no block means
+  const BlockMeans& block_means() const { return means_; }
 
  private:
   void* next_row();  // the next row's storage (f32 or bf16; the page for q8, the row index being size_ - 1)
@@ -122,6 +134,7 @@ class MlaCache {
   std::optional<LatentQ8Layout> q8_;  // kQ8_0 only
   int64_t size_ = 0;
   std::vector<Tensor> pages_;
+  BlockMeans means_;  // mean_block > 0
 };
 
 class DecodeWeights;
@@ -176,6 +189,9 @@ class MlaDecoder {
   // the pages over at most max_parts threads; and of the last T cached tokens' queries q [T, H * Dq] -> [T, H Dv].
   void attend_one(const float* q, const MlaCache& cache, float* attn, int max_parts) const;
   void attend_chunk(const float* q, int64_t T, const MlaCache& cache, float* attn) const;
+  // Block-sparse MLA (model/sparse_mla.h): the query q [H * Dq] of cache token t over its chosen blocks and local
+  // keys -> attn [H * Dv].
+  void attend_sparse(const float* q, int64_t t, const MlaCache& cache, float* attn) const;
   void check_cache(const MlaCache& cache) const;
 
   int64_t layer_;
@@ -185,7 +201,8 @@ class MlaDecoder {
   bool rope_interleave_ = false;  // rope_interleave: pairs (2i, 2i + 1)
   bool gate_ = false;
   double rope_theta_ = 10000.0;
-  std::optional<YarnParams> yarn_;  // RoPE with rope_scaling factor > 1 (as Transformer::mla_mixer)
+  std::optional<YarnParams> yarn_;         // RoPE with rope_scaling factor > 1 (as Transformer::mla_mixer)
+  std::optional<SparseMlaConfig> sparse_;  // mla_sparse_attention
   float scale_ = 1.0f;
   std::shared_ptr<const DecodeWeights> weights_;
   LinearWeight w_qa_, w_qb_, w_q_;  // q_a_proj, q_b_proj; or q_proj without q_lora_rank

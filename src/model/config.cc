@@ -157,6 +157,21 @@ RopeScaling parse_rope_scaling(Obj& o, int64_t max_positions) {
   return r;
 }
 
+SparseMlaConfig parse_sparse_mla(Obj& o) {
+  SparseMlaConfig s;
+  s.block_size = o.int_or("block_size", s.block_size);
+  s.top_k = o.int_or("top_k", s.top_k);
+  s.window = o.int_or("window", s.window);
+  o.positive("block_size", s.block_size);
+  o.non_negative("top_k", s.top_k);
+  o.non_negative("window", s.window);
+  if (s.window % s.block_size != 0) {
+    o.fail("window", s.window, str("must be a multiple of block_size (", s.block_size, ")"));
+  }
+  o.finish();
+  return s;
+}
+
 const std::vector<std::string> kVisionActs = {"gelu_pytorch_tanh", "gelu"};
 
 VisionConfig parse_vision(Obj& o, int64_t text_hidden) {
@@ -389,6 +404,10 @@ void parse_text(Obj& o, ModelConfig& c) {
     Obj ro(*rs, o.path("rope_scaling"), o.source());
     c.rope_scaling = parse_rope_scaling(ro, c.max_position_embeddings);
     if (c.mla_use_nope) warn(o.source(), str(o.path("rope_scaling"), " has no effect: mla_use_nope is true (no RoPE)"));
+  }
+  if (const json* sa = o.opt_object("mla_sparse_attention")) {
+    Obj so(*sa, o.path("mla_sparse_attention"), o.source());
+    c.mla_sparse_attention = parse_sparse_mla(so);
   }
 
   // Dense FFN and MoE.

@@ -27,6 +27,9 @@
 //   capacity_factor_end      float   = start   capacity factor after the schedule; 0 < end <= start
 //   capacity_factor_steps    int     0         steps to go (linearly) from start to end; > 0 when end != start
 //   router_init_std          float   0.006     std of the router weight init (small variance, §1.6)
+//   mla_sparse_attention     object  absent    block-sparse MLA (model/sparse_mla.h): {"block_size" (64),
+//                                              "top_k" (16), "window" (256, a multiple of block_size)}; absent:
+//                                              every MLA query attends to every earlier token (dense, K3's own)
 // Other fields with defaults when absent (K3 omits them): rope_theta 10000, rope_scaling none, head_dim none,
 // linear_attn_config none (every layer MLA), routed_expert_hidden_size none (plain, non-latent MoE),
 // topk_method "noaux_tc" (router bias e_score_correction_bias used for selection), num_key_value_heads =
@@ -74,6 +77,15 @@ struct RopeScaling {
   std::optional<double> beta_slow;
   std::optional<double> mscale;
   std::optional<double> mscale_all_dim;
+};
+
+// mla_sparse_attention (myriad's own, model/sparse_mla.h): each MLA query attends to its own block and the
+// window / block_size blocks before it, plus the top_k earlier blocks chosen by their scores.
+struct SparseMlaConfig {
+  int64_t block_size = 64;
+  int64_t top_k = 16;
+  int64_t window = 256;  // tokens, a multiple of block_size
+  int64_t local_blocks() const { return window / block_size; }
 };
 
 // linear_attn_config: the KDA mixer (§1.2) and the layer layout (§1.1).
@@ -165,6 +177,7 @@ struct ModelConfig {
   // RoPE pairs: false rotates (i, i + Dr/2) (rotate-half, myriad's and Kimi's), true rotates (2i, 2i + 1)
   // (interleaved: DeepSeek-V3's checkpoints, whose modeling code de-interleaves before rotate-half).
   bool rope_interleave = false;
+  std::optional<SparseMlaConfig> mla_sparse_attention;  // absent: dense MLA
 
   // KDA and the layer layout.
   std::optional<LinearAttnConfig> linear_attn_config;  // absent: every layer is MLA

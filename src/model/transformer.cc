@@ -18,6 +18,7 @@
 #include "model/rope.h"
 #include "model/routing.h"
 #include "model/sequence_context.h"
+#include "model/sparse_mla.h"
 #include "ops/rope_table.h"
 
 namespace myriad {
@@ -202,8 +203,21 @@ struct TapeMla {
     // k_pe is shared by every head: broadcast it over H through an add (its gradient sums over heads).
     const Var k_pe_h = ag::add(constant(Tensor::zeros({Tk, H, Dr})), k_pe);
     const Var qf = ag::concat_last({q_nope, q_pe}), kf = ag::concat_last({k_nope, k_pe_h});
-    const Var att = ag::attention(ag::reshape(qf, {1, Tk, H, Dq}), ag::reshape(kf, {1, Tk, H, Dq}),
-                                  ag::reshape(v, {1, Tk, H, Dv}), mla_score_scale(c));
+    const float scale = mla_score_scale(c);
+    Var att;
+    if (c.mla_sparse_attention) {
+      // Block-sparse (model/sparse_mla.h): each query's blocks chosen from the latent rows MLA caches, as decode
+      // chooses them, then an exact attention over those keys.
+      const SparseMlaConfig& sp = *c.mla_sparse_attention;
+      const Tensor kvb = w.kv_b_proj.value().contiguous();
+      const Tensor blocks = sparse_mla_blocks(sp, qf.value(), lat.c_kv.value(), k_pe.value(), H, Dn, kvb.data<float>(),
+                                              (Dn + Dv) * c.kv_lora_rank, scale);
+      att = ag::sparse_attention(ag::reshape(qf, {1, Tk, H, Dq}), ag::reshape(kf, {1, Tk, H, Dq}),
+                                 ag::reshape(v, {1, Tk, H, Dv}), blocks, sp.block_size, sp.local_blocks(), scale);
+    } else {
+      att = ag::attention(ag::reshape(qf, {1, Tk, H, Dq}), ag::reshape(kf, {1, Tk, H, Dq}),
+                          ag::reshape(v, {1, Tk, H, Dv}), scale);
+    }
     const Var rows = ag::reshape(att, {Tk, H * Dv});
     return Tk == T ? rows : ag::slice_rows(rows, Tk - T, Tk);
   }

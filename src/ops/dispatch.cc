@@ -212,6 +212,19 @@ void attention_backward(Device device, float* dq, float* dk, float* dv, const fl
   missing_kernel("attention_backward", device);
 }
 
+void sparse_attention_forward(Device device, float* out, float* lse, const float* q, const float* k, const float* v,
+                              const int32_t* blocks, SparseAttentionShape s) {
+  if (device == Device::kCPU) return cpu::sparse_attention_forward(out, lse, q, k, v, blocks, s);
+  missing_kernel("sparse_attention_forward", device);
+}
+
+void sparse_attention_backward(Device device, float* dq, float* dk, float* dv, const float* dout, const float* out,
+                               const float* lse, const float* q, const float* k, const float* v, const int32_t* blocks,
+                               SparseAttentionShape s) {
+  if (device == Device::kCPU) return cpu::sparse_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, blocks, s);
+  missing_kernel("sparse_attention_backward", device);
+}
+
 int64_t cross_entropy_forward(Device device, float* loss, float* lse, const float* h, const float* W,
                               const int64_t* targets, int64_t T, int64_t D, int64_t V, int64_t ignore_index,
                               const float* weights, float* nll) {

@@ -84,6 +84,38 @@ struct AttentionShape {
   bool causal = true;
 };
 
+// Block-sparse causal attention (model/sparse_mla.h chooses the blocks): query i of sequence b reads the keys of
+// blocks[(b T + i) top_k + 0 .. top_k) (block numbers, ascending, -1 after the last; each wholly before the query's
+// local keys) and its local keys [sparse_first_local_block(i) block, i], with an exact softmax over them.
+// q [B, T, H, Dk], k [B, T, Hk, Dk], v [B, T, Hk, Dv], out [B, T, H, Dv], lse [B, H, T] (as AttentionShape;
+// attn.causal must be true).
+struct SparseAttentionShape {
+  AttentionShape attn;
+  int64_t block = 64, local_blocks = 0, top_k = 0;
+};
+// The first block of the local keys of the query at position t.
+inline int64_t sparse_first_local_block(int64_t block, int64_t local_blocks, int64_t t) {
+  return t / block > local_blocks ? t / block - local_blocks : 0;
+}
+// The keys the query at position t reads, as ranges [begin, end) in ascending order (adjacent ones merged): its
+// chosen blocks (chosen[0 .. top_k), -1 after the last) then its local keys. r holds top_k + 1; returns how many.
+struct KeyRange {
+  int64_t begin, end;
+};
+inline int64_t sparse_key_ranges(int64_t block, int64_t local_blocks, int64_t top_k, const int32_t* chosen, int64_t t,
+                                 KeyRange* r) {
+  int64_t n = 0;
+  auto add = [&](int64_t b, int64_t e) {
+    if (n > 0 && r[n - 1].end == b)
+      r[n - 1].end = e;
+    else
+      r[n++] = {b, e};
+  };
+  for (int64_t c = 0; c < top_k && chosen[c] >= 0; ++c) add(chosen[c] * block, (chosen[c] + 1) * block);
+  add(sparse_first_local_block(block, local_blocks, t) * block, t + 1);
+  return n;
+}
+
 // Kimi Delta Attention (DESIGN 1.2), per sequence b and head h: q, k, g [B, T, H, K]; v [B, T, H, V];
 // beta [B, T, H]; states [B, H, K, V] (S0 null = zeros: a fresh sequence). q, k arrive L2-normalised (q also
 // scaled by K^-1/2); g <= 0 is the per-channel log-decay. Per token: S <- Diag(e^g) S; S <- S + beta k (v - S^T k)^T;
@@ -214,6 +246,13 @@ void attention_forward(Device device, float* out, float* lse, const float* q, co
 
 void attention_backward(Device device, float* dq, float* dk, float* dv, const float* dout, const float* out,
                         const float* lse, const float* q, const float* k, const float* v, AttentionShape s);
+
+// Block-sparse attention (SparseAttentionShape); the backward accumulates into dq, dk, dv.
+void sparse_attention_forward(Device device, float* out, float* lse, const float* q, const float* k, const float* v,
+                              const int32_t* blocks, SparseAttentionShape s);
+void sparse_attention_backward(Device device, float* dq, float* dk, float* dv, const float* dout, const float* out,
+                               const float* lse, const float* q, const float* k, const float* v, const int32_t* blocks,
+                               SparseAttentionShape s);
 
 // Fused linear + cross-entropy: logits = h W^T (h [T, D], W [V, D]) are produced a chunk of rows at a time
 // and never stored whole. loss = mean over targets != ignore_index of nll_t = lse_t - logit_t[target]; with

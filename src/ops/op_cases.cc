@@ -4,6 +4,7 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <numeric>
 #include <random>
 
 #include "core/error.h"
@@ -347,6 +348,45 @@ Check check_attention(Device d, std::mt19937& rng, bool causal) {
   return c;
 }
 
+// Block-sparse: T = 100 in blocks of 8 with one local block before the query's own, top 3 of the earlier blocks
+// drawn at random per query (some queries choose fewer), so reads span merged and separate ranges.
+Check check_sparse_attention(Device d, std::mt19937& rng) {
+  const SparseAttentionShape s{
+      {.B = 2, .T = 100, .H = 4, .Hk = 2, .Dk = 16, .Dv = 12, .scale = 0.3f, .causal = true}, 8, 1, 3};
+  const AttentionShape& a = s.attn;
+  Check c("sparse_attention", "B2 T100 H4 Hk2 Dk16 Dv12, block 8, 1 local block, top 3", kRedR, kRedA,
+          "kRed: softmax sums over <= 51 keys, D-long dots");
+  std::vector<int32_t> blocks(sz(a.B * a.T * s.top_k), -1);
+  for (int64_t bi = 0; bi < a.B * a.T; ++bi) {
+    const int64_t cand = sparse_first_local_block(s.block, s.local_blocks, bi % a.T);
+    std::vector<int32_t> all(sz(cand));
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    const int64_t k = std::min<int64_t>(cand, int64_t(rng() % (s.top_k + 1)));
+    std::sort(all.begin(), all.begin() + k);
+    std::copy(all.begin(), all.begin() + k, blocks.begin() + bi * s.top_k);
+  }
+  const int64_t nq = a.B * a.T * a.H * a.Dk, nk = a.B * a.T * a.Hk * a.Dk, nv = a.B * a.T * a.Hk * a.Dv;
+  const int64_t no = a.B * a.T * a.H * a.Dv, nl = a.B * a.H * a.T;
+  Vec q = rnd(rng, nq, -2, 2), k = rnd(rng, nk, -2, 2), v = rnd(rng, nv), dout = rnd(rng, no);
+  Vec dq0 = rnd(rng, nq), dk0 = rnd(rng, nk), dv0 = rnd(rng, nv), dq = dq0, dk = dk0, dv = dv0;
+  Vec out(sz(no)), lse(sz(nl));
+  const auto sees = ref::sparse_sees(s, blocks.data());
+  ref::masked_attention_forward<double>(out.data(), lse.data(), q.data(), k.data(), v.data(), a, sees);
+  ref::masked_attention_backward<double>(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(),
+                                         k.data(), v.data(), a, sees);
+  Buf qb(q, d), kb(k, d), vb(v, d), ob(no, d), lb(nl, d), dob(dout, d), dqb(dq0, d), dkb(dk0, d), dvb(dv0, d);
+  ops::sparse_attention_forward(d, ob.data(), lb.data(), qb.data(), kb.data(), vb.data(), blocks.data(), s);
+  ops::sparse_attention_backward(d, dqb.data(), dkb.data(), dvb.data(), dob.data(), ob.data(), lb.data(), qb.data(),
+                                 kb.data(), vb.data(), blocks.data(), s);
+  c.fwd("out", ob, out);
+  c.fwd("lse", lb, lse);
+  c.bwd("dq", dqb, dq);
+  c.bwd("dk", dkb, dk);
+  c.bwd("dv", dvb, dv);
+  return c;
+}
+
 Check check_cross_entropy(Device d, std::mt19937& rng) {
   const int64_t T = 24, D = 32, V = 500, ignore = -100;
   Check c("cross_entropy", "T24 D32 V500, one ignored", kRedR, kRedA, "kRed: V-long sums of exps, D-long dots");
@@ -619,6 +659,7 @@ std::vector<SelfcheckLine> run_op_cases(Device device, const std::function<void(
       {"rope", [&] { return check_rope(device, rng); }},
       {"attention", [&] { return check_attention(device, rng, true); }},
       {"attention_bidir", [&] { return check_attention(device, rng, false); }},
+      {"sparse_attention", [&] { return check_sparse_attention(device, rng); }},
       {"cross_entropy", [&] { return check_cross_entropy(device, rng); }},
       {"cross_entropy_weighted", [&] { return check_cross_entropy_weighted(device, rng); }},
       {"topk", [&] { return check_topk(device, rng); }},

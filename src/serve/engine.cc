@@ -356,8 +356,8 @@ void Engine::store_prefix(const Sequence& s) {
   for (size_t l = 0; l < s.state.kda.size(); ++l) {
     if (s.state.kda[l].S.defined()) {
       pe->kda.push_back(s.state.kda[l].clone());
-      pe->mla.push_back(
-          MlaCache(s.state.mla[l].kv_lora_rank(), s.state.mla[l].rope_dim(), opt_.page_tokens, s.state.mla[l].dtype()));
+      pe->mla.push_back(MlaCache(s.state.mla[l].kv_lora_rank(), s.state.mla[l].rope_dim(), opt_.page_tokens,
+                                 s.state.mla[l].dtype(), s.state.mla[l].mean_block()));
       pe->bytes += pe->kda.back().bytes();
     } else {
       pe->kda.push_back(KdaState{});

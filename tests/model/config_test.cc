@@ -493,6 +493,31 @@ TEST(ModelConfigRules, RopeScaling) {
   expect_error(bad, {"qk_rope_head_dim", "= 7", "even"});
 }
 
+TEST(ModelConfigRules, SparseMlaAttention) {
+  json j = tiny();
+  EXPECT_FALSE(parse_ok(j).mla_sparse_attention.has_value());  // absent: dense
+  j["mla_sparse_attention"] = json::object();
+  ModelConfig c = parse_ok(j);
+  ASSERT_TRUE(c.mla_sparse_attention.has_value());
+  EXPECT_EQ(c.mla_sparse_attention->block_size, 64);
+  EXPECT_EQ(c.mla_sparse_attention->top_k, 16);
+  EXPECT_EQ(c.mla_sparse_attention->local_blocks(), 4);
+  j["mla_sparse_attention"] = {{"block_size", 32}, {"top_k", 0}, {"window", 0}};
+  c = parse_ok(j);
+  EXPECT_EQ(c.mla_sparse_attention->block_size, 32);
+  EXPECT_EQ(c.mla_sparse_attention->top_k, 0);
+  EXPECT_EQ(c.mla_sparse_attention->local_blocks(), 0);
+  json bad = j;
+  bad["mla_sparse_attention"]["window"] = 48;
+  expect_error(bad, {"mla_sparse_attention.window", "48", "multiple of block_size (32)"});
+  bad = j;
+  bad["mla_sparse_attention"]["block_size"] = 0;
+  expect_error(bad, {"mla_sparse_attention.block_size", "0"});
+  bad = j;
+  bad["mla_sparse_attention"]["top_k"] = -1;
+  expect_error(bad, {"mla_sparse_attention.top_k", "-1"});
+}
+
 TEST(ModelConfigRules, UnknownAttnResMode) {
   json j = tiny();
   j["attn_res_mode"] = "dense";

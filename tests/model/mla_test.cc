@@ -23,6 +23,7 @@
 #include "core/threads.h"
 #include "infer/mla_cache.h"
 #include "model/sequence_context.h"
+#include "model/sparse_mla.h"
 #include "model/transformer.h"
 #include "ops/kernels.h"
 
@@ -68,6 +69,12 @@ ModelConfig variant(const std::string& name) {
     j["num_attention_heads"] = 8;
     j["num_key_value_heads"] = 8;
     if (name == "eight_heads_rope") j["mla_use_nope"] = false;
+  } else if (name == "sparse" || name == "sparse_rope" || name == "sparse_every_block") {
+    // Blocks of 16 over 520 tokens (32 blocks, up to 30 candidates), 2 local blocks, top 3 chosen; with top_k 1000
+    // every earlier block is read: the same keys as dense attention.
+    j["mla_sparse_attention"] = {
+        {"block_size", 16}, {"top_k", name == "sparse_every_block" ? 1000 : 3}, {"window", 32}};
+    if (name == "sparse_rope") j["mla_use_nope"] = false;
   } else {
     ADD_FAILURE() << "unknown variant " << name;
   }
@@ -159,6 +166,17 @@ TEST_P(MlaVariant, DecodeAndChunkedPrefillEqualNaive) {
     EXPECT_GT(d, 0.1) << GetParam() << " vs nope";
     std::printf("[ %s ] differs from nope by %.3f (relative)\n", GetParam().c_str(), d);
   }
+  if (c.mla_sparse_attention) {
+    // The same weights dense: reading every block is dense attention; reading 3 of up to 30 is not.
+    ModelConfig dense_c = c;
+    dense_c.mla_sparse_attention.reset();
+    const double d = rel_err(ref, naive(dense_c, w, x), ref);
+    if (GetParam() == "sparse_every_block")
+      EXPECT_LE(d, kTol) << "every block read must be dense attention";
+    else
+      EXPECT_GT(d, 0.05) << GetParam() << " vs dense";
+    std::printf("[ %s ] differs from dense by %.3g (relative)\n", GetParam().c_str(), d);
+  }
   const MlaDecoder dec(c, w, kLayer);
 
   MlaCache cache = dec.make_cache();
@@ -184,14 +202,80 @@ TEST_P(MlaVariant, DecodeAndChunkedPrefillEqualNaive) {
     for (int64_t j = 0; j < cache.row_width(); ++j)
       cache_diff = std::max(cache_diff, double(std::fabs(cache.row(t)[j] - cache2.row(t)[j])));
   EXPECT_LE(cache_diff, 1e-5);
+  if (c.mla_sparse_attention) {
+    // A shared prefix keeps its block means: one ending on a block boundary (448) and one inside a block (300 of
+    // the 100-token pages: its partial block is summed again from the rows); decoding on from either gives the rest.
+    for (auto [from, n] : {std::pair<MlaCache*, int64_t>{&cache, 448}, {&cache3, 300}}) {
+      MlaCache shared = from->share_prefix(n);
+      Tensor rest = Tensor::empty({kT - n, c.hidden_size});
+      for (int64_t t = n; t < kT; ++t) set_row(rest, t - n, dec.step(x.select(0, t), t, shared));
+      EXPECT_LE(rel_err(rest, ref.slice(0, n, kT), ref), kTol) << GetParam() << ": decode after a prefix of " << n;
+    }
+  }
   std::printf("[ %s ] rel. error vs naive: decode %.2e, prefill(100)+decode %.2e, one prefill %.2e; scale %.6f\n",
               GetParam().c_str(), e_dec, e_pf, e_one, double(dec.softmax_scale()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, MlaVariant,
                          testing::Values("nope", "rope", "rope_yarn", "no_q_lora", "gate_off", "eight_heads",
-                                         "eight_heads_rope"),
+                                         "eight_heads_rope", "sparse", "sparse_rope", "sparse_every_block"),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// The block choice of block-sparse MLA (model/sparse_mla.h) against its definition computed in double the long way:
+// per-head keys k_nope = W_uk c_kv materialised, each head's logits averaged over the block's tokens, summed over
+// the heads, the top_k candidates taken by a full sort. Random inputs (no ties within f32 rounding).
+TEST(SparseMla, ChoosesTheBlocksWithTheHighestMeanLogitSummedOverHeads) {
+  const int64_t T = 200, H = 4, Dn = 16, Dr = 8, C = 32, Dv = 16, Dq = Dn + Dr;
+  const SparseMlaConfig sp{8, 4, 16};
+  const float scale = 0.2f;
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto rnd = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& e : v) e = nd(rng);
+    return v;
+  };
+  const std::vector<float> q = rnd(T * H * Dq), c_kv = rnd(T * C), k_pe = rnd(T * Dr), kvb = rnd(H * (Dn + Dv) * C);
+  const Tensor blocks = sparse_mla_blocks(sp, Tensor::from_vector(q, {T, H * Dq}), Tensor::from_vector(c_kv, {T, C}),
+                                          Tensor::from_vector(k_pe, {T, Dr}), H, Dn, kvb.data(), (Dn + Dv) * C, scale);
+  ASSERT_EQ(blocks.shape(), (Shape{1, T, sp.top_k}));
+  int64_t queries_choosing = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t cand = std::max<int64_t>(0, t / sp.block_size - sp.local_blocks());
+    std::vector<std::pair<double, int32_t>> score;
+    for (int64_t b = 0; b < cand; ++b) {
+      double total = 0.0;
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t j = b * sp.block_size; j < (b + 1) * sp.block_size; ++j) {
+          double logit = 0.0;
+          for (int64_t n = 0; n < Dn; ++n) {
+            double k = 0.0;
+            for (int64_t e = 0; e < C; ++e)
+              k += double(kvb[size_t((h * (Dn + Dv) + n) * C + e)]) * c_kv[size_t(j * C + e)];
+            logit += double(q[size_t(t * H * Dq + h * Dq + n)]) * k;
+          }
+          for (int64_t e = 0; e < Dr; ++e)
+            logit += double(q[size_t(t * H * Dq + h * Dq + Dn + e)]) * k_pe[size_t(j * Dr + e)];
+          total += scale * logit / double(sp.block_size);
+        }
+      score.push_back({-total, int32_t(b)});
+    }
+    std::sort(score.begin(), score.end());
+    std::vector<int32_t> want;
+    for (int64_t i = 0; i < std::min<int64_t>(cand, sp.top_k); ++i) want.push_back(score[size_t(i)].second);
+    std::sort(want.begin(), want.end());
+    want.resize(size_t(sp.top_k), -1);
+    const int32_t* got = blocks.data<int32_t>() + t * sp.top_k;
+    EXPECT_EQ(std::vector<int32_t>(got, got + sp.top_k), want) << "query " << t;
+    queries_choosing += cand > sp.top_k;
+    // Its keys: the chosen blocks, then [first local block, t].
+    const std::vector<KeyRange> r = sparse_mla_ranges(sp, t, got);
+    ASSERT_FALSE(r.empty());
+    EXPECT_EQ(r.back().end, t + 1);
+    EXPECT_EQ(r.back().begin <= cand * sp.block_size, true);
+  }
+  EXPECT_GT(queries_choosing, 100);  // most queries really choose (more candidates than top_k)
+}
 
 TEST(MlaDecoder, SoftmaxScaleIncludesYarnMscaleOnlyWithRope) {
   const float base = 1.0f / std::sqrt(float(16 + 8));

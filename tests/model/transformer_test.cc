@@ -38,6 +38,27 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
   return m;
 }
 
+// The training forward's logits of `ids` against the inference model's, from one prefill and token by token.
+// f32 through 4 layers on both sides (chunkwise KDA, naive against absorbed MLA): ~1e-6 of O(1) logits, bound tol.
+// Returns the training logits.
+Tensor expect_inference_matches_training(const ModelConfig& c, const Transformer& model,
+                                         const std::vector<int64_t>& ids, double tol) {
+  ag::NoGradGuard ng;
+  const int64_t T = int64_t(ids.size());
+  const Tensor logits = model.logits(model.forward(Tensor::from_vector(ids, {T}), Tensor()).hidden);
+  InferenceModel inf(c, DecodeWeights::from_model(model.weights()));
+  const std::vector<int32_t> ids32(ids.begin(), ids.end());
+  SequenceState prefill = inf.new_sequence(), decode = inf.new_sequence();
+  const BatchEntry e{&prefill, ids32};
+  EXPECT_LE(max_abs_diff(inf.forward(std::span<const BatchEntry>(&e, 1), true), logits), tol) << "prefill";
+  for (int64_t t = 0; t < T; ++t) {
+    const BatchEntry one{&decode, std::span<const int32_t>(ids32.data() + t, 1)};
+    EXPECT_LE(max_abs_diff(inf.forward(std::span<const BatchEntry>(&one, 1)), logits.slice(0, t, t + 1)), tol)
+        << "decode token " << t;
+  }
+  return logits;
+}
+
 TEST(AttnRes, OneCandidateIsIdentityZeroQueryIsMeanAndGradientsReachEverySnapshot) {
   const ModelConfig c = load("tiny.json");
   Transformer model(c, ModelWeights::random(c, 1));
@@ -352,23 +373,10 @@ TEST(Kda, UnboundedSoftplusGateRunsInTrainingPrefillAndDecode) {
   const int64_t T = 40;
   std::vector<int64_t> ids(T);
   for (int64_t t = 0; t < T; ++t) ids[size_t(t)] = (t * 37 + 11) % c.vocab_size;
+  const Tensor logits = expect_inference_matches_training(c, model, ids, 1e-4);
   ag::NoGradGuard ng;
-  const Tensor tokens = Tensor::from_vector(ids, {T});
-  const Tensor logits = model.logits(model.forward(tokens, Tensor()).hidden);
   const Transformer other(bounded, w);
-  EXPECT_GT(max_abs_diff(other.logits(other.forward(tokens, Tensor()).hidden), logits), 1e-2);
-  InferenceModel inf(c, DecodeWeights::from_model(model.weights()));
-  const std::vector<int32_t> ids32(ids.begin(), ids.end());
-  SequenceState prefill = inf.new_sequence(), decode = inf.new_sequence();
-  const BatchEntry e{&prefill, ids32};
-  // f32 through 4 layers, chunkwise (or recurrent) KDA on both sides: ~1e-6 of O(1) logits, as above.
-  EXPECT_LE(max_abs_diff(inf.forward(std::span<const BatchEntry>(&e, 1), true), logits), 1e-4);
-  for (int64_t t = 0; t < T; ++t) {
-    const BatchEntry one{&decode, std::span<const int32_t>(ids32.data() + t, 1)};
-    const Tensor row = inf.forward(std::span<const BatchEntry>(&one, 1));
-    const Tensor want = logits.slice(0, t, t + 1);
-    EXPECT_LE(max_abs_diff(row, want), 1e-4) << "decode token " << t;
-  }
+  EXPECT_GT(max_abs_diff(other.logits(other.forward(Tensor::from_vector(ids, {T}), Tensor()).hidden), logits), 1e-2);
 }
 
 // The AttnRes reads are written once (model/layer_module.h attn_res_read) and run on the tape in training and on the
@@ -399,21 +407,38 @@ TEST(AttnRes, NonZeroQueriesGiveTheSameLogitsInTrainingPrefillAndDecode) {
   const int64_t T = 40;
   std::vector<int64_t> ids(T);
   for (int64_t t = 0; t < T; ++t) ids[size_t(t)] = (t * 29 + 3) % c.vocab_size;
+  const Tensor logits = expect_inference_matches_training(c, model, ids, 1e-4);
   ag::NoGradGuard ng;
-  const Tensor tokens = Tensor::from_vector(ids, {T});
-  const Tensor logits = model.logits(model.forward(tokens, Tensor()).hidden);
-  EXPECT_GT(max_abs_diff(zero.logits(zero.forward(tokens, Tensor()).hidden), logits), 1e-2);
-  InferenceModel inf(c, DecodeWeights::from_model(model.weights()));
-  const std::vector<int32_t> ids32(ids.begin(), ids.end());
-  SequenceState prefill = inf.new_sequence(), decode = inf.new_sequence();
-  const BatchEntry e{&prefill, ids32};
-  // f32 through 4 layers on both sides (chunkwise KDA, naive against absorbed MLA): ~1e-6 of O(1) logits.
-  EXPECT_LE(max_abs_diff(inf.forward(std::span<const BatchEntry>(&e, 1), true), logits), 1e-4);
-  for (int64_t t = 0; t < T; ++t) {
-    const BatchEntry one{&decode, std::span<const int32_t>(ids32.data() + t, 1)};
-    EXPECT_LE(max_abs_diff(inf.forward(std::span<const BatchEntry>(&one, 1)), logits.slice(0, t, t + 1)), 1e-4)
-        << "decode token " << t;
-  }
+  EXPECT_GT(max_abs_diff(zero.logits(zero.forward(Tensor::from_vector(ids, {T}), Tensor()).hidden), logits), 1e-2);
+}
+
+// Block-sparse MLA (model/sparse_mla.h) through the whole model: the training forward (the sparse_attention op over
+// the blocks chosen from the tape's values) and the inference model (the blocks chosen from the cache's block
+// means, in prefill and decode) give the same logits; and the sparsity is real (dense logits differ). The MLA
+// weights are scaled up so that its attention is peaked enough for the choice of blocks to matter.
+TEST(Transformer, SparseMlaGivesTheSameLogitsInTrainingPrefillAndDecode) {
+  ModelConfig c = load("tiny.json");
+  c.mla_sparse_attention = SparseMlaConfig{4, 2, 8};
+  ModelWeights w = ModelWeights::random(c, 31);
+  for (const auto& [name, t] : w.all())
+    if (name.find("self_attn.") != std::string::npos &&
+        (name.find("q_b_proj") != std::string::npos || name.find("kv_b_proj") != std::string::npos ||
+         name.find("o_proj") != std::string::npos)) {
+      Tensor v(t.value());  // shared storage
+      for (int64_t i = 0; i < v.numel(); ++i) v.data<float>()[i] *= 12.0f;
+    }
+  const Transformer model(c, w);
+  const int64_t T = 72;  // 18 blocks of 4: up to 15 candidates, 2 chosen
+  std::vector<int64_t> ids(T);
+  for (int64_t t = 0; t < T; ++t) ids[size_t(t)] = (t * 41 + 7) % c.vocab_size;
+  const Tensor logits = expect_inference_matches_training(c, model, ids, 1e-4);
+  ModelConfig dense = c;
+  dense.mla_sparse_attention.reset();
+  ag::NoGradGuard ng;
+  const Transformer dense_model(dense, w);
+  const double d =
+      max_abs_diff(dense_model.logits(dense_model.forward(Tensor::from_vector(ids, {T}), Tensor()).hidden), logits);
+  EXPECT_GT(d, 1e-2) << "the sparse model must differ from the dense one";
 }
 
 // Gradient checkpointing recomputes each layer in the backward: the same loss, routing statistics once per MoE

@@ -59,6 +59,11 @@ void rope_backward(float* dx, const float* dy, const float* cos, const float* si
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, AttentionShape s);
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                         const float* q, const float* k, const float* v, AttentionShape s);
+void sparse_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                              const int32_t* blocks, SparseAttentionShape s);
+void sparse_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                               const float* q, const float* k, const float* v, const int32_t* blocks,
+                               SparseAttentionShape s);
 int64_t cross_entropy_forward(float* loss, float* lse, const float* h, const float* W, const int64_t* targets,
                               int64_t T, int64_t D, int64_t V, int64_t ignore_index, const float* weights = nullptr,
                               float* nll = nullptr);

@@ -2,6 +2,7 @@
 // the full score matrix: it is the oracle, not the fast path). T = float or double.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -103,9 +104,10 @@ void rope_backward(T* dx, const T* dy, const T* cos, const T* sin, int64_t Tn, i
     }
 }
 
-// Full-matrix attention: P = softmax(scale * q k^T (+ causal mask when s.causal)), out = P v.
-template <class T>
-void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, AttentionShape s) {
+// Full-matrix attention: P = softmax(scale * q k^T over the keys query i sees), out = P v. sees(b, i, j): whether
+// query i of sequence b reads key j (causal: j <= i; all keys when not; block-sparse: sparse_sees below).
+template <class T, class Sees>
+void masked_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, AttentionShape s, Sees sees) {
   const int64_t group = s.H / s.Hk;
   std::vector<T> p(static_cast<size_t>(s.T));
   for (int64_t b = 0; b < s.B; ++b)
@@ -113,9 +115,9 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, Atten
       const int64_t hk = h / group;
       for (int64_t i = 0; i < s.T; ++i) {
         const T* qi = q + ((b * s.T + i) * s.H + h) * s.Dk;
-        const int64_t last = s.causal ? i : s.T - 1;  // the last key query i sees
         T mx = -std::numeric_limits<T>::infinity();
-        for (int64_t j = 0; j <= last; ++j) {
+        for (int64_t j = 0; j < s.T; ++j) {
+          if (!sees(b, i, j)) continue;
           const T* kj = k + ((b * s.T + j) * s.Hk + hk) * s.Dk;
           T d = 0;
           for (int64_t e = 0; e < s.Dk; ++e) d += qi[e] * kj[e];
@@ -123,12 +125,14 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, Atten
           mx = std::max(mx, p[size_t(j)]);
         }
         T sum = 0;
-        for (int64_t j = 0; j <= last; ++j) sum += std::exp(p[size_t(j)] - mx);
+        for (int64_t j = 0; j < s.T; ++j)
+          if (sees(b, i, j)) sum += std::exp(p[size_t(j)] - mx);
         const T l = mx + std::log(sum);
         lse[(b * s.H + h) * s.T + i] = l;
         T* oi = out + ((b * s.T + i) * s.H + h) * s.Dv;
         for (int64_t e = 0; e < s.Dv; ++e) oi[e] = 0;
-        for (int64_t j = 0; j <= last; ++j) {
+        for (int64_t j = 0; j < s.T; ++j) {
+          if (!sees(b, i, j)) continue;
           const T pj = std::exp(p[size_t(j)] - l);
           const T* vj = v + ((b * s.T + j) * s.Hk + hk) * s.Dv;
           for (int64_t e = 0; e < s.Dv; ++e) oi[e] += pj * vj[e];
@@ -137,9 +141,9 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, Atten
     }
 }
 
-template <class T>
-void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q, const T* k,
-                        const T* v, AttentionShape s) {
+template <class T, class Sees>
+void masked_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q, const T* k,
+                               const T* v, AttentionShape s, Sees sees) {
   const int64_t group = s.H / s.Hk;
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h) {
@@ -151,8 +155,8 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
         T delta = 0;  // rowsum(dO * O)
         for (int64_t e = 0; e < s.Dv; ++e) delta += doi[e] * oi[e];
         const T l = lse[(b * s.H + h) * s.T + i];
-        const int64_t last = s.causal ? i : s.T - 1;
-        for (int64_t j = 0; j <= last; ++j) {
+        for (int64_t j = 0; j < s.T; ++j) {
+          if (!sees(b, i, j)) continue;
           const T* kj = k + ((b * s.T + j) * s.Hk + hk) * s.Dk;
           const T* vj = v + ((b * s.T + j) * s.Hk + hk) * s.Dv;
           T d = 0;
@@ -171,6 +175,32 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
         }
       }
     }
+}
+
+inline auto causal_sees(bool causal) {
+  return [causal](int64_t, int64_t i, int64_t j) { return !causal || j <= i; };
+}
+
+template <class T>
+void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, AttentionShape s) {
+  masked_attention_forward(out, lse, q, k, v, s, causal_sees(s.causal));
+}
+
+template <class T>
+void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q, const T* k,
+                        const T* v, AttentionShape s) {
+  masked_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s, causal_sees(s.causal));
+}
+
+// Block-sparse (ops/kernels.h SparseAttentionShape), written from its definition: query i sees key j <= i when j's
+// block is one of its chosen ones or j lies at or after the start of its (local_blocks + 1) last blocks.
+inline auto sparse_sees(const SparseAttentionShape& s, const int32_t* blocks) {
+  return [s, blocks](int64_t b, int64_t i, int64_t j) {
+    if (j > i) return false;
+    if (j / s.block >= std::max<int64_t>(0, i / s.block - s.local_blocks)) return true;
+    const int32_t* c = blocks + (b * s.attn.T + i) * s.top_k;
+    return std::find(c, c + s.top_k, int32_t(j / s.block)) != c + s.top_k;
+  };
 }
 
 }  // namespace myriad::ref

@@ -1,0 +1,102 @@
+#include "model/sparse_mla.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.h"
+#include "ops/kernels.h"
+
+namespace myriad {
+
+BlockMeans::BlockMeans(int64_t block, int64_t width)
+    : block_(block), width_(width), sum_(static_cast<size_t>(width), 0.0f) {
+  MYRIAD_REQUIRE(block > 0 && width > 0, kValue, "block means: block ", block, " and width ", width, " must be > 0");
+}
+
+void BlockMeans::append(const float* row) {
+  for (int64_t i = 0; i < width_; ++i) sum_[size_t(i)] += row[i];
+  if (++rows_ % block_ != 0) return;
+  const float inv = 1.0f / float(block_);
+  for (int64_t i = 0; i < width_; ++i) means_.push_back(sum_[size_t(i)] * inv);
+  std::fill(sum_.begin(), sum_.end(), 0.0f);
+}
+
+void sparse_mla_query_sum(Device device, const float* q, int64_t T, int64_t ldq, int64_t H, int64_t Dn, int64_t Dr,
+                          const float* w_uk, int64_t head_stride, int64_t C, float scale, float* qbar) {
+  const int64_t W = C + Dr, Dq = Dn + Dr;
+  // sum_h q_nope[h] W_uk[h]: one accumulating product per head ([T, Dn] x [Dn, C] into the first C columns).
+  if (Dn > 0)
+    for (int64_t h = 0; h < H; ++h)
+      ops::gemm(device, false, false, T, C, Dn, scale, q + h * Dq, ldq, w_uk + h * head_stride, C, h == 0 ? 0.0f : 1.0f,
+                qbar, W);
+  if (Dn == 0 || H == 0)
+    for (int64_t t = 0; t < T; ++t) std::fill(qbar + t * W, qbar + t * W + C, 0.0f);
+  for (int64_t t = 0; t < T; ++t) {
+    float* pe = qbar + t * W + C;
+    std::fill(pe, pe + Dr, 0.0f);
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < Dr; ++i) pe[i] += q[t * ldq + h * Dq + Dn + i];
+    for (int64_t i = 0; i < Dr; ++i) pe[i] *= scale;
+  }
+}
+
+int64_t sparse_mla_choose(const SparseMlaConfig& s, int64_t t, const float* qbar, const float* means, int64_t W,
+                          int32_t* out) {
+  const int64_t cand = sparse_first_local_block(s, t), k = std::min(cand, s.top_k);
+  std::fill(out, out + s.top_k, -1);
+  if (k == 0) return 0;
+  if (k == cand) {
+    std::iota(out, out + k, 0);
+    return k;
+  }
+  thread_local std::vector<float> score;
+  thread_local std::vector<int32_t> order;
+  score.resize(size_t(cand));
+  order.resize(size_t(cand));
+  for (int64_t b = 0; b < cand; ++b) {
+    const float* m = means + b * W;
+    float d = 0.0f;
+#pragma omp simd reduction(+ : d)
+    for (int64_t i = 0; i < W; ++i) d += qbar[i] * m[i];
+    score[size_t(b)] = d;
+  }
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    return score[size_t(a)] > score[size_t(b)] || (score[size_t(a)] == score[size_t(b)] && a < b);
+  });
+  std::copy(order.begin(), order.begin() + k, out);
+  std::sort(out, out + k);
+  return k;
+}
+
+Tensor sparse_mla_blocks(const SparseMlaConfig& s, const Tensor& q_in, const Tensor& c_kv_in, const Tensor& k_pe_in,
+                         int64_t H, int64_t Dn, const float* w_uk, int64_t head_stride, float scale) {
+  const Tensor q = q_in.contiguous(), c_kv = c_kv_in.contiguous(), k_pe = k_pe_in.contiguous();
+  const int64_t T = c_kv.size(0), C = c_kv.size(1), Dr = T > 0 ? k_pe.numel() / T : 0, W = C + Dr;
+  MYRIAD_REQUIRE(q.numel() == T * H * (Dn + Dr) && k_pe.numel() == T * Dr, kShape, "sparse mla: queries ",
+                 shape_str(q.shape()), ", c_kv ", shape_str(c_kv.shape()), " and k_pe ", shape_str(k_pe.shape()),
+                 " do not match ", H, " heads of ", Dn, " + ", Dr);
+  std::vector<float> qbar(static_cast<size_t>(T * W));
+  sparse_mla_query_sum(Device::kCPU, q.data<float>(), T, H * (Dn + Dr), H, Dn, Dr, w_uk, head_stride, C, scale,
+                       qbar.data());
+  BlockMeans means(s.block_size, W);
+  std::vector<float> row(static_cast<size_t>(W));
+  for (int64_t t = 0; t < T; ++t) {
+    std::copy(c_kv.data<float>() + t * C, c_kv.data<float>() + (t + 1) * C, row.begin());
+    std::copy(k_pe.data<float>() + t * Dr, k_pe.data<float>() + (t + 1) * Dr, row.begin() + C);
+    means.append(row.data());
+  }
+  Tensor blocks = Tensor::empty({1, T, s.top_k}, DType::kI32);
+  int32_t* out = blocks.data<int32_t>();
+#pragma omp parallel for schedule(dynamic, 64)
+  for (int64_t t = 0; t < T; ++t) sparse_mla_choose(s, t, qbar.data() + t * W, means.means(), W, out + t * s.top_k);
+  return blocks;
+}
+
+std::vector<KeyRange> sparse_mla_ranges(const SparseMlaConfig& s, int64_t t, const int32_t* chosen) {
+  std::vector<KeyRange> r(static_cast<size_t>(s.top_k + 1));
+  r.resize(size_t(sparse_key_ranges(s.block_size, s.local_blocks(), s.top_k, chosen, t, r.data())));
+  return r;
+}
+
+}  // namespace myriad
