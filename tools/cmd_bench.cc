@@ -10,6 +10,7 @@
 #include <string>
 
 #include "bench/dist_bench.h"
+#include "bench/longctx_bench.h"
 #include "bench/model_bench.h"
 #include "bench/op_bench.h"
 #include "bench/report.h"
@@ -22,6 +23,7 @@
 #include "model/config.h"
 #include "ops/machine_limits.h"
 #include "quant/quant.h"
+#include "train/longctx_eval.h"
 
 namespace {
 
@@ -234,35 +236,76 @@ int run_vision(const myriad::cli::Args& args) {
   return 0;
 }
 
+int run_longctx(const myriad::cli::Args& args) {
+  using namespace myriad;
+  using namespace myriad::bench;
+  LongctxBenchOptions opt;
+  opt.config_path = args.get_or("config", opt.config_path);
+  if (const auto v = args.get("context")) {
+    const std::vector<int64_t> n = parse_token_lengths(*v);
+    MYRIAD_REQUIRE(n.size() == 1, kValue, "bench longctx: --context takes one length, got '", *v, "'");
+    opt.context = n[0];
+  }
+  opt.chunk = args.get_int("chunk", opt.chunk, 1, 1 << 20);
+  opt.decode = args.get_int("decode", opt.decode, 1, 4096);
+  if (const auto v = args.get("at")) opt.at = parse_token_lengths(*v);
+  const std::string cache = args.get_choice("cache", "q8", {"f32", "bf16", "q8"});
+  opt.cache = cache == "f32" ? DType::kF32 : cache == "bf16" ? DType::kBF16 : DType::kQ8_0;
+  opt.dense = args.has("dense");
+  (void)load_model_config(opt.config_path, nullptr);  // config errors before the ceilings are measured
+  std::printf("myriad bench longctx: %d threads\n", num_threads());
+  const MachineLimits limits = measure_machine_limits(2.0);
+  print_ceilings(stdout, limits);
+  const nlohmann::ordered_json res = run_longctx_bench(opt, limits, stdout);
+  if (const auto json_path = args.get("json")) {
+    nlohmann::ordered_json j;
+    j["bench"] = "longctx";
+    j["limits"] = limits_json(limits);
+    for (const auto& [key, value] : res.items()) j[key] = value;
+    write_text_file(*json_path, j.dump(2) + "\n");
+    std::printf("wrote %s\n", json_path->c_str());
+  }
+  return 0;
+}
+
 int run_bench(const myriad::cli::Args& args) {
   const auto& pos = args.positional();
   MYRIAD_REQUIRE(pos.size() == 1 && (pos[0] == "ops" || pos[0] == "model" || pos[0] == "serve" || pos[0] == "dist" ||
-                                     pos[0] == "vision"),
-                 kValue, "bench: expected one benchmark name (ops, model, serve, dist or vision), got ",
+                                     pos[0] == "vision" || pos[0] == "longctx"),
+                 kValue, "bench: expected one benchmark name (ops, model, serve, dist, vision or longctx), got ",
                  pos.empty() ? std::string("none") : "'" + pos[0] + "'" + (pos.size() > 1 ? " and more" : ""));
   if (pos[0] == "serve") return run_serve(args);
   if (pos[0] == "vision") return run_vision(args);
+  if (pos[0] == "longctx") return run_longctx(args);
   if (pos[0] == "dist") return run_dist(args);
   return pos[0] == "ops" ? run_ops(args) : run_model(args);
 }
 
 }  // namespace
 
-MYRIAD_COMMAND("bench", "benchmark the CPU kernels or a whole model against this machine's sgemm and memory ceilings",
-               "myriad bench ops [--seconds S] [--json FILE]\n"
-               "       myriad bench model --config FILE [--seq T] [--seconds S] [--json FILE]\n"
-               "       myriad bench serve (--model DIR | --config FILE) [--formats LIST] [--seconds S] [--json FILE]\n"
-               "       mpirun -np N myriad bench dist [--seconds S] [--json FILE]   (scripts/mpirun.sh here)\n"
-               "       myriad bench vision [--config FILE] [--patches N] [--layers L] [--seconds S] [--json FILE]",
-               {{"seconds", "S",
-                 "seconds of timed repeats, all rows together (ops: default 20, about 30 s in all; model: default 40, "
-                 "about 65 s in all for configs/small.json on 2 cores)"},
-                {"json", "FILE", "also write the figures as JSON (to FILE.tmp, then renamed)"},
-                {"config", "FILE",
-                 "model, serve: the model config.json (or a directory holding one); serve: random init"},
-                {"formats", "LIST", "serve: weight formats to time, of f32,q8,q4,mxfp4 (default f32,q8,q4)"},
-                {"model", "DIR", "serve: a plain model directory or run (quantized forms are made from it)"},
-                {"seq", "T", "model: tokens in the sequence (default min(1024, max_position_embeddings))"},
-                {"patches", "N", "vision: patches of the one image timed (default 1024: 448 x 448 pixels at patch 14)"},
-                {"layers", "L", "vision: tower blocks timed (default 2; 0: all)"}},
-               run_bench);
+MYRIAD_COMMAND(
+    "bench", "benchmark the CPU kernels or a whole model against this machine's sgemm and memory ceilings",
+    "myriad bench ops [--seconds S] [--json FILE]\n"
+    "       myriad bench model --config FILE [--seq T] [--seconds S] [--json FILE]\n"
+    "       myriad bench serve (--model DIR | --config FILE) [--formats LIST] [--seconds S] [--json FILE]\n"
+    "       mpirun -np N myriad bench dist [--seconds S] [--json FILE]   (scripts/mpirun.sh here)\n"
+    "       myriad bench vision [--config FILE] [--patches N] [--layers L] [--seconds S] [--json FILE]\n"
+    "       myriad bench longctx [--config FILE] [--context N] [--chunk T] [--cache q8] [--decode N] [--at LIST]"
+    " [--dense] [--json FILE]",
+    {{"seconds", "S",
+      "seconds of timed repeats, all rows together (ops: default 20, about 30 s in all; model: default 40, "
+      "about 65 s in all for configs/small.json on 2 cores)"},
+     {"json", "FILE", "also write the figures as JSON (to FILE.tmp, then renamed)"},
+     {"config", "FILE", "model, serve: the model config.json (or a directory holding one); serve: random init"},
+     {"formats", "LIST", "serve: weight formats to time, of f32,q8,q4,mxfp4 (default f32,q8,q4)"},
+     {"model", "DIR", "serve: a plain model directory or run (quantized forms are made from it)"},
+     {"seq", "T", "model: tokens in the sequence (default min(1024, max_position_embeddings))"},
+     {"patches", "N", "vision: patches of the one image timed (default 1024: 448 x 448 pixels at patch 14)"},
+     {"layers", "L", "vision: tower blocks timed (default 2; 0: all)"},
+     {"context", "N", "longctx: prompt tokens prefilled (default 1M = 1048576; K and M suffixes)"},
+     {"chunk", "T", "longctx: prefill chunk (default 4096)"},
+     {"cache", "DTYPE", "longctx: MLA latent cache f32, bf16 or q8 (default q8)"},
+     {"decode", "N", "longctx: decode steps timed at each length (default 16)"},
+     {"at", "LIST", "longctx: lengths where decode is timed (default 1K,32K,256K,1M up to --context)"},
+     {"dense", "", "longctx: also time dense MLA decode over the same caches at each length"}},
+    run_bench);

@@ -324,9 +324,27 @@ void MlaDecoder::attend_sparse(const float* q, int64_t t, const MlaCache& cache,
 }
 
 void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, int max_parts) const {
-  if (sparse_) return attend_sparse(q, cache.size() - 1, cache, attn);
-  const int64_t W = C_ + Dr_, HV = H_ * Dv_;
-  (void)HV;
+  const int64_t W = C_ + Dr_;
+  // The pages read: every page (dense), or the pages of a sparse query's chosen blocks and local keys, which are
+  // whole pages when the block is a multiple of the page (the block boundaries are then page boundaries); other
+  // sparse layouts gather their rows (attend_sparse).
+  std::vector<int64_t> list;
+  if (sparse_) {
+    if (sparse_->block_size % cache.page_tokens() != 0) return attend_sparse(q, cache.size() - 1, cache, attn);
+    thread_local std::vector<float> qbar;
+    thread_local std::vector<int32_t> chosen;
+    qbar.resize(size_t(W));
+    chosen.resize(size_t(sparse_->top_k));
+    sparse_mla_query_sum(weights_->device(), q, 1, H_ * Dq_, H_, Dn_, Dr_, w_uk_.data<float>(), Dn_ * C_, C_, scale_,
+                         qbar.data());
+    sparse_mla_choose(*sparse_, cache.size() - 1, qbar.data(), cache.block_means().means(), W, chosen.data());
+    const int64_t P = cache.page_tokens();
+    for (const KeyRange& r : sparse_mla_ranges(*sparse_, cache.size() - 1, chosen.data()))
+      for (int64_t p = r.begin / P; p < (r.end + P - 1) / P; ++p) list.push_back(p);
+  } else {
+    list.resize(size_t(cache.num_pages()));
+    std::iota(list.begin(), list.end(), int64_t(0));
+  }
   // Every head's query row [q_lat | q_pe] (q_lat[h] = q_nope[h] W_uk[h]), so that one sgemm per page scores all
   // heads: the cached rows are read once per step, not once per head.
   std::vector<float> qcat(static_cast<size_t>(H_ * W));
@@ -354,8 +372,8 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
 
   // Pages are split into contiguous ranges, one per part; each part runs an online softmax over its pages (running
   // max m, sum l and unnormalised o_lat per head), and the parts are merged at the end (flash-decoding).
-  const int64_t pages = cache.num_pages(), P = cache.page_tokens();
-  const int64_t work = H_ * cache.size() * (W + C_);  // multiply-adds
+  const int64_t pages = int64_t(list.size()), P = cache.page_tokens();
+  const int64_t work = H_ * pages * P * (W + C_);  // multiply-adds
   const int64_t parts = std::clamp<int64_t>(std::min<int64_t>(work / kStepWorkPerThread, pages), 1, max_parts);
   std::vector<float> m(static_cast<size_t>(parts * H_)), l(static_cast<size_t>(parts * H_)),
       o(static_cast<size_t>(parts * H_ * C_));
@@ -378,19 +396,20 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
       int64_t total = 0;
       // The per-page products are [H, W] x [W, n] and [H, n] x [n, C] for a handful of heads: the few-row kernels
       // read the page once per four heads straight from the cache, where sgemm would first copy (pack) it.
-      auto page_f32 = [&](int64_t p) { return bf16 ? widened.data() + (p - s0) * P * W : cache.page(p); };
-      for (int64_t p = s0; p < s1; ++p) {
-        const int64_t n = cache.page_rows(p), off = (p - s0) * P;
+      // i: a position in the list, p = list[i] the page.
+      auto page_f32 = [&](int64_t i) { return bf16 ? widened.data() + (i - s0) * P * W : cache.page(list[size_t(i)]); };
+      for (int64_t i = s0; i < s1; ++i) {
+        const int64_t p = list[size_t(i)], n = cache.page_rows(p), off = (i - s0) * P;
         if (q8) {
           ops::latent_q8_scores(weights_->device(), cache.q8_layout(), cache.page_q8(p), n, qq, S.data() + off, LS,
-                                p + 1 < p1 ? cache.page_q8(p + 1) : nullptr);
+                                i + 1 < p1 ? cache.page_q8(list[size_t(i + 1)]) : nullptr);
         } else {
           if (bf16) ops::bf16_to_f32_rows(weights_->device(), widened.data() + off * W, W, cache.page_bf16(p), W, n, W);
           if (bf16_dot)
             ops::gemm_skinny_bf16(weights_->device(), H_, n, W, qb.data(), W, cache.page_bf16(p), W, S.data() + off,
                                   LS);
           else
-            ops::gemm_skinny(weights_->device(), H_, n, W, qcat.data(), page_f32(p), S.data() + off,
+            ops::gemm_skinny(weights_->device(), H_, n, W, qcat.data(), page_f32(i), S.data() + off,
                              LS);  // [H, n] scores
         }
         // Only the last page of the cache can be short, so the span's tokens are contiguous in S.
@@ -404,13 +423,13 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
         mp[h] = mx;
         if (corr != 1.0f) ops::scale(weights_->device(), op + h * C_, op + h * C_, corr, C_);
       }
-      for (int64_t p = s0; p < s1; ++p) {
-        const int64_t n = cache.page_rows(p), off = (p - s0) * P;
+      for (int64_t i = s0; i < s1; ++i) {
+        const int64_t p = list[size_t(i)], n = cache.page_rows(p), off = (i - s0) * P;
         if (q8)
           ops::latent_q8_values(weights_->device(), cache.q8_layout(), cache.page_q8(p), n, S.data() + off, LS, H_, op,
                                 C_);
         else
-          ops::gemm_skinny_nn(weights_->device(), H_, C_, n, S.data() + off, LS, page_f32(p), W, op, C_,
+          ops::gemm_skinny_nn(weights_->device(), H_, C_, n, S.data() + off, LS, page_f32(i), W, op, C_,
                               true);  // o_lat += p c_kv
       }
     }

@@ -49,22 +49,28 @@ int64_t sparse_mla_choose(const SparseMlaConfig& s, int64_t t, const float* qbar
     std::iota(out, out + k, 0);
     return k;
   }
-  thread_local std::vector<float> score;
-  thread_local std::vector<int32_t> order;
-  score.resize(size_t(cand));
-  order.resize(size_t(cand));
+  // One pass over the candidates keeping the best k so far, sorted by score (a later block must beat a kept one
+  // strictly: ties go to the lower block). Few insertions happen after the first k, so this is one dot per block.
+  thread_local std::vector<float> best;
+  thread_local std::vector<int32_t> idx;
+  best.assign(size_t(k), 0.0f);
+  idx.assign(size_t(k), -1);
+  int64_t kept = 0;
   for (int64_t b = 0; b < cand; ++b) {
     const float* m = means + b * W;
     float d = 0.0f;
 #pragma omp simd reduction(+ : d)
     for (int64_t i = 0; i < W; ++i) d += qbar[i] * m[i];
-    score[size_t(b)] = d;
+    if (kept == k && !(d > best[size_t(k - 1)])) continue;
+    int64_t pos = kept < k ? kept++ : k - 1;
+    for (; pos > 0 && d > best[size_t(pos - 1)]; --pos) {
+      best[size_t(pos)] = best[size_t(pos - 1)];
+      idx[size_t(pos)] = idx[size_t(pos - 1)];
+    }
+    best[size_t(pos)] = d;
+    idx[size_t(pos)] = int32_t(b);
   }
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-    return score[size_t(a)] > score[size_t(b)] || (score[size_t(a)] == score[size_t(b)] && a < b);
-  });
-  std::copy(order.begin(), order.begin() + k, out);
+  std::copy(idx.begin(), idx.end(), out);
   std::sort(out, out + k);
   return k;
 }
