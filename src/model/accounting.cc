@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/sparse_mla.h"
 
 namespace myriad {
 
@@ -99,8 +100,18 @@ TrainingFlops training_flops_per_token(const ModelConfig& c, const ModelAccounti
   if (a.mla_mixer.layers > 0) {
     const double per_key = 2.0 * double(c.num_attention_heads) *
                            double(c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim);  // scores + values
-    const double keys = (double(seq_len) + 1.0) / 2.0;  // average over the causal mask
-    f.mla_attention = 3.0 * per_key * keys * double(a.mla_mixer.layers);
+    double keys = (double(seq_len) + 1.0) / 2.0;  // average over the causal mask
+    double choice = 0.0;                          // sparse: the block scores, forward only (not differentiated)
+    if (const auto& sp = c.mla_sparse_attention) {
+      double sum_keys = 0.0, sum_cand = 0.0;
+      for (int64_t t = 0; t < seq_len; ++t) {
+        sum_keys += double(sparse_mla_keys(*sp, t));
+        sum_cand += double(sparse_first_local_block(*sp, t));
+      }
+      keys = sum_keys / double(seq_len);
+      choice = 2.0 * double(c.kv_lora_rank + c.qk_rope_head_dim) * sum_cand / double(seq_len);
+    }
+    f.mla_attention = (3.0 * per_key * keys + choice) * double(a.mla_mixer.layers);
   }
   if (a.kda_mixer.layers > 0) {
     const LinearAttnConfig& la = *c.linear_attn_config;

@@ -31,6 +31,12 @@ inline int64_t sparse_first_local_block(const SparseMlaConfig& s, int64_t t) {
   return sparse_first_local_block(s.block_size, s.local_blocks(), t);
 }
 
+// How many keys the query at position t reads: its local keys and its chosen blocks'.
+inline int64_t sparse_mla_keys(const SparseMlaConfig& s, int64_t t) {
+  const int64_t f = sparse_first_local_block(s, t);
+  return t + 1 - f * s.block_size + std::min(f, s.top_k) * s.block_size;
+}
+
 // The running means of a sequence's latent rows per block of B tokens: rows appended in order, each block's mean
 // fixed when its last row arrives (the sum in token order, times 1 / B, so that training and inference, which
 // append the same rows in the same order, hold the same floats).

@@ -21,6 +21,7 @@
 #include "io/checkpoint.h"
 #include "model/accounting.h"
 #include "model/init.h"
+#include "model/sparse_mla.h"
 
 namespace myriad {
 namespace {
@@ -139,6 +140,25 @@ TEST(ParamSpec, FlagshipPerLayerFigures) {
   EXPECT_DOUBLE_EQ(f.mla_attention, 3.0 * 2.0 * 96 * (128 + 64 + 128) * (8193.0 / 2.0) * 24);
   EXPECT_GT(f.kda_state, 0.0);
   EXPECT_LT(f.kda_state, 0.01 * f.matmul);
+
+  // Block-sparse MLA: each query's keys are counted from the ranges the attention op reads (ops/kernels.h), here
+  // with its chosen blocks being the first ones (the count does not depend on which), plus the block scores (one
+  // W-wide dot per candidate, forward only). Blocks of 64, 4 local, top 16 at 8192 tokens: about 1.3K keys a query.
+  ModelConfig s = c;
+  s.mla_sparse_attention = SparseMlaConfig{64, 16, 256};
+  double keys = 0.0, cand = 0.0;
+  std::vector<int32_t> chosen(16);
+  std::vector<KeyRange> r(17);
+  for (int64_t t = 0; t < 8192; ++t) {
+    const int64_t first = std::max<int64_t>(0, t / 64 - 4);
+    for (int64_t i = 0; i < 16; ++i) chosen[size_t(i)] = i < first ? int32_t(i) : -1;
+    const int64_t n = sparse_key_ranges(64, 4, 16, chosen.data(), t, r.data());
+    for (int64_t i = 0; i < n; ++i) keys += double(r[size_t(i)].end - r[size_t(i)].begin);
+    cand += double(first);
+  }
+  const TrainingFlops fs = training_flops_per_token(s, a, 8192);
+  EXPECT_DOUBLE_EQ(fs.mla_attention, (3.0 * 2.0 * 96 * (128 + 64 + 128) * keys / 8192.0 + 2.0 * 576 * cand / 8192.0) * 24);
+  EXPECT_LT(fs.mla_attention, 0.4 * f.mla_attention);  // ~1.2K keys against the causal average of 4096
 }
 
 // --- names and shapes -------------------------------------------------------------------------------------------
