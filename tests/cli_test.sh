@@ -106,6 +106,21 @@ check "train: longctx_eval length too short for the facts" 1 "$bin" train --conf
   --train-config "$work/lc-short.train.json" --out "$work/lc-short" --quiet
 one_error_line "longctx_eval.lengths"
 no_run_left "$work/lc-short"
+# Block-sparse MLA trained from the CLI with passkey samples mixed in; the mix's and the bench's refusals.
+printf '{"stages": [{"seq_len": 256, "steps": 2}, {"seq_len": 1024, "steps": 1}], "batch_tokens": 1024,
+  "eval_every": 100, "eval_batches": 1, "task_eval_per_task": 0, "checkpoint_every": 100,
+  "longctx_mix": {"tasks": ["passkey"], "fraction": 0.5}}' >"$work/mix.train.json"
+check "train sparse MLA with longctx_mix" 0 "$bin" train --config "$root/configs/tiny-longctx.json" \
+  --train-config "$work/mix.train.json" --out "$work/mix" --quiet
+printf '{"stages": [{"seq_len": 64, "steps": 1}], "longctx_mix": {"fraction": 0.5}}' >"$work/mix-short.train.json"
+check "train: longctx_mix stage too short for a sample" 1 "$bin" train --config "$root/configs/tiny.json" \
+  --train-config "$work/mix-short.train.json" --out "$work/mix-short" --quiet
+one_error_line "longctx_mix"
+no_run_left "$work/mix-short"
+check "bench longctx" 0 "$bin" bench longctx --context 4K --at 1K,4K --decode 2 --dense --json "$work/blc.json"
+[[ -s "$work/blc.json" ]] || { echo "FAIL: bench longctx wrote no JSON"; fails=$((fails + 1)); }
+check "bench longctx: --at past the context" 1 "$bin" bench longctx --context 4K --at 8K
+one_error_line "--context 4096"
 check "eval longctx: length over the context" 1 "$bin" eval longctx --model "$work/lc" --lengths 4K
 one_error_line "max_position_embeddings 2048"
 check "eval longctx: depth over 100" 1 "$bin" eval longctx --model "$work/lc" --depths 0,120

@@ -23,6 +23,7 @@
 #include "train/image_question_eval.h"
 #include "train/image_text_source.h"
 #include "train/longctx_eval.h"
+#include "train/longctx_mix_source.h"
 #include "train/run_checkpoint.h"
 #include "train/task_eval.h"
 #include "train/training_ranks.h"
@@ -199,6 +200,11 @@ PreparedRun prepare_run(const RunRequest& req, const ModelConfig& mc, Tokenizer&
       throw_error(ErrorKind::kConfig, "train.json longctx_eval.lengths: ", e.what());
     }
   }
+  if (tc.longctx_mix.enabled()) {
+    int64_t shortest = tc.stages.front().seq_len;
+    for (const Stage& st : tc.stages) shortest = std::min(shortest, st.seq_len);
+    LongTaskMixSource::check_length(tok, tc.longctx_mix, shortest);
+  }
   // Shards.
   std::string data_dir = out + "/data";
   if (images) write_file_atomic(out + "/image_data.txt", fs::absolute(req.data[0]).string());
@@ -257,6 +263,12 @@ TrainSummary run_training(const RunRequest& request) {
     source = std::move(s);
   } else {
     source = std::make_unique<LoaderSource>(run.data_dir, tc.seed, tok);
+  }
+  if (tc.longctx_mix.enabled()) {
+    MYRIAD_REQUIRE(!image_source, kConfig,
+                   "train.json longctx_mix: long-context task samples mix into text data, not image-text records");
+    source = std::make_unique<LongTaskMixSource>(std::move(source), tok, tc.longctx_mix, tc.seed,
+                                                 int32_t(mc.pad_token_id.value_or(0)));
   }
   TrainerOptions to;
   to.run_dir = out;

@@ -132,6 +132,22 @@ TrainConfig parse_train_config(const nlohmann::json& j, const std::string& sourc
       if (d < 0 || d > 100) lo.fail("depths", d, "must lie in 0..100 (percent)");
     if (e.samples < 1) lo.fail("samples", e.samples, "must be >= 1");
   }
+  if (const nlohmann::json* lm = o.opt_object("longctx_mix")) {
+    JsonFields mo(*lm, "longctx_mix", src);
+    LongTaskMixConfig& m = c.longctx_mix;
+    if (const nlohmann::json* tasks = mo.opt_array("tasks")) {
+      m.tasks.clear();
+      for (const nlohmann::json& t : *tasks) {
+        if (!t.is_string() || (t != "passkey" && t != "multikey" && t != "vartrack"))
+          mo.fail("tasks", t, "must list task names of \"passkey\", \"multikey\", \"vartrack\"");
+        m.tasks.push_back(t.get<std::string>());
+      }
+      if (m.tasks.empty()) mo.fail("tasks", *tasks, "must list at least one task");
+    }
+    m.fraction = mo.req_double("fraction");
+    mo.finish();
+    if (!(m.fraction > 0 && m.fraction <= 1)) mo.fail("fraction", m.fraction, "must lie in (0, 1]");
+  }
   o.finish();
   if (c.batch_tokens < 1) o.fail("batch_tokens", c.batch_tokens, "must be >= 1");
   if (!(c.lr > 0) || !std::isfinite(c.lr)) o.fail("lr", c.lr, "must be a positive number");
@@ -198,6 +214,8 @@ nlohmann::json train_config_to_json(const TrainConfig& c) {
                          {"lengths", c.longctx_eval.lengths},
                          {"depths", c.longctx_eval.depths},
                          {"samples", c.longctx_eval.samples}};
+  if (c.longctx_mix.enabled())
+    j["longctx_mix"] = {{"tasks", c.longctx_mix.tasks}, {"fraction", c.longctx_mix.fraction}};
   return j;
 }
 

@@ -18,6 +18,10 @@
 //   longctx_eval      {"task": "passkey", "lengths": [512, 2048], "depths": [0, 25, 50, 75, 100], "samples": 2}:
 //                     the long-context grid (train/longctx_eval.h) at the end of every stage of the ladder; each
 //                     length at most max_position_embeddings. Absent: not run
+//   longctx_mix       {"tasks": ["passkey"], "fraction": 0.5}: that fraction of the training sequences (drawn from
+//                     the seed) are long-context task samples (data/longctx_tasks.h) of the stage's length, needle at
+//                     a random depth, answer included, instead of corpus text (train/longctx_mix_source.h). Absent:
+//                     none
 #pragma once
 
 #include <cstdint>
@@ -48,6 +52,13 @@ struct LongContextEvalConfig {
   bool enabled() const { return !lengths.empty(); }
 };
 
+// Long-context task samples mixed into the training sequences (absent: fraction 0).
+struct LongTaskMixConfig {
+  std::vector<std::string> tasks = {"passkey"};
+  double fraction = 0.0;
+  bool enabled() const { return fraction > 0.0; }
+};
+
 struct TrainConfig {
   std::vector<Stage> stages;
   int64_t batch_tokens = 4096;
@@ -70,6 +81,7 @@ struct TrainConfig {
   int64_t kda_chunk = 64;
   int64_t image_shift = 0;
   LongContextEvalConfig longctx_eval;
+  LongTaskMixConfig longctx_mix;
 
   int64_t total_steps() const;
   int64_t stage_of(int64_t step) const;  // stage index of a 0-based step

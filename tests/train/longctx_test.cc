@@ -20,6 +20,7 @@
 #include "model/transformer.h"
 #include "report/longctx_page.h"
 #include "train/longctx_eval.h"
+#include "train/longctx_mix_source.h"
 
 namespace myriad {
 namespace {
@@ -221,6 +222,87 @@ TEST_F(LongContextTest, AModelRunsTheGridWithChunkedPrefill) {
   ASSERT_EQ(r.cells.size(), 2u);
   EXPECT_GT(r.generated_tokens, 0);
   EXPECT_EQ(r.cells[0].answer.size(), 5u);
+}
+
+std::vector<int64_t> ints(const Tensor& t) {
+  return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + t.numel());
+}
+
+// A corpus stand-in for the mix: sequence n is all token 5 + n % 3 (so a test sees which one it got), state n.
+class CountingSource final : public BatchSource {
+ public:
+  TrainBatch next(int64_t seq_len) override {
+    const std::vector<int64_t> v(size_t(seq_len), 5 + n_++ % 3);
+    return {Tensor::from_vector(v, {seq_len}), Tensor::from_vector(v, {seq_len}), Tensor(), {}};
+  }
+  nlohmann::json state() const override { return {{"n", n_}}; }
+  void restore(const nlohmann::json& s) override { n_ = s["n"].get<int64_t>(); }
+  std::vector<TrainBatch> validation(int64_t, int64_t) override { return {}; }
+  int64_t target_bytes(const TrainBatch&) const override { return 0; }
+
+ private:
+  int64_t n_ = 0;
+};
+
+// train.json longctx_mix: about `fraction` of the sequences are task samples of the sequence's length whose text is
+// the prompt followed by its answer (the number hidden in the prompt), then end-of-text and padding no target
+// counts; the others are the corpus's, in its order; a restored source continues with the same sequences.
+TEST_F(LongContextTest, MixedTrainingSequencesAreTaskSamplesEndingInTheirAnswer) {
+  LongTaskMixConfig mix;
+  mix.tasks = {"passkey", "vartrack"};
+  mix.fraction = 0.3;
+  auto make = [&] { return LongTaskMixSource(std::make_unique<CountingSource>(), *tok_, mix, 11, 0); };
+  LongTaskMixSource src = make();
+  const int64_t T = 512, N = 120;
+  int64_t samples = 0, corpus = 0;
+  std::map<std::string, int> by_task;
+  std::vector<std::vector<int64_t>> seen;
+  for (int64_t i = 0; i < N; ++i) {
+    const TrainBatch b = src.next(T);
+    ASSERT_EQ(b.tokens.numel(), T);
+    const std::vector<int64_t> tok = ints(b.tokens), tgt = ints(b.targets);
+    seen.push_back(tok);
+    if (!src.is_task_sample(i)) {
+      EXPECT_EQ(tok, std::vector<int64_t>(size_t(T), 5 + corpus++ % 3)) << "sequence " << i;
+      continue;
+    }
+    ++samples;
+    // Targets are the next tokens up to the end-of-text, -100 after it; padding is token 0.
+    int64_t real = 0;
+    while (real < T && tgt[size_t(real)] != -100) ++real;
+    ASSERT_GT(real, T - 80) << "a sample fills its sequence but for a sentence";
+    for (int64_t t = 0; t + 1 < real; ++t) EXPECT_EQ(tgt[size_t(t)], tok[size_t(t + 1)]);
+    EXPECT_EQ(tgt[size_t(real - 1)], tok_->end_of_text_id());
+    for (int64_t t = real; t < T; ++t) EXPECT_EQ(tgt[size_t(t)], -100);
+    for (int64_t t = real + 1; t < T; ++t) EXPECT_EQ(tok[size_t(t)], 0);
+    const std::string text = tok_->decode(std::vector<int32_t>(tok.begin() + 1, tok.begin() + real));
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(text, m, std::regex(" (\\d{5})$"))) << text.substr(text.size() - 80);
+    const std::string answer = m[1];
+    // The answer is the hidden number: the needle (passkey) or the chain's first value (vartrack) states it.
+    const bool passkey = text.find("What is the pass key?") != std::string::npos;
+    ++by_task[passkey ? "passkey" : "vartrack"];
+    EXPECT_NE(text.find(passkey ? "the pass key is " + answer + "." : " be " + answer + "."), std::string::npos)
+        << text.substr(text.size() - 200);
+  }
+  EXPECT_EQ(samples, src.samples_drawn());
+  EXPECT_NEAR(double(samples) / N, mix.fraction, 0.12);
+  EXPECT_GT(by_task["passkey"], 0);
+  EXPECT_GT(by_task["vartrack"], 0);
+
+  // Resumption: the state after 60 sequences gives the same next 60.
+  LongTaskMixSource a = make();
+  for (int i = 0; i < 60; ++i) (void)a.next(T);
+  LongTaskMixSource b = make();
+  b.restore(a.state());
+  for (int64_t i = 60; i < N; ++i) EXPECT_EQ(ints(b.next(T).tokens), seen[size_t(i)]) << i;
+  LongTaskMixSource c = make();
+  EXPECT_THROW(c.restore(nlohmann::json{{"n", 3}}), Error);  // a state saved without the mix
+
+  // Too short a sequence for a sample: one error naming the mix.
+  mix.fraction = 1.0;
+  LongTaskMixSource all(std::make_unique<CountingSource>(), *tok_, mix, 11, 0);
+  expect_error([&] { (void)all.next(40); }, ErrorKind::kConfig, {"longctx_mix", "40-token"});
 }
 
 }  // namespace

@@ -98,6 +98,20 @@ TEST(TrainConfig, LongContextEvalIsReadAndChecked) {
   expect_error(R"(, "longctx_eval": {"lengths": [512], "samples": 0})", {"longctx_eval.samples"});
   expect_error(R"(, "longctx_eval": {"lengths": [512], "depth": [0]})", {"depth"});
   expect_error(R"(, "longctx_eval": {"depths": [0]})", {"longctx_eval.lengths"});
+
+  // longctx_mix: tasks (default passkey) and a fraction in (0, 1].
+  EXPECT_FALSE(parse("").longctx_mix.enabled());
+  const TrainConfig mix = parse(R"(, "longctx_mix": {"tasks": ["passkey", "multikey"], "fraction": 0.25})");
+  ASSERT_TRUE(mix.longctx_mix.enabled());
+  EXPECT_EQ(mix.longctx_mix.tasks, (std::vector<std::string>{"passkey", "multikey"}));
+  EXPECT_DOUBLE_EQ(mix.longctx_mix.fraction, 0.25);
+  EXPECT_EQ(train_config_to_json(mix)["longctx_mix"]["fraction"], 0.25);
+  EXPECT_EQ(parse(R"(, "longctx_mix": {"fraction": 1})").longctx_mix.tasks, (std::vector<std::string>{"passkey"}));
+  expect_error(R"(, "longctx_mix": {"fraction": 0})", {"longctx_mix.fraction", "(0, 1]"});
+  expect_error(R"(, "longctx_mix": {"fraction": 1.5})", {"longctx_mix.fraction", "1.5"});
+  expect_error(R"(, "longctx_mix": {"tasks": ["needle"], "fraction": 0.5})", {"longctx_mix.tasks", "needle"});
+  expect_error(R"(, "longctx_mix": {"tasks": [], "fraction": 0.5})", {"longctx_mix.tasks"});
+  expect_error(R"(, "longctx_mix": {"tasks": ["passkey"]})", {"fraction"});
 }
 
 // The training config follows the model config's reader (core/json_fields.h): an integer field refuses a float
