@@ -57,17 +57,24 @@ Var rope(const Var& x, const Tensor& cos, const Tensor& sin, RopeLayout layout) 
   return out;
 }
 
-Var attention(const Var& q, const Var& k, const Var& v, float scale_factor, bool causal) {
-  const Device dev = cpu_op_device("attention", {&q.value(), &k.value(), &v.value()});
+namespace {
+
+// q [B, T, H, Dk], k [B, T, Hk, Dk], v [B, T, Hk, Dv] with H a multiple of Hk, or kShape naming the op.
+AttentionShape attention_shape(const char* op, const Var& q, const Var& k, const Var& v, float scale, bool causal) {
   const bool ok = q.value().ndim() == 4 && k.value().ndim() == 4 && v.value().ndim() == 4 &&
                   k.shape()[0] == q.shape()[0] && v.shape()[0] == q.shape()[0] && k.shape()[1] == q.shape()[1] &&
                   v.shape()[1] == q.shape()[1] && k.shape()[3] == q.shape()[3] && v.shape()[2] == k.shape()[2] &&
                   k.shape()[2] > 0 && q.shape()[2] % k.shape()[2] == 0;
-  MYRIAD_REQUIRE(ok, kShape, "attention: q ", shape_str(q.shape()), " k ", shape_str(k.shape()), " v ",
-                 shape_str(v.shape()),
+  MYRIAD_REQUIRE(ok, kShape, op, ": q ", shape_str(q.shape()), " k ", shape_str(k.shape()), " v ", shape_str(v.shape()),
                  " must be [B, T, H, Dk], [B, T, Hk, Dk], [B, T, Hk, Dv] with H a multiple of Hk");
-  AttentionShape s{q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2],
-                   q.shape()[3], v.shape()[3], scale_factor, causal};
+  return {q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3], scale, causal};
+}
+
+}  // namespace
+
+Var attention(const Var& q, const Var& k, const Var& v, float scale_factor, bool causal) {
+  const Device dev = cpu_op_device("attention", {&q.value(), &k.value(), &v.value()});
+  const AttentionShape s = attention_shape("attention", q, k, v, scale_factor, causal);
   Tensor o = Tensor::empty({s.B, s.T, s.H, s.Dv}), lse = Tensor::empty({s.B, s.H, s.T});
   ops::attention_forward(dev, mf(o), mf(lse), cf(q.value()), cf(k.value()), cf(v.value()), s);
   const bool needs = needs_grad({&q, &k, &v});
@@ -88,13 +95,7 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale_factor, bool
 Var sparse_attention(const Var& q, const Var& k, const Var& v, const Tensor& blocks, int64_t block,
                      int64_t local_blocks, float scale_factor) {
   const Device dev = cpu_op_device("sparse_attention", {&q.value(), &k.value(), &v.value(), &blocks});
-  const bool ok = q.value().ndim() == 4 && k.value().ndim() == 4 && v.value().ndim() == 4 &&
-                  k.shape()[0] == q.shape()[0] && v.shape()[0] == q.shape()[0] && k.shape()[1] == q.shape()[1] &&
-                  v.shape()[1] == q.shape()[1] && k.shape()[3] == q.shape()[3] && v.shape()[2] == k.shape()[2] &&
-                  k.shape()[2] > 0 && q.shape()[2] % k.shape()[2] == 0;
-  MYRIAD_REQUIRE(ok, kShape, "sparse_attention: q ", shape_str(q.shape()), " k ", shape_str(k.shape()), " v ",
-                 shape_str(v.shape()),
-                 " must be [B, T, H, Dk], [B, T, Hk, Dk], [B, T, Hk, Dv] with H a multiple of Hk");
+  const AttentionShape a = attention_shape("sparse_attention", q, k, v, scale_factor, true);
   MYRIAD_REQUIRE(blocks.dtype() == DType::kI32 && blocks.ndim() == 3 && blocks.shape()[0] == q.shape()[0] &&
                      blocks.shape()[1] == q.shape()[1] && block > 0 && local_blocks >= 0,
                  kShape, "sparse_attention: blocks ", dtype_name(blocks.dtype()), " ", shape_str(blocks.shape()),
@@ -115,11 +116,7 @@ Var sparse_attention(const Var& q, const Var& k, const Var& v, const Tensor& blo
       prev = b;
     }
   }
-  SparseAttentionShape s{
-      {q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3], scale_factor, true},
-      block,
-      local_blocks,
-      top_k};
+  const SparseAttentionShape s{a, block, local_blocks, top_k};
   Tensor o = Tensor::empty({s.attn.B, s.attn.T, s.attn.H, s.attn.Dv}),
          lse = Tensor::empty({s.attn.B, s.attn.H, s.attn.T});
   ops::sparse_attention_forward(dev, mf(o), mf(lse), cf(q.value()), cf(k.value()), cf(v.value()), bp, s);

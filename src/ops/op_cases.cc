@@ -348,14 +348,19 @@ Check check_attention(Device d, std::mt19937& rng, bool causal) {
   return c;
 }
 
-// Block-sparse: T = 100 in blocks of 8 with one local block before the query's own, top 3 of the earlier blocks
-// drawn at random per query (some queries choose fewer), so reads span merged and separate ranges.
-Check check_sparse_attention(Device d, std::mt19937& rng) {
-  const SparseAttentionShape s{
-      {.B = 2, .T = 100, .H = 4, .Hk = 2, .Dk = 16, .Dv = 12, .scale = 0.3f, .causal = true}, 8, 1, 3};
+// Block-sparse, both CPU ways (ops/cpu/sparse_attention.cc): T = 100 in blocks of 8 with one local block before
+// the query's own and top 3 (dense is cheap next to it: the masked sgemm tiles), and T = 400 in blocks of 4, none
+// local, top 2 (a query reads <= 12 of up to 400 keys: gathered dot products). Each query's chosen blocks are drawn
+// at random (some choose fewer), so reads span merged and separate ranges.
+Check check_sparse_attention(Device d, std::mt19937& rng, bool gathered) {
+  const SparseAttentionShape s =
+      gathered ? SparseAttentionShape{{.B = 2, .T = 400, .H = 4, .Hk = 2, .Dk = 16, .Dv = 12, .scale = 0.3f}, 4, 0, 2}
+               : SparseAttentionShape{{.B = 2, .T = 100, .H = 4, .Hk = 2, .Dk = 16, .Dv = 12, .scale = 0.3f}, 8, 1, 3};
   const AttentionShape& a = s.attn;
-  Check c("sparse_attention", "B2 T100 H4 Hk2 Dk16 Dv12, block 8, 1 local block, top 3", kRedR, kRedA,
-          "kRed: softmax sums over <= 51 keys, D-long dots");
+  Check c(gathered ? "sparse_attention_gathered" : "sparse_attention",
+          gathered ? "B2 T400 H4 Hk2 Dk16 Dv12, block 4, no local block, top 2"
+                   : "B2 T100 H4 Hk2 Dk16 Dv12, block 8, 1 local block, top 3",
+          kRedR, kRedA, "kRed: softmax sums over the keys read, D-long dots");
   std::vector<int32_t> blocks(sz(a.B * a.T * s.top_k), -1);
   for (int64_t bi = 0; bi < a.B * a.T; ++bi) {
     const int64_t cand = sparse_first_local_block(s.block, s.local_blocks, bi % a.T);
@@ -659,7 +664,8 @@ std::vector<SelfcheckLine> run_op_cases(Device device, const std::function<void(
       {"rope", [&] { return check_rope(device, rng); }},
       {"attention", [&] { return check_attention(device, rng, true); }},
       {"attention_bidir", [&] { return check_attention(device, rng, false); }},
-      {"sparse_attention", [&] { return check_sparse_attention(device, rng); }},
+      {"sparse_attention", [&] { return check_sparse_attention(device, rng, false); }},
+      {"sparse_attention_gathered", [&] { return check_sparse_attention(device, rng, true); }},
       {"cross_entropy", [&] { return check_cross_entropy(device, rng); }},
       {"cross_entropy_weighted", [&] { return check_cross_entropy_weighted(device, rng); }},
       {"topk", [&] { return check_topk(device, rng); }},

@@ -59,6 +59,13 @@ void rope_backward(float* dx, const float* dy, const float* cos, const float* si
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, AttentionShape s);
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                         const float* q, const float* k, const float* v, AttentionShape s);
+// Block-sparse attention on attention_forward's sgemm tiles with the unread keys masked: every earlier key is
+// scored, so it costs dense attention's FLOPs at sgemm's speed (sparse_attention_* pick it for short sequences).
+void masked_sparse_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                                     const int32_t* blocks, SparseAttentionShape s);
+void masked_sparse_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                      const float* lse, const float* q, const float* k, const float* v,
+                                      const int32_t* blocks, SparseAttentionShape s);
 void sparse_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                               const int32_t* blocks, SparseAttentionShape s);
 void sparse_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,

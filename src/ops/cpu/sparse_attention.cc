@@ -1,7 +1,13 @@
-// Block-sparse causal attention on the CPU (ops/kernels.h SparseAttentionShape). A query reads a few hundred to a
-// few thousand keys in at most top_k + 1 contiguous ranges, so each (sequence, head, query) runs plain dot products
-// over its ranges: scores, an exact softmax, the value sum. The backward recomputes the probabilities from the
-// saved log-sum-exp; its tasks are (sequence, kv head), each owning its dK, dV rows (no races).
+// Block-sparse causal attention on the CPU (ops/kernels.h SparseAttentionShape), two ways:
+//   - gathered: a query reads a few hundred to a few thousand keys in at most top_k + 1 contiguous ranges, so each
+//     (sequence, head, query) runs plain dot products over its ranges: scores, an exact softmax, the value sum.
+//     Work grows as T x (keys a query reads).
+//   - masked tiles (attention.cc): dense attention's sgemm tiles with the unread keys masked out. Work grows as
+//     T^2 / 2, but sgemm runs many times faster per key than the dot products.
+// The masked tiles run while T / 2 (a dense query's mean keys) is at most kMaskedFactor times the sparse mean;
+// longer sequences gather. Both give the same numbers up to f32 association (both are checked by the op case). The
+// backward recomputes the probabilities from the saved log-sum-exp; its tasks are (sequence, kv head), each owning its
+// dK, dV rows (no races).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -28,12 +34,27 @@ inline void add_scaled(float* y, const float* x, float a, int64_t n) {
   for (int64_t e = 0; e < n; ++e) y[e] += a * x[e];
 }
 
+// Masked tiles while a dense query's mean keys are at most this many times a sparse query's. Measured on the tiny
+// model's training at 4K tokens (docs/long_context.md): the gathered kernel ran ~4x slower per key read.
+constexpr double kMaskedFactor = 4.0;
+
+bool use_masked_tiles(const SparseAttentionShape& sp) {
+  double sparse_keys = 0.0;
+  for (int64_t i = 0; i < sp.attn.T; ++i) {
+    const int64_t f = sparse_first_local_block(sp.block, sp.local_blocks, i);
+    sparse_keys += double(i + 1 - f * sp.block + std::min(f, sp.top_k) * sp.block);
+  }
+  const double dense_keys = double(sp.attn.T) * double(sp.attn.T + 1) / 2.0;
+  return dense_keys <= kMaskedFactor * sparse_keys;
+}
+
 }  // namespace
 
 void sparse_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                               const int32_t* blocks, SparseAttentionShape sp) {
   const AttentionShape& s = sp.attn;
   if (s.B == 0 || s.T == 0 || s.H == 0) return;
+  if (use_masked_tiles(sp)) return masked_sparse_attention_forward(out, lse, q, k, v, blocks, sp);
   const int64_t group = s.H / s.Hk, rows = s.B * s.T;
 #pragma omp parallel num_threads(num_threads())
   {
@@ -76,6 +97,7 @@ void sparse_attention_backward(float* dq, float* dk, float* dv, const float* dou
                                SparseAttentionShape sp) {
   const AttentionShape& s = sp.attn;
   if (s.B == 0 || s.T == 0 || s.H == 0) return;
+  if (use_masked_tiles(sp)) return masked_sparse_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, blocks, sp);
   const int64_t group = s.H / s.Hk, tasks = s.B * s.Hk;
 #pragma omp parallel num_threads(int(std::min <int64_t>(tasks, num_threads())))
   {
