@@ -64,10 +64,14 @@ TrainBatch LongTaskMixSource::next(int64_t seq_len) {
   const int32_t eot = tok_.has_special("<|endoftext|>") ? tok_.id_of("<|endoftext|>") : -1;
   if (eot >= 0) ids.push_back(eot);
   MYRIAD_CHECK(int64_t(ids.size()) <= seq_len + 1, "longctx_mix: a sample of ", ids.size(), " tokens for ", seq_len);
-  const int64_t real = int64_t(ids.size());
+  const int64_t prompt = int64_t(s.tokens.size()), real = int64_t(ids.size());
   ids.resize(size_t(seq_len + 1), pad_id_);
   std::vector<int64_t> tokens(ids.begin(), ids.end() - 1), targets(ids.begin() + 1, ids.end());
-  for (int64_t t = real - 1; t < seq_len; ++t) targets[size_t(t)] = -100;
+  // Only the answer and the end-of-text are targets: the step's loss is the mean over its sequences of each one's
+  // mean over its targets, so a sample weighs as much as a corpus sequence, all of it retrieval (with every
+  // position a target, the 5-digit answer would be ~1% of a 512-token sample's loss).
+  for (int64_t t = 0; t < seq_len; ++t)
+    if (t < prompt - 1 || t >= real - 1) targets[size_t(t)] = -100;
   return {Tensor::from_vector(tokens, {seq_len}), Tensor::from_vector(targets, {seq_len}), Tensor(), {}};
 }
 

@@ -3,8 +3,8 @@
 // (data/longctx_tasks.h: the built-in prose with a needle at a random depth, the question, then the answer and the
 // end-of-text token), so a model climbing the ladder learns to retrieve across its whole window. Which sequences
 // are samples, their tasks, depths and numbers all follow from (seed, the sequence's index): resumption is exact.
-// A sample is padded to the length with pad tokens that no target counts; every other position is trained as
-// next-token prediction (the filler as language, the needle's digits as noise, the answer as retrieval).
+// A sample is padded to the length with pad tokens; its only targets are the answer's tokens and the end-of-text
+// (retrieval; the filler's language is the corpus sequences' job).
 // Validation batches are the inner source's (the corpus): the long-context grid measures retrieval.
 #pragma once
 

@@ -245,8 +245,9 @@ class CountingSource final : public BatchSource {
 };
 
 // train.json longctx_mix: about `fraction` of the sequences are task samples of the sequence's length whose text is
-// the prompt followed by its answer (the number hidden in the prompt), then end-of-text and padding no target
-// counts; the others are the corpus's, in its order; a restored source continues with the same sequences.
+// the prompt followed by its answer (the number hidden in the prompt), then end-of-text and padding; only the
+// answer and the end-of-text are targets; the others are the corpus's, in its order; a restored source continues with
+// the same sequences.
 TEST_F(LongContextTest, MixedTrainingSequencesAreTaskSamplesEndingInTheirAnswer) {
   LongTaskMixConfig mix;
   mix.tasks = {"passkey", "vartrack"};
@@ -267,18 +268,25 @@ TEST_F(LongContextTest, MixedTrainingSequencesAreTaskSamplesEndingInTheirAnswer)
       continue;
     }
     ++samples;
-    // Targets are the next tokens up to the end-of-text, -100 after it; padding is token 0.
-    int64_t real = 0;
+    // The targets are the answer's tokens and the end-of-text (the next tokens there), -100 elsewhere; padding is 0.
+    int64_t first = 0;
+    while (first < T && tgt[size_t(first)] == -100) ++first;
+    int64_t real = first;
     while (real < T && tgt[size_t(real)] != -100) ++real;
     ASSERT_GT(real, T - 80) << "a sample fills its sequence but for a sentence";
-    for (int64_t t = 0; t + 1 < real; ++t) EXPECT_EQ(tgt[size_t(t)], tok[size_t(t + 1)]);
+    EXPECT_GE(real - first, 2);
+    EXPECT_LE(real - first, 8);
+    for (int64_t t = first; t + 1 < real; ++t) EXPECT_EQ(tgt[size_t(t)], tok[size_t(t + 1)]);
     EXPECT_EQ(tgt[size_t(real - 1)], tok_->end_of_text_id());
     for (int64_t t = real; t < T; ++t) EXPECT_EQ(tgt[size_t(t)], -100);
     for (int64_t t = real + 1; t < T; ++t) EXPECT_EQ(tok[size_t(t)], 0);
+    const std::vector<int32_t> answer_ids(tgt.begin() + first, tgt.begin() + real - 1);
+    const std::string answer_text = tok_->decode(answer_ids);
     const std::string text = tok_->decode(std::vector<int32_t>(tok.begin() + 1, tok.begin() + real));
     std::smatch m;
     ASSERT_TRUE(std::regex_search(text, m, std::regex(" (\\d{5})$"))) << text.substr(text.size() - 80);
     const std::string answer = m[1];
+    EXPECT_EQ(answer_text, " " + answer) << "the targets are exactly the answer";
     // The answer is the hidden number: the needle (passkey) or the chain's first value (vartrack) states it.
     const bool passkey = text.find("What is the pass key?") != std::string::npos;
     ++by_task[passkey ? "passkey" : "vartrack"];
