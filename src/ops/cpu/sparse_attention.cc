@@ -34,9 +34,11 @@ inline void add_scaled(float* y, const float* x, float a, int64_t n) {
   for (int64_t e = 0; e < n; ++e) y[e] += a * x[e];
 }
 
-// Masked tiles while a dense query's mean keys are at most this many times a sparse query's. Measured on the tiny
-// model's training at 4K tokens (docs/long_context.md): the gathered kernel ran ~4x slower per key read.
-constexpr double kMaskedFactor = 4.0;
+// Masked tiles while a dense query's mean keys are at most this many times a sparse query's: the crossover
+// measured on configs/tiny-longctx.json's MLA layer (block 64, top 16, window 256; `myriad bench model --seq T`,
+// forward + backward, 2 threads): at 16K tokens (dense/sparse keys 6.3x) masked 1.91 s vs gathered 2.48 s, at 32K
+// (12.5x) masked 9.5 s vs gathered ~5 s (twice its 16K time: linear).
+constexpr double kMaskedFactor = 8.0;
 
 bool use_masked_tiles(const SparseAttentionShape& sp) {
   double sparse_keys = 0.0;
