@@ -49,18 +49,18 @@ int64_t sparse_mla_choose(const SparseMlaConfig& s, int64_t t, const float* qbar
     std::iota(out, out + k, 0);
     return k;
   }
-  // One pass over the candidates keeping the best k so far, sorted by score (a later block must beat a kept one
-  // strictly: ties go to the lower block). Few insertions happen after the first k, so this is one dot per block.
-  thread_local std::vector<float> best;
+  // The scores as one matrix-vector product (the few-row kernel: W-wide rows read once, several accumulators),
+  // then one pass keeping the best k so far, sorted by score (a later block must beat a kept one strictly: ties go
+  // to the lower block; few insertions happen after the first k).
+  thread_local std::vector<float> score, best;
   thread_local std::vector<int32_t> idx;
+  score.resize(size_t(cand));
+  ops::gemm_skinny(Device::kCPU, 1, cand, W, qbar, means, score.data(), cand);
   best.assign(size_t(k), 0.0f);
   idx.assign(size_t(k), -1);
   int64_t kept = 0;
   for (int64_t b = 0; b < cand; ++b) {
-    const float* m = means + b * W;
-    float d = 0.0f;
-#pragma omp simd reduction(+ : d)
-    for (int64_t i = 0; i < W; ++i) d += qbar[i] * m[i];
+    const float d = score[size_t(b)];
     if (kept == k && !(d > best[size_t(k - 1)])) continue;
     int64_t pos = kept < k ? kept++ : k - 1;
     for (; pos > 0 && d > best[size_t(pos - 1)]; --pos) {
