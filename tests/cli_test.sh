@@ -117,9 +117,9 @@ check "train: longctx_mix stage too short for a sample" 1 "$bin" train --config 
   --train-config "$work/mix-short.train.json" --out "$work/mix-short" --quiet
 one_error_line "longctx_mix"
 no_run_left "$work/mix-short"
-check "bench longctx" 0 "$bin" bench longctx --context 4K --at 1K,4K --decode 2 --dense --json "$work/blc.json"
+check "bench longctx" 0 "$bin" bench longctx --config "$root/configs/tiny-longctx.json" --context 4K --at 1K,4K --decode 2 --dense --json "$work/blc.json"
 [[ -s "$work/blc.json" ]] || { echo "FAIL: bench longctx wrote no JSON"; fails=$((fails + 1)); }
-check "bench longctx: --at past the context" 1 "$bin" bench longctx --context 4K --at 8K
+check "bench longctx: --at past the context" 1 "$bin" bench longctx --config "$root/configs/tiny-longctx.json" --context 4K --at 8K
 one_error_line "--context 4096"
 check "eval longctx: length over the context" 1 "$bin" eval longctx --model "$work/lc" --lengths 4K
 one_error_line "max_position_embeddings 2048"
