@@ -157,7 +157,8 @@ TEST(ParamSpec, FlagshipPerLayerFigures) {
     cand += double(first);
   }
   const TrainingFlops fs = training_flops_per_token(s, a, 8192);
-  EXPECT_DOUBLE_EQ(fs.mla_attention, (3.0 * 2.0 * 96 * (128 + 64 + 128) * keys / 8192.0 + 2.0 * 576 * cand / 8192.0) * 24);
+  EXPECT_DOUBLE_EQ(fs.mla_attention,
+                   (3.0 * 2.0 * 96 * (128 + 64 + 128) * keys / 8192.0 + 2.0 * 576 * cand / 8192.0) * 24);
   EXPECT_LT(fs.mla_attention, 0.4 * f.mla_attention);  // ~1.2K keys against the causal average of 4096
 }
 
