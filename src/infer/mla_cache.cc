@@ -290,7 +290,7 @@ void MlaDecoder::attend_sparse(const float* q, int64_t t, const MlaCache& cache,
   chosen.resize(size_t(sp.top_k));
   // The choice, as training makes it (model/sparse_mla.h): the summed absorbed query against the block means.
   sparse_mla_query_sum(dev, q, 1, H_ * Dq_, H_, Dn_, Dr_, w_uk_.data<float>(), Dn_ * C_, C_, scale_, qbar.data());
-  sparse_mla_choose(sp, t, qbar.data(), cache.block_means().means(), W, chosen.data());
+  sparse_mla_choose(sp, t, qbar.data(), cache.block_means(), chosen.data());
   const std::vector<KeyRange> ranges = sparse_mla_ranges(sp, t, chosen.data());
   int64_t n = 0;
   for (const KeyRange& r : ranges) n += r.end - r.begin;
@@ -337,7 +337,7 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
     chosen.resize(size_t(sparse_->top_k));
     sparse_mla_query_sum(weights_->device(), q, 1, H_ * Dq_, H_, Dn_, Dr_, w_uk_.data<float>(), Dn_ * C_, C_, scale_,
                          qbar.data());
-    sparse_mla_choose(*sparse_, cache.size() - 1, qbar.data(), cache.block_means().means(), W, chosen.data());
+    sparse_mla_choose(*sparse_, cache.size() - 1, qbar.data(), cache.block_means(), chosen.data());
     const int64_t P = cache.page_tokens();
     for (const KeyRange& r : sparse_mla_ranges(*sparse_, cache.size() - 1, chosen.data()))
       for (int64_t p = r.begin / P; p < (r.end + P - 1) / P; ++p) list.push_back(p);

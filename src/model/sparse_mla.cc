@@ -1,9 +1,11 @@
 #include "model/sparse_mla.h"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "ops/kernels.h"
 
 namespace myriad {
@@ -16,9 +18,47 @@ BlockMeans::BlockMeans(int64_t block, int64_t width)
 void BlockMeans::append(const float* row) {
   for (int64_t i = 0; i < width_; ++i) sum_[size_t(i)] += row[i];
   if (++rows_ % block_ != 0) return;
+  const int64_t b = complete() - 1, tile = width_ * kTile;
+  if (b % kTile == 0) means_.resize(means_.size() + size_t(tile), 0.0f);
   const float inv = 1.0f / float(block_);
-  for (int64_t i = 0; i < width_; ++i) means_.push_back(sum_[size_t(i)] * inv);
+  float* m = means_.data() + b / kTile * tile + b % kTile;
+  for (int64_t i = 0; i < width_; ++i) m[i * kTile] = sum_[size_t(i)] * inv;
   std::fill(sum_.begin(), sum_.end(), 0.0f);
+}
+
+void BlockMeans::score(const float* qbar, int64_t n, float* out) const {
+  MYRIAD_CHECK(n <= complete(), "block means: scoring ", n, " blocks of ", complete());
+  // A tile's kTile scores in one vector (GCC's vector extension: one AVX-512 register, or two AVX2 ones): a
+  // column's multiply-add per step. Written as a loop over an array, GCC vectorised across the columns instead and
+  // spent the time shuffling.
+  using Lane = float __attribute__((vector_size(kTile * sizeof(float))));
+  const int64_t tiles = (n + kTile - 1) / kTile, W = width_;
+  // Four tiles side by side: four independent chains of multiply-adds (one chain waits on each multiply-add's
+  // latency); each tile's sum runs in the same order whatever its neighbours, so a score does not depend on n.
+  constexpr int64_t kAtOnce = 4;
+  auto run = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t += kAtOnce) {
+      const int64_t nt = std::min(kAtOnce, t1 - t);
+      const float* m = means_.data() + t * W * kTile;
+      Lane acc[kAtOnce] = {};
+      for (int64_t i = 0; i < W; ++i)
+        for (int64_t u = 0; u < nt; ++u) {
+          Lane col;
+          std::memcpy(&col, m + (u * W + i) * kTile, sizeof col);
+          acc[u] += qbar[i] * col;
+        }
+      for (int64_t u = 0; u < nt; ++u) {
+        const int64_t b0 = (t + u) * kTile, nb = std::min(kTile, n - b0);
+        float lanes[kTile];
+        std::memcpy(lanes, &acc[u], sizeof lanes);
+        std::copy(lanes, lanes + nb, out + b0);
+      }
+    }
+  };
+  // One thread up to ~4 MB of means (a million tokens in blocks of 128 are 1.3 MB): a second thread's wake-up cost
+  // more than it saved; past that the reads are split.
+  if (n * W < (int64_t(1) << 20)) return run(0, tiles);
+  parallel_for(tiles, 64, run);
 }
 
 void sparse_mla_query_sum(Device device, const float* q, int64_t T, int64_t ldq, int64_t H, int64_t Dn, int64_t Dr,
@@ -40,7 +80,7 @@ void sparse_mla_query_sum(Device device, const float* q, int64_t T, int64_t ldq,
   }
 }
 
-int64_t sparse_mla_choose(const SparseMlaConfig& s, int64_t t, const float* qbar, const float* means, int64_t W,
+int64_t sparse_mla_choose(const SparseMlaConfig& s, int64_t t, const float* qbar, const BlockMeans& means,
                           int32_t* out) {
   const int64_t cand = sparse_first_local_block(s, t), k = std::min(cand, s.top_k);
   std::fill(out, out + s.top_k, -1);
@@ -49,13 +89,12 @@ int64_t sparse_mla_choose(const SparseMlaConfig& s, int64_t t, const float* qbar
     std::iota(out, out + k, 0);
     return k;
   }
-  // The scores as one matrix-vector product (the few-row kernel: W-wide rows read once, several accumulators),
-  // then one pass keeping the best k so far, sorted by score (a later block must beat a kept one strictly: ties go
-  // to the lower block; few insertions happen after the first k).
+  // The scores (BlockMeans::score: down the tiles' columns), then one pass keeping the best k so far, sorted by score
+  // (a later block must beat a kept one strictly: ties go to the lower block; few insertions happen after the first k).
   thread_local std::vector<float> score, best;
   thread_local std::vector<int32_t> idx;
   score.resize(size_t(cand));
-  ops::gemm_skinny(Device::kCPU, 1, cand, W, qbar, means, score.data(), cand);
+  means.score(qbar, cand, score.data());
   best.assign(size_t(k), 0.0f);
   idx.assign(size_t(k), -1);
   int64_t kept = 0;
@@ -95,7 +134,7 @@ Tensor sparse_mla_blocks(const SparseMlaConfig& s, const Tensor& q_in, const Ten
   Tensor blocks = Tensor::empty({1, T, s.top_k}, DType::kI32);
   int32_t* out = blocks.data<int32_t>();
 #pragma omp parallel for schedule(dynamic, 64)
-  for (int64_t t = 0; t < T; ++t) sparse_mla_choose(s, t, qbar.data() + t * W, means.means(), W, out + t * s.top_k);
+  for (int64_t t = 0; t < T; ++t) sparse_mla_choose(s, t, qbar.data() + t * W, means, out + t * s.top_k);
   return blocks;
 }
 

@@ -221,6 +221,42 @@ INSTANTIATE_TEST_SUITE_P(Tiny, MlaVariant,
                                          "eight_heads_rope", "sparse", "sparse_rope", "sparse_every_block"),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 
+// BlockMeans (tiles of kTile blocks, columns side by side): each complete block's mean is its rows' sum in order
+// times 1 / B (bit-equal to that loop), the scores match double dot products, and a prefix ending inside a tile and
+// inside a block, continued with the same rows, holds the same floats as the whole sequence (decode after a
+// shared prefix chooses as the whole prefill would).
+TEST(SparseMla, BlockMeansKeepEveryBlocksMeanAndScoreIt) {
+  const int64_t B = 3, W = 5, N = 100;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> rows(static_cast<size_t>(N * W)), qbar(static_cast<size_t>(W));
+  for (float& e : rows) e = nd(rng);
+  for (float& e : qbar) e = nd(rng);
+  BlockMeans all(B, W);
+  for (int64_t t = 0; t < N; ++t) all.append(rows.data() + t * W);
+  ASSERT_EQ(all.complete(), N / B);  // 33 blocks: three tiles, the last partly filled
+  std::vector<float> score(size_t(all.complete()));
+  all.score(qbar.data(), all.complete(), score.data());
+  for (int64_t b = 0; b < all.complete(); ++b) {
+    double dot = 0.0;
+    for (int64_t i = 0; i < W; ++i) {
+      float sum = 0.0f;
+      for (int64_t t = b * B; t < (b + 1) * B; ++t) sum += rows[size_t(t * W + i)];
+      EXPECT_EQ(all.mean(b, i), sum * (1.0f / float(B))) << "block " << b << " element " << i;
+      dot += double(qbar[size_t(i)]) * double(all.mean(b, i));
+    }
+    EXPECT_NEAR(score[size_t(b)], dot, 1e-5 * (1.0 + std::abs(dot))) << "block " << b;  // f32 sums of 5 products
+  }
+  for (int64_t n : {52, 48, 3, 1}) {
+    BlockMeans part = all.prefix(n, [&](int64_t t, float* out) { std::copy_n(rows.data() + t * W, W, out); });
+    ASSERT_EQ(part.complete(), n / B);
+    for (int64_t t = n; t < N; ++t) part.append(rows.data() + t * W);
+    std::vector<float> again(size_t(all.complete()));
+    part.score(qbar.data(), part.complete(), again.data());
+    EXPECT_EQ(again, score) << "a prefix of " << n << " rows continued";
+  }
+}
+
 // The block choice of block-sparse MLA (model/sparse_mla.h) against its definition computed in double the long way:
 // per-head keys k_nope = W_uk c_kv materialised, each head's logits averaged over the block's tokens, summed over
 // the heads, the top_k candidates taken by a full sort. Random inputs (no ties within f32 rounding).
