@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 #include "core/timing.h"
@@ -37,16 +38,47 @@ std::string human_tokens(int64_t n) {
   return std::to_string(n);
 }
 
-// Mean seconds per decode step over n steps of `model` on `seq` (the tokens continue the stream).
-double time_decode(const InferenceModel& model, SequenceState& seq, int64_t n) {
-  const int64_t vocab = model.config().vocab_size;
-  const double t0 = now_seconds();
-  for (int64_t i = 0; i < n; ++i) {
-    const int32_t tok = token_at(seq.tokens, vocab);
-    const BatchEntry e{&seq, std::span<const int32_t>(&tok, 1)};
-    (void)model.forward(std::span<const BatchEntry>(&e, 1));
+// One timed decoder: a model and the sequence it extends.
+struct Decoding {
+  const InferenceModel* model;
+  SequenceState* seq;
+};
+
+// The median seconds of n decode steps of each of `runs`, their steps interleaved (run 0, run 1, ..., run 0, ...)
+// so that every run sees the same machine (other processes, clock speed) over the same seconds: the ratio of two
+// medians is what the targets compare. The median, not the mean, so that a step delayed by another process does
+// not move the figure. The tokens continue each stream.
+std::vector<double> time_decode(std::span<const Decoding> runs, int64_t n) {
+  std::vector<std::vector<double>> steps(runs.size(), std::vector<double>(static_cast<size_t>(n)));
+  for (int64_t i = 0; i < n; ++i)
+    for (size_t r = 0; r < runs.size(); ++r) {
+      const int32_t tok = token_at(runs[r].seq->tokens, runs[r].model->config().vocab_size);
+      const BatchEntry e{runs[r].seq, std::span<const int32_t>(&tok, 1)};
+      const double t0 = now_seconds();
+      (void)runs[r].model->forward(std::span<const BatchEntry>(&e, 1));
+      steps[r][size_t(i)] = now_seconds() - t0;
+    }
+  std::vector<double> median;
+  for (std::vector<double>& s : steps) {
+    std::nth_element(s.begin(), s.begin() + n / 2, s.end());
+    median.push_back(s[size_t(n / 2)]);
   }
-  return (now_seconds() - t0) / double(n);
+  return median;
+}
+
+// Prefills `seq` from its current length to `to` tokens of the stream in chunks; returns the seconds.
+double prefill(const InferenceModel& model, SequenceState& seq, int64_t to, int64_t chunk, std::vector<int32_t>& buf) {
+  double seconds = 0.0;
+  while (seq.tokens < to) {
+    const int64_t n = std::min(chunk, to - seq.tokens);
+    buf.resize(size_t(n));
+    for (int64_t i = 0; i < n; ++i) buf[size_t(i)] = token_at(seq.tokens + i, model.config().vocab_size);
+    const BatchEntry e{&seq, buf};
+    const double t0 = now_seconds();
+    (void)model.forward(std::span<const BatchEntry>(&e, 1));
+    seconds += now_seconds() - t0;
+  }
+  return seconds;
 }
 
 }  // namespace
@@ -101,36 +133,44 @@ nlohmann::ordered_json run_longctx_bench(const LongctxBenchOptions& opt, const M
   };
   for (int64_t next : at) {
     while (prompt < next) {
-      const int64_t n = std::min(opt.chunk, next - prompt);
-      buf.resize(size_t(n));
-      for (int64_t i = 0; i < n; ++i) buf[size_t(i)] = token_at(seq.tokens + i, c.vocab_size);
-      const BatchEntry e{&seq, buf};
-      const double t0 = now_seconds();
-      (void)model.forward(std::span<const BatchEntry>(&e, 1));
-      prefill_s += now_seconds() - t0;
-      prompt += n;
+      const int64_t to = std::min(next, prompt + opt.chunk);  // the stream's tokens: decoded ones came after prompt
+      prefill_s += prefill(model, seq, seq.tokens + (to - prompt), opt.chunk, buf);
+      prompt = to;
       progress(false);
     }
     progress(true);
+    // A fresh sequence of the first length, its steps interleaved with this length's: the ratio to it is measured
+    // over the same seconds (the machine's load moves between lengths minutes apart).
+    SequenceState ref = model.new_sequence(MlaCache::kDefaultPageTokens, opt.cache);
+    (void)prefill(model, ref, at.front(), opt.chunk, buf);
+    // Dense is timed after them, not among them: its reads of the whole cache would evict the others' working set.
+    const std::vector<Decoding> runs = {{&model, &seq}, {&model, &ref}};
     const double t0 = now_seconds();
-    const double step = time_decode(model, seq, opt.decode);
-    const double dense_step = opt.dense ? time_decode(dense, seq, opt.decode) : 0.0;
+    const std::vector<double> t = time_decode(runs, opt.decode);
+    const double step = t[0], ref_step = t[1];
+    const Decoding dense_run{&dense, &seq};
+    const double dense_step = opt.dense ? time_decode(std::span(&dense_run, 1), opt.decode)[0] : 0.0;
     decode_s += now_seconds() - t0;
     const double cache_mb = double(seq.mla_bytes()) / 1e6;
     const double floor_ms = double(seq.mla_bytes()) / (limits.triad.gbs * 1e9) * 1e3;
     nlohmann::ordered_json r = {{"at", next},
                                 {"context", seq.tokens},
                                 {"decode_ms", step * 1e3},
+                                {"first_length_decode_ms", ref_step * 1e3},
+                                {"ratio_to_first_length", step / ref_step},
                                 {"mla_cache_mb", cache_mb},
                                 {"cache_read_floor_ms", floor_ms}};
     if (opt.dense) r["dense_decode_ms"] = dense_step * 1e3;
     rows.push_back(r);
   }
-  const double first = rows.front()["decode_ms"].get<double>(), last = rows.back()["decode_ms"].get<double>();
-  std::fprintf(out, "\n  %-10s %12s %12s %12s %16s\n", "context", "decode ms", opt.dense ? "dense ms" : "", "cache MB",
-               "cache read ms");
+  const double ratio = rows.back()["ratio_to_first_length"].get<double>();
+  const std::string first_len = human_tokens(at.front());
+  std::fprintf(out, "\n  %-10s %12s %12s %8s %12s %12s %16s\n", "context", "decode ms", (first_len + " ms").c_str(),
+               "ratio", opt.dense ? "dense ms" : "", "cache MB", "cache read ms");
   for (const auto& r : rows) {
-    std::fprintf(out, "  %-10s %12.2f ", human_tokens(r["at"].get<int64_t>()).c_str(), r["decode_ms"].get<double>());
+    std::fprintf(out, "  %-10s %12.2f %12.2f %7.2fx ", human_tokens(r["at"].get<int64_t>()).c_str(),
+                 r["decode_ms"].get<double>(), r["first_length_decode_ms"].get<double>(),
+                 r["ratio_to_first_length"].get<double>());
     if (opt.dense)
       std::fprintf(out, "%12.2f ", r["dense_decode_ms"].get<double>());
     else
@@ -141,13 +181,14 @@ nlohmann::ordered_json run_longctx_bench(const LongctxBenchOptions& opt, const M
   const double per_token = double(seq.mla_bytes()) / double(seq.tokens);
   std::fprintf(out,
                "\n  prefill %ld tokens in %.1f s (%.0f tok/s); decode at %s / at %s = %.2fx (target <= 2x with sparse "
-               "MLA)\n  MLA cache %.1f bytes per token (%s), KDA state %.2f MB whatever the length; peak RSS %.2f GB; "
+               "MLA; medians of steps interleaved with a %s-token sequence's)\n  MLA cache %.1f bytes per token (%s), "
+               "KDA state %.2f MB whatever the length; peak RSS %.2f GB; "
                "total %.1f s\n  (cache read ms: the whole latent cache read once at the triad bandwidth, %.1f GB/s: "
                "what every dense decode step costs at least)\n",
                long(prompt), prefill_s, double(prompt) / prefill_s,
-               human_tokens(rows.back()["at"].get<int64_t>()).c_str(),
-               human_tokens(rows.front()["at"].get<int64_t>()).c_str(), last / first, per_token, dtype_name(opt.cache),
-               kda_per_seq / 1e6, peak_rss_gb(), now_seconds() - start, limits.triad.gbs);
+               human_tokens(rows.back()["at"].get<int64_t>()).c_str(), first_len.c_str(), ratio, first_len.c_str(),
+               per_token, dtype_name(opt.cache), kda_per_seq / 1e6, peak_rss_gb(), now_seconds() - start,
+               limits.triad.gbs);
   return {{"config", opt.config_path},
           {"sparse", sparse},
           {"cache", dtype_name(opt.cache)},
@@ -155,7 +196,7 @@ nlohmann::ordered_json run_longctx_bench(const LongctxBenchOptions& opt, const M
           {"chunk", opt.chunk},
           {"prefill_s", prefill_s},
           {"prefill_tokens_per_s", double(prompt) / prefill_s},
-          {"decode_ratio_last_first", last / first},
+          {"decode_ratio_last_first", ratio},
           {"mla_cache_bytes_per_token", per_token},
           {"kda_state_bytes", kda_per_seq},
           {"peak_rss_gb", peak_rss_gb()},
