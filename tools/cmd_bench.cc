@@ -27,12 +27,25 @@
 
 namespace {
 
+// --json FILE: {"bench": name, "limits": the machine's ceilings (when measured), then the figures' keys}, written
+// atomically (FILE.tmp, then renamed).
+void write_bench_json(const myriad::cli::Args& args, const char* name, const myriad::MachineLimits* limits,
+                      const nlohmann::ordered_json& figures) {
+  const auto path = args.get("json");
+  if (!path) return;
+  nlohmann::ordered_json j;
+  j["bench"] = name;
+  if (limits) j["limits"] = myriad::bench::limits_json(*limits);
+  for (const auto& [key, value] : figures.items()) j[key] = value;
+  myriad::bench::write_text_file(*path, j.dump(2) + "\n");
+  std::printf("wrote %s\n", path->c_str());
+}
+
 int run_ops(const myriad::cli::Args& args) {
   using namespace myriad;
   using namespace myriad::bench;
   MYRIAD_REQUIRE(!args.has("config") && !args.has("seq"), kValue, "bench ops: --config and --seq are for bench model");
   const long seconds = args.get_int("seconds", 20, 1, 3600);
-  const auto json_path = args.get("json");
 
   std::printf("myriad bench ops: %d threads, ~%ld s of timed repeats (best of repeats after one warm-up call)\n",
               myriad::num_threads(), seconds);
@@ -59,15 +72,7 @@ int run_ops(const myriad::cli::Args& args) {
       "\n%d of %d targeted rows meet their target (attention fwd+bwd >= %.0f%% of sgemm, memory-bound >= "
       "%.0f%% of triad)\n",
       targeted - below, targeted, 100 * kAttentionTarget, 100 * kMemoryBoundTarget);
-  if (json_path) {
-    nlohmann::ordered_json j;
-    j["bench"] = "ops";
-    j["seconds_budget"] = seconds;
-    j["limits"] = limits_json(limits);
-    j["rows"] = rows_json(rows);
-    write_text_file(*json_path, j.dump(2) + "\n");
-    std::printf("wrote %s\n", json_path->c_str());
-  }
+  write_bench_json(args, "ops", &limits, {{"seconds_budget", seconds}, {"rows", rows_json(rows)}});
   return 0;
 }
 
@@ -81,7 +86,6 @@ int run_model(const myriad::cli::Args& args) {
   opt.seq = args.get_int("seq", 0, 1, 1 << 20);
   const long seconds = args.get_int("seconds", 40, 1, 3600);
   opt.budget_s = double(seconds);
-  const auto json_path = args.get("json");
   {  // config and --seq errors before the ceilings are measured
     const myriad::ModelConfig c = myriad::load_model_config(opt.config_path, nullptr);
     MYRIAD_REQUIRE(opt.seq <= c.max_position_embeddings, kValue, "bench model: --seq ", opt.seq,
@@ -101,17 +105,11 @@ int run_model(const myriad::cli::Args& args) {
       "%lld/%lld experts time <= %.1fx)\n",
       res.passed, res.targeted, 100 * kModelTarget, kKdaTarget, (long long)kMoeExpertsLarge,
       (long long)kMoeExpertsSmall, kMoeScalingTarget);
-  if (json_path) {
-    nlohmann::ordered_json j;
-    j["bench"] = "model";
-    j["seconds_budget"] = seconds;
-    j["limits"] = limits_json(limits);
-    for (const auto& [key, value] : res.json.items()) j[key] = value;
-    j["targets_met"] = res.passed;
-    j["targets"] = res.targeted;
-    write_text_file(*json_path, j.dump(2) + "\n");
-    std::printf("wrote %s\n", json_path->c_str());
-  }
+  nlohmann::ordered_json figures = {{"seconds_budget", seconds}};
+  for (const auto& [key, value] : res.json.items()) figures[key] = value;
+  figures["targets_met"] = res.passed;
+  figures["targets"] = res.targeted;
+  write_bench_json(args, "model", &limits, figures);
   return 0;
 }
 
@@ -141,10 +139,8 @@ int run_serve(const myriad::cli::Args& args) {
   print_ceilings(stdout, limits);
   const ServeBenchResult res = run_serve_bench(opt, limits, stdout);
   std::printf("\n%d of %d targets met\n", res.targets_met, res.targets);
-  if (const auto json_path = args.get("json")) {
+  if (args.has("json")) {
     nlohmann::ordered_json j;
-    j["bench"] = "serve";
-    j["limits"] = limits_json(limits);
     for (const ServeBenchRow& r : res.rows)
       j["formats"][r.format] = {
           {"prefill_tokens_s", r.prefill_tokens_s},      {"prefill_gflops", r.prefill_gflops},
@@ -162,8 +158,7 @@ int run_serve(const myriad::cli::Args& args) {
     j["ttft_warm_ms"] = res.ttft_warm_ms;
     j["targets_met"] = res.targets_met;
     j["targets"] = res.targets;
-    write_text_file(*json_path, j.dump(2) + "\n");
-    std::printf("wrote %s\n", json_path->c_str());
+    write_bench_json(args, "serve", &limits, j);
   }
   return 0;
 }
@@ -192,9 +187,8 @@ int run_dist(const myriad::cli::Args& args) {
                             : "  below target");
   }
   std::printf("\n%d of %d all-to-all rows within 10%% of MPI_Alltoallv on the same buffers\n", met, targeted);
-  if (const auto json_path = args.get("json")) {
+  if (args.has("json")) {
     nlohmann::ordered_json j;
-    j["bench"] = "dist";
     j["ranks"] = world.size();
     for (const DistBenchRow& r : rows)
       j["rows"].push_back({{"what", r.what},
@@ -204,8 +198,7 @@ int run_dist(const myriad::cli::Args& args) {
                            {"baseline_s", r.mpi_s},
                            {"ratio", r.ratio()},
                            {"targeted", r.targeted}});
-    write_text_file(*json_path, j.dump(2) + "\n");
-    std::printf("wrote %s\n", json_path->c_str());
+    write_bench_json(args, "dist", nullptr, j);
   }
   return 0;
 }
@@ -225,14 +218,7 @@ int run_vision(const myriad::cli::Args& args) {
   const MachineLimits limits = measure_machine_limits(3.0);
   print_ceilings(stdout, limits);
   const VisionBenchResult res = run_vision_bench(opt, limits, stdout);
-  if (const auto json_path = args.get("json")) {
-    nlohmann::ordered_json j;
-    j["bench"] = "vision";
-    j["limits"] = limits_json(limits);
-    for (const auto& [key, value] : res.json.items()) j[key] = value;
-    write_text_file(*json_path, j.dump(2) + "\n");
-    std::printf("wrote %s\n", json_path->c_str());
-  }
+  write_bench_json(args, "vision", &limits, res.json);
   return 0;
 }
 
@@ -257,14 +243,7 @@ int run_longctx(const myriad::cli::Args& args) {
   const MachineLimits limits = measure_machine_limits(2.0);
   print_ceilings(stdout, limits);
   const nlohmann::ordered_json res = run_longctx_bench(opt, limits, stdout);
-  if (const auto json_path = args.get("json")) {
-    nlohmann::ordered_json j;
-    j["bench"] = "longctx";
-    j["limits"] = limits_json(limits);
-    for (const auto& [key, value] : res.items()) j[key] = value;
-    write_text_file(*json_path, j.dump(2) + "\n");
-    std::printf("wrote %s\n", json_path->c_str());
-  }
+  write_bench_json(args, "longctx", &limits, res);
   return 0;
 }
 
@@ -305,7 +284,9 @@ MYRIAD_COMMAND(
      {"context", "N", "longctx: prompt tokens prefilled (default 1M = 1048576; K and M suffixes)"},
      {"chunk", "T", "longctx: prefill chunk (default 4096)"},
      {"cache", "DTYPE", "longctx: MLA latent cache f32, bf16 or q8 (default q8)"},
-     {"decode", "N", "longctx: decode steps timed at each length (default 16)"},
+     {"decode", "N",
+      "longctx: decode steps timed at each length (medians; interleaved with a sequence of the first length) (default "
+      "16)"},
      {"at", "LIST", "longctx: lengths where decode is timed (default 1K,32K,256K,1M up to --context)"},
      {"dense", "", "longctx: also time dense MLA decode over the same caches at each length"}},
     run_bench);

@@ -322,29 +322,44 @@ Check check_rope(Device d, std::mt19937& rng) {
   return c;
 }
 
+// One attention case's inputs drawn at random, the double reference and the op on the device compared (out, lse
+// and the three gradients, accumulated onto random ones). reference(out, lse, dq, dk, dv, dout, q, k, v) runs on
+// host vectors, run(...) the same arguments on device buffers.
+template <class Reference, class Run>
+void compare_attention(Check& c, Device d, std::mt19937& rng, const AttentionShape& s, Reference reference, Run run) {
+  const int64_t nq = s.B * s.T * s.H * s.Dk, nk = s.B * s.T * s.Hk * s.Dk, nv = s.B * s.T * s.Hk * s.Dv;
+  const int64_t no = s.B * s.T * s.H * s.Dv, nl = s.B * s.H * s.T;
+  Vec q = rnd(rng, nq, -2, 2), k = rnd(rng, nk, -2, 2), v = rnd(rng, nv), dout = rnd(rng, no);
+  Vec dq0 = rnd(rng, nq), dk0 = rnd(rng, nk), dv0 = rnd(rng, nv), dq = dq0, dk = dk0, dv = dv0;
+  Vec out(sz(no)), lse(sz(nl));
+  reference(out.data(), lse.data(), dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data());
+  Buf qb(q, d), kb(k, d), vb(v, d), ob(no, d), lb(nl, d), dob(dout, d), dqb(dq0, d), dkb(dk0, d), dvb(dv0, d);
+  run(ob.data(), lb.data(), dqb.data(), dkb.data(), dvb.data(), dob.data(), qb.data(), kb.data(), vb.data());
+  c.fwd("out", ob, out);
+  c.fwd("lse", lb, lse);
+  c.bwd("dq", dqb, dq);
+  c.bwd("dk", dkb, dk);
+  c.bwd("dv", dvb, dv);
+}
+
 // Causal (the text model) and bidirectional (the vision tower); T = 96 spans a full and a partial 64-row tile.
 Check check_attention(Device d, std::mt19937& rng, bool causal) {
   const AttentionShape s{.B = 2, .T = 96, .H = 4, .Hk = 2, .Dk = 32, .Dv = 24, .scale = 0.2f, .causal = causal};
   Check c(causal ? "attention" : "attention_bidir",
           causal ? "B2 T96 H4 Hk2 Dk32 Dv24 causal" : "B2 T96 H4 Hk2 Dk32 Dv24 bidirectional", kRedR, kRedA,
           "kRed: T-long softmax sums, D-long dots");
-  const int64_t nq = s.B * s.T * s.H * s.Dk, nk = s.B * s.T * s.Hk * s.Dk, nv = s.B * s.T * s.Hk * s.Dv;
-  const int64_t no = s.B * s.T * s.H * s.Dv, nl = s.B * s.H * s.T;
-  Vec q = rnd(rng, nq, -2, 2), k = rnd(rng, nk, -2, 2), v = rnd(rng, nv), dout = rnd(rng, no);
-  Vec dq0 = rnd(rng, nq), dk0 = rnd(rng, nk), dv0 = rnd(rng, nv), dq = dq0, dk = dk0, dv = dv0;
-  Vec out(sz(no)), lse(sz(nl));
-  ref::attention_forward<double>(out.data(), lse.data(), q.data(), k.data(), v.data(), s);
-  ref::attention_backward<double>(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(),
-                                  k.data(), v.data(), s);
-  Buf qb(q, d), kb(k, d), vb(v, d), ob(no, d), lb(nl, d), dob(dout, d), dqb(dq0, d), dkb(dk0, d), dvb(dv0, d);
-  ops::attention_forward(d, ob.data(), lb.data(), qb.data(), kb.data(), vb.data(), s);
-  ops::attention_backward(d, dqb.data(), dkb.data(), dvb.data(), dob.data(), ob.data(), lb.data(), qb.data(), kb.data(),
-                          vb.data(), s);
-  c.fwd("out", ob, out);
-  c.fwd("lse", lb, lse);
-  c.bwd("dq", dqb, dq);
-  c.bwd("dk", dkb, dk);
-  c.bwd("dv", dvb, dv);
+  compare_attention(
+      c, d, rng, s,
+      [&](double* out, double* lse, double* dq, double* dk, double* dv, const double* dout, const double* q,
+          const double* k, const double* v) {
+        ref::attention_forward<double>(out, lse, q, k, v, s);
+        ref::attention_backward<double>(dq, dk, dv, dout, out, lse, q, k, v, s);
+      },
+      [&](float* out, float* lse, float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+          const float* v) {
+        ops::attention_forward(d, out, lse, q, k, v, s);
+        ops::attention_backward(d, dq, dk, dv, dout, out, lse, q, k, v, s);
+      });
   return c;
 }
 
@@ -371,24 +386,19 @@ Check check_sparse_attention(Device d, std::mt19937& rng, bool gathered) {
     std::sort(all.begin(), all.begin() + k);
     std::copy(all.begin(), all.begin() + k, blocks.begin() + bi * s.top_k);
   }
-  const int64_t nq = a.B * a.T * a.H * a.Dk, nk = a.B * a.T * a.Hk * a.Dk, nv = a.B * a.T * a.Hk * a.Dv;
-  const int64_t no = a.B * a.T * a.H * a.Dv, nl = a.B * a.H * a.T;
-  Vec q = rnd(rng, nq, -2, 2), k = rnd(rng, nk, -2, 2), v = rnd(rng, nv), dout = rnd(rng, no);
-  Vec dq0 = rnd(rng, nq), dk0 = rnd(rng, nk), dv0 = rnd(rng, nv), dq = dq0, dk = dk0, dv = dv0;
-  Vec out(sz(no)), lse(sz(nl));
   const auto sees = ref::sparse_sees(s, blocks.data());
-  ref::masked_attention_forward<double>(out.data(), lse.data(), q.data(), k.data(), v.data(), a, sees);
-  ref::masked_attention_backward<double>(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(),
-                                         k.data(), v.data(), a, sees);
-  Buf qb(q, d), kb(k, d), vb(v, d), ob(no, d), lb(nl, d), dob(dout, d), dqb(dq0, d), dkb(dk0, d), dvb(dv0, d);
-  ops::sparse_attention_forward(d, ob.data(), lb.data(), qb.data(), kb.data(), vb.data(), blocks.data(), s);
-  ops::sparse_attention_backward(d, dqb.data(), dkb.data(), dvb.data(), dob.data(), ob.data(), lb.data(), qb.data(),
-                                 kb.data(), vb.data(), blocks.data(), s);
-  c.fwd("out", ob, out);
-  c.fwd("lse", lb, lse);
-  c.bwd("dq", dqb, dq);
-  c.bwd("dk", dkb, dk);
-  c.bwd("dv", dvb, dv);
+  compare_attention(
+      c, d, rng, a,
+      [&](double* out, double* lse, double* dq, double* dk, double* dv, const double* dout, const double* q,
+          const double* k, const double* v) {
+        ref::masked_attention_forward<double>(out, lse, q, k, v, a, sees);
+        ref::masked_attention_backward<double>(dq, dk, dv, dout, out, lse, q, k, v, a, sees);
+      },
+      [&](float* out, float* lse, float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+          const float* v) {
+        ops::sparse_attention_forward(d, out, lse, q, k, v, blocks.data(), s);
+        ops::sparse_attention_backward(d, dq, dk, dv, dout, out, lse, q, k, v, blocks.data(), s);
+      });
   return c;
 }
 
