@@ -22,9 +22,18 @@ constexpr int64_t kAnswerRoom = 8;  // tokens kept after the prompt for the answ
 
 LongTaskMixSource::LongTaskMixSource(std::unique_ptr<BatchSource> inner, const Tokenizer& tok, LongTaskMixConfig mix,
                                      uint64_t seed, int32_t pad_id)
-    : inner_(std::move(inner)), tok_(tok), mix_(std::move(mix)), seed_(seed), pad_id_(pad_id) {
-  MYRIAD_REQUIRE(mix_.enabled() && mix_.fraction <= 1.0 && !mix_.tasks.empty(), kValue, "longctx_mix: fraction ",
-                 mix_.fraction, " must lie in (0, 1] with at least one task");
+    : inner_(std::move(inner)),
+      tok_(tok),
+      mix_(std::move(mix)),
+      seed_(seed),
+      pad_id_(pad_id),
+      fraction_(mix_.fraction_of(0)) {
+  MYRIAD_REQUIRE(mix_.enabled() && !mix_.tasks.empty(), kValue,
+                 "longctx_mix: needs at least one task and a stage whose fraction is above 0");
+  for (double f : mix_.stage_fractions)
+    MYRIAD_REQUIRE(f >= 0 && f <= 1, kValue, "longctx_mix: a stage's fraction ", f, " must lie in [0, 1]");
+  MYRIAD_REQUIRE(mix_.fraction >= 0 && mix_.fraction <= 1, kValue, "longctx_mix: fraction ", mix_.fraction,
+                 " must lie in [0, 1]");
   for (const std::string& t : mix_.tasks) (void)parse_long_task(t);
 }
 
@@ -34,14 +43,14 @@ void LongTaskMixSource::check_length(const Tokenizer& tok, const LongTaskMixConf
       (void)make_long_sample(parse_long_task(t), tok, seq_len - kAnswerRoom, 50, 0);
     } catch (const Error& e) {
       throw_error(ErrorKind::kConfig, "train.json longctx_mix: a ", t, " sample of a ", seq_len,
-                  "-token sequence (the shortest stage): ", e.what());
+                  "-token sequence (the shortest stage that mixes samples in): ", e.what());
     }
   }
 }
 
 bool LongTaskMixSource::is_task_sample(int64_t index) const {
   const uint64_t h = mix64(mix64(seed_ ^ 0x6C6F6E67637478ull) + uint64_t(index));
-  return double(h >> 11) * 0x1.0p-53 < mix_.fraction;
+  return double(h >> 11) * 0x1.0p-53 < fraction_;
 }
 
 TrainBatch LongTaskMixSource::next(int64_t seq_len) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -201,8 +202,9 @@ PreparedRun prepare_run(const RunRequest& req, const ModelConfig& mc, Tokenizer&
     }
   }
   if (tc.longctx_mix.enabled()) {
-    int64_t shortest = tc.stages.front().seq_len;
-    for (const Stage& st : tc.stages) shortest = std::min(shortest, st.seq_len);
+    int64_t shortest = std::numeric_limits<int64_t>::max();
+    for (size_t s = 0; s < tc.stages.size(); ++s)
+      if (tc.longctx_mix.fraction_of(int64_t(s)) > 0) shortest = std::min(shortest, tc.stages[s].seq_len);
     LongTaskMixSource::check_length(tok, tc.longctx_mix, shortest);
   }
   // Shards.

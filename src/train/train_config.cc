@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numbers>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -59,9 +60,13 @@ TrainConfig parse_train_config(const nlohmann::json& j, const std::string& sourc
   const nlohmann::json* stages = o.opt_array("stages");
   if (!stages || stages->empty())
     o.fail("stages", stages ? *stages : nlohmann::json(), "must be a non-empty list of {seq_len, steps, lr_scale}");
+  std::vector<std::optional<double>> stage_fraction;  // stages[i].longctx_fraction, resolved with longctx_mix
   for (size_t i = 0; i < stages->size(); ++i) {
     JsonFields so((*stages)[i], str("stages[", i, "]"), src);
     Stage st;
+    stage_fraction.push_back(so.opt_double("longctx_fraction"));
+    if (stage_fraction.back() && !(*stage_fraction.back() >= 0 && *stage_fraction.back() <= 1))
+      so.fail("longctx_fraction", *stage_fraction.back(), "must lie in [0, 1]");
     st.seq_len = so.req_int("seq_len");
     st.steps = so.req_int("steps");
     st.lr_scale = so.double_or("lr_scale", 1.0);
@@ -145,8 +150,17 @@ TrainConfig parse_train_config(const nlohmann::json& j, const std::string& sourc
       if (m.tasks.empty()) mo.fail("tasks", *tasks, "must list at least one task");
     }
     m.fraction = mo.req_double("fraction");
+    if (!(m.fraction >= 0 && m.fraction <= 1)) mo.fail("fraction", m.fraction, "must lie in [0, 1]");
+    if (std::any_of(stage_fraction.begin(), stage_fraction.end(), [](const auto& f) { return f.has_value(); }))
+      for (const std::optional<double>& f : stage_fraction) m.stage_fractions.push_back(f.value_or(m.fraction));
+    if (!m.enabled())
+      mo.fail("fraction", m.fraction, "is 0 and no stage's longctx_fraction is above 0: no sample would be mixed in");
     mo.finish();
-    if (!(m.fraction > 0 && m.fraction <= 1)) mo.fail("fraction", m.fraction, "must lie in (0, 1]");
+  } else {
+    for (size_t i = 0; i < stage_fraction.size(); ++i)
+      if (stage_fraction[i])
+        JsonFields((*stages)[i], str("stages[", i, "]"), src)
+            .fail("longctx_fraction", *stage_fraction[i], "needs longctx_mix (the tasks to mix in)");
   }
   o.finish();
   if (c.batch_tokens < 1) o.fail("batch_tokens", c.batch_tokens, "must be >= 1");
@@ -183,9 +197,11 @@ TrainConfig load_train_config(const std::string& path, const ModelConfig& model)
 
 nlohmann::json train_config_to_json(const TrainConfig& c) {
   nlohmann::json j;
-  for (const Stage& s : c.stages) {
+  for (size_t i = 0; i < c.stages.size(); ++i) {
+    const Stage& s = c.stages[i];
     nlohmann::json st = {{"seq_len", s.seq_len}, {"steps", s.steps}, {"lr_scale", s.lr_scale}};
     if (!s.freeze.empty()) st["freeze"] = s.freeze;
+    if (i < c.longctx_mix.stage_fractions.size()) st["longctx_fraction"] = c.longctx_mix.stage_fractions[i];
     j["stages"].push_back(std::move(st));
   }
   j["batch_tokens"] = c.batch_tokens;

@@ -1,9 +1,11 @@
 // The training configuration (train.json): the progressive context ladder and the optimisation settings.
 // Fields (all optional but `stages`; defaults below):
-//   stages            [{"seq_len": T, "steps": N, "lr_scale": 1.0, "freeze": []}]  the ladder, run in order;
-//                     freeze: modules not updated during the stage, of "text_model", "vision_tower",
-//                     "mm_projector" (a vision-language model's stage 1: ["text_model", "vision_tower"] trains
-//                     the projector alone); at least one module must train
+//   stages            [{"seq_len": T, "steps": N, "lr_scale": 1.0, "freeze": [], "longctx_fraction": f}]  the
+//                     ladder, run in order; freeze: modules not updated during the stage, of "text_model",
+//                     "vision_tower", "mm_projector" (a vision-language model's stage 1: ["text_model",
+//                     "vision_tower"] trains the projector alone); at least one module must train;
+//                     longctx_fraction: the stage's share of long-context task samples in [0, 1] (needs
+//                     longctx_mix, whose fraction it replaces for the stage)
 //   batch_tokens      tokens per optimizer step (sequences per step = max(1, batch_tokens / seq_len); the
 //                     sequences of a step are micro-batches whose gradients accumulate)       default 4096
 //   lr, min_lr_ratio, warmup_steps                   warmup then cosine to lr * min_lr_ratio over all steps
@@ -20,8 +22,8 @@
 //                     length at most max_position_embeddings. Absent: not run
 //   longctx_mix       {"tasks": ["passkey"], "fraction": 0.5}: that fraction of the training sequences (drawn from
 //                     the seed) are long-context task samples (data/longctx_tasks.h) of the stage's length, needle at
-//                     a random depth, answer included, instead of corpus text (train/longctx_mix_source.h). Absent:
-//                     none
+//                     a random depth, answer included, instead of corpus text (train/longctx_mix_source.h); fraction
+//                     in [0, 1], some stage's share > 0. Absent: none
 #pragma once
 
 #include <cstdint>
@@ -56,7 +58,16 @@ struct LongContextEvalConfig {
 struct LongTaskMixConfig {
   std::vector<std::string> tasks = {"passkey"};
   double fraction = 0.0;
-  bool enabled() const { return fraction > 0.0; }
+  // Per stage of the ladder: its share (stages[i].longctx_fraction, else `fraction`); empty: `fraction` in all.
+  std::vector<double> stage_fractions;
+  double fraction_of(int64_t stage) const {
+    return stage >= 0 && size_t(stage) < stage_fractions.size() ? stage_fractions[size_t(stage)] : fraction;
+  }
+  bool enabled() const {
+    for (double f : stage_fractions)
+      if (f > 0.0) return true;
+    return fraction > 0.0;
+  }
 };
 
 struct TrainConfig {

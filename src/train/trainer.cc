@@ -444,6 +444,7 @@ TrainSummary Trainer::run() {
       restore_after_step = w[0];
       w[0] = kNan;
     }
+    data_.set_stage(s);
     for (int64_t i = 0; i < n_seq; ++i) {
       TrainBatch b = data_.next(T);
       if (i < first || i >= first + per_rank) continue;

@@ -40,6 +40,9 @@ class BatchSource {
  public:
   virtual ~BatchSource() = default;
   virtual TrainBatch next(int64_t seq_len) = 0;
+  // The ladder's stage the next batches are for (called before every step's batches; a source whose mix changes
+  // with the stage keys on it).
+  virtual void set_stage(int64_t /*stage*/) {}
   virtual nlohmann::json state() const = 0;
   virtual void restore(const nlohmann::json& state) = 0;
   // Up to max_batches validation batches of seq_len, always the same ones.

@@ -307,6 +307,21 @@ TEST_F(LongContextTest, MixedTrainingSequencesAreTaskSamplesEndingInTheirAnswer)
   LongTaskMixSource c = make();
   EXPECT_THROW(c.restore(nlohmann::json{{"n", 3}}), Error);  // a state saved without the mix
 
+  // A share per stage (train.json stages[i].longctx_fraction): the trainer names the stage before each step's
+  // batches; at share 0 every sequence is the corpus's, at 1 every one a sample, and the choice of the others is the
+  // one the single fraction makes (the same sequences are samples at the same share).
+  LongTaskMixConfig staged = mix;
+  staged.stage_fractions = {0.0, 1.0, mix.fraction};
+  LongTaskMixSource ladder(std::make_unique<CountingSource>(), *tok_, staged, 11, 0);
+  ladder.set_stage(0);
+  for (int64_t i = 0; i < 20; ++i) EXPECT_FALSE(ladder.is_task_sample(i)) << i;
+  EXPECT_EQ(ints(ladder.next(T).tokens), std::vector<int64_t>(size_t(T), 5));
+  ladder.set_stage(1);
+  for (int64_t i = 0; i < 20; ++i) EXPECT_TRUE(ladder.is_task_sample(i)) << i;
+  EXPECT_NE(ints(ladder.next(T).tokens)[0], 5);
+  ladder.set_stage(2);
+  for (int64_t i = 0; i < N; ++i) EXPECT_EQ(ladder.is_task_sample(i), src.is_task_sample(i)) << i;
+
   // Too short a sequence for a sample: one error naming the mix.
   mix.fraction = 1.0;
   LongTaskMixSource all(std::make_unique<CountingSource>(), *tok_, mix, 11, 0);

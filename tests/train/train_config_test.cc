@@ -107,11 +107,48 @@ TEST(TrainConfig, LongContextEvalIsReadAndChecked) {
   EXPECT_DOUBLE_EQ(mix.longctx_mix.fraction, 0.25);
   EXPECT_EQ(train_config_to_json(mix)["longctx_mix"]["fraction"], 0.25);
   EXPECT_EQ(parse(R"(, "longctx_mix": {"fraction": 1})").longctx_mix.tasks, (std::vector<std::string>{"passkey"}));
-  expect_error(R"(, "longctx_mix": {"fraction": 0})", {"longctx_mix.fraction", "(0, 1]"});
+  expect_error(R"(, "longctx_mix": {"fraction": 0})", {"longctx_mix.fraction", "no sample would be mixed in"});
   expect_error(R"(, "longctx_mix": {"fraction": 1.5})", {"longctx_mix.fraction", "1.5"});
   expect_error(R"(, "longctx_mix": {"tasks": ["needle"], "fraction": 0.5})", {"longctx_mix.tasks", "needle"});
   expect_error(R"(, "longctx_mix": {"tasks": [], "fraction": 0.5})", {"longctx_mix.tasks"});
   expect_error(R"(, "longctx_mix": {"tasks": ["passkey"]})", {"fraction"});
+
+  // A stage's own share (stages[i].longctx_fraction) replaces longctx_mix.fraction for that stage, and survives the
+  // round trip through train_config_to_json; it needs longctx_mix and lies in [0, 1].
+  auto ladder = [&](const std::string& second_stage, const std::string& extra) {
+    return parse_train_config(
+        nlohmann::json::parse(R"({"stages": [{"seq_len": 64, "steps": 1}, )" + second_stage + "]" + extra + "}"),
+        "t.json", m);
+  };
+  const TrainConfig staged =
+      ladder(R"({"seq_len": 128, "steps": 1, "longctx_fraction": 0.5})", R"(, "longctx_mix": {"fraction": 1})");
+  EXPECT_EQ(staged.longctx_mix.stage_fractions, (std::vector<double>{1.0, 0.5}));
+  EXPECT_DOUBLE_EQ(staged.longctx_mix.fraction_of(0), 1.0);
+  EXPECT_DOUBLE_EQ(staged.longctx_mix.fraction_of(1), 0.5);
+  const TrainConfig again = parse_train_config(train_config_to_json(staged), "t.json", m);
+  EXPECT_EQ(again.longctx_mix.stage_fractions, staged.longctx_mix.stage_fractions);
+  // fraction 0 with a stage above 0: only that stage mixes.
+  const TrainConfig late =
+      ladder(R"({"seq_len": 128, "steps": 1, "longctx_fraction": 0.25})", R"(, "longctx_mix": {"fraction": 0})");
+  EXPECT_TRUE(late.longctx_mix.enabled());
+  EXPECT_DOUBLE_EQ(late.longctx_mix.fraction_of(0), 0.0);
+  EXPECT_DOUBLE_EQ(late.longctx_mix.fraction_of(1), 0.25);
+  auto ladder_error = [&](const std::string& second_stage, const std::string& extra,
+                          const std::vector<std::string>& needles) {
+    try {
+      ladder(second_stage, extra);
+      ADD_FAILURE() << "no error for " << second_stage << extra;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      for (const std::string& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+    }
+  };
+  ladder_error(R"({"seq_len": 128, "steps": 1, "longctx_fraction": 0.5})", "",
+               {"stages[1].longctx_fraction", "needs longctx_mix"});
+  ladder_error(R"({"seq_len": 128, "steps": 1, "longctx_fraction": 1.5})", R"(, "longctx_mix": {"fraction": 1})",
+               {"stages[1].longctx_fraction", "1.5", "[0, 1]"});
+  ladder_error(R"({"seq_len": 128, "steps": 1, "longctx_fraction": 0})", R"(, "longctx_mix": {"fraction": 0})",
+               {"longctx_mix.fraction", "no sample would be mixed in"});
 }
 
 // The training config follows the model config's reader (core/json_fields.h): an integer field refuses a float
