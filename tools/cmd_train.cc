@@ -19,6 +19,9 @@ int run_train(const myriad::cli::Args& args) {
   r.out_dir = args.get_or("out", "");
   r.resume = args.get_or("resume", "");
   if (!r.resume.empty() && r.out_dir.empty()) r.out_dir = r.resume;
+  r.init = args.get_or("init", "");
+  MYRIAD_REQUIRE(r.init.empty() || r.resume.empty(), kValue,
+                 "train: --init starts a new run from trained weights, --resume continues one: give one of them");
   r.force = args.has("force");
   r.quiet = args.has("quiet");
   r.stop_after_step = args.get_int("stop-after", -1, -1, 1L << 40);
@@ -40,7 +43,7 @@ int run_train(const myriad::cli::Args& args) {
 
 MYRIAD_COMMAND(
     "train", "train a model (built-in corpus when no data is given)",
-    "myriad train --config F [--data PATH ...] --out runs/NAME [--train-config F] [--resume DIR]",
+    "myriad train --config F [--data PATH ...] --out runs/NAME [--train-config F] [--resume DIR | --init DIR]",
     myriad::cli::with_parallel_options(
         {{"config", "FILE", "model config.json (configs/tiny.json, configs/small.json, ...)"},
          {"train-config", "FILE", "training config (default: <config>.train.json beside it, else 256/1K ladder)"},
@@ -48,6 +51,9 @@ MYRIAD_COMMAND(
          {"tokenizer", "DIR", "use this tokenizer (default: train one on the data)"},
          {"out", "DIR", "run directory (metrics.jsonl, checkpoints/, tokenizer/)"},
          {"resume", "DIR", "continue a run (or a checkpoint) exactly where it stopped"},
+         {"init", "DIR",
+          "start from the weights of a run's last checkpoint (or a checkpoint): a new schedule, optimizer and data "
+          "order (the next rung of a context ladder); its tokenizer unless --tokenizer"},
          {"seed", "S", "seed for init and data order (overrides the training config)"},
          {"gradient-checkpointing", "", "recompute each layer in backward (less memory)"},
          {"stop-after", "N", "stop after N steps in total (checkpointed), e.g. to test resumption"},

@@ -129,6 +129,18 @@ PreparedRun prepare_run(const RunRequest& req, const ModelConfig& mc, Tokenizer&
     (void)collect_data_files(req.data);
   }
   if (resuming) validate_checkpoint_against_config(Checkpoint::open(latest_checkpoint(req.resume)), mc);
+  // --init: the checkpoint's tensors must be this config's, and its token ids need the tokenizer it was trained with.
+  std::string tokenizer_dir = req.tokenizer_dir;
+  if (!req.init.empty()) {
+    MYRIAD_REQUIRE(!resuming, kValue, "train: --init and --resume exclude each other");
+    const std::string ck = latest_checkpoint(req.init);
+    validate_checkpoint_against_config(Checkpoint::open(ck), mc);
+    if (tokenizer_dir.empty()) {
+      MYRIAD_REQUIRE(fs::exists(ck + "/tokenizer/tokenizer.model"), kValue, "--init ", ck,
+                     " holds no tokenizer/: give the one its weights were trained with (--tokenizer DIR)");
+      tokenizer_dir = ck + "/tokenizer";
+    }
+  }
   // Training config.
   TrainConfig tc;
   // Precedence: --train-config; when resuming, the run's own train.json (the ladder it was started with: its
@@ -172,8 +184,8 @@ PreparedRun prepare_run(const RunRequest& req, const ModelConfig& mc, Tokenizer&
   }
   // Tokenizer.
   const std::string tok_dir = out + "/tokenizer";
-  if (!req.tokenizer_dir.empty()) {
-    tok = Tokenizer::load(req.tokenizer_dir);
+  if (!tokenizer_dir.empty()) {
+    tok = Tokenizer::load(tokenizer_dir);
     tok.save(tok_dir);
   } else if (fs::exists(tok_dir + "/tokenizer.model")) {
     tok = Tokenizer::load(tok_dir);
@@ -328,6 +340,7 @@ TrainSummary run_training(const RunRequest& request) {
     };
   Trainer trainer(model, tc, *source, to);
   if (!req.resume.empty()) trainer.resume(req.resume);
+  if (!req.init.empty()) trainer.init_from(req.init);
   return trainer.run();
 }
 

@@ -21,6 +21,9 @@ struct RunRequest {
   std::string tokenizer_dir;      // empty: train one on the data
   std::string out_dir;
   std::string resume;  // a run or checkpoint directory
+  // A run or checkpoint directory whose weights start this run (a new run: fresh optimizer, schedule and data
+  // order; its tokenizer/ unless tokenizer_dir is given).
+  std::string init;
   bool force = false;
   bool quiet = false;
   int64_t stop_after_step = -1;

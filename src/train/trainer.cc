@@ -131,15 +131,32 @@ Trainer::Trainer(Transformer& model, TrainConfig config, BatchSource& data, Trai
                  opt_.run_dir, ec ? ": " + ec.message() : "");
 }
 
-void Trainer::resume(const std::string& dir) {
+namespace {
+
+// Copies a checkpoint's weights into the model's (checksums first, then the config check: one error for a
+// corrupt checkpoint or one of another config); returns the checkpoint directory.
+std::string load_checkpoint_weights(const std::string& dir, Transformer& model) {
   const std::string ck = latest_checkpoint(dir);
   verify_directory_checksums(ck);  // every file of the checkpoint, before any is read
   Checkpoint weights = Checkpoint::open(ck);
-  validate_checkpoint_against_config(weights, model_.config());  // a checkpoint from another config: one error
-  for (const auto& [name, v] : model_.weights().all()) {
+  validate_checkpoint_against_config(weights, model.config());  // a checkpoint from another config: one error
+  for (const auto& [name, v] : model.weights().all()) {
     Tensor dst = v.value();
     dst.copy_from(weights.tensor(name));
   }
+  return ck;
+}
+
+}  // namespace
+
+void Trainer::init_from(const std::string& dir) {
+  const std::string ck = load_checkpoint_weights(dir, model_);
+  log({{"type", "init"}, {"checkpoint", ck}});
+  if (root()) std::fprintf(stderr, "myriad train: weights from %s\n", ck.c_str());
+}
+
+void Trainer::resume(const std::string& dir) {
+  const std::string ck = load_checkpoint_weights(dir, model_);
   adamw_->load(ck);
   const std::string state_path = ck + "/trainer_state.json";
   const nlohmann::json st = read_trainer_state(ck);

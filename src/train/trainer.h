@@ -104,6 +104,9 @@ class Trainer {
   Trainer(Transformer& model, TrainConfig config, BatchSource& data, TrainerOptions options);
   // Continues from a checkpoint directory (a run dir or a checkpoint): weights, optimizer, data position, step.
   void resume(const std::string& dir);
+  // Starts from the weights of a checkpoint directory (a run dir or a checkpoint) of the same config; the
+  // optimizer, step and data position stay new.
+  void init_from(const std::string& dir);
   TrainSummary run();
 
  private:

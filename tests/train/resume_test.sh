@@ -89,3 +89,22 @@ sed 's/"hidden_size": 64/"hidden_size": 32/' "$root/configs/tiny.json" >"$work/o
 out=$("$bin" train --config "$work/other.json" --train-config "$work/train.json" --resume "$work/A" --quiet 2>&1)
 [[ $? != 0 ]] && grep -q "expected shape" <<<"$out" || fail "resuming with another config should fail naming a shape: $out"
 echo "ok: a checkpoint from another config is refused: $(tail -1 <<<"$out" | cut -c1-160)"
+
+# D: --init starts a new run (step 1, a new schedule and optimizer) from A's last weights. Same seed, so its first
+# batch is A's first: A's first step saw random weights, D's sees trained ones, so D's first loss is well below A's
+# (identical if the weights were not carried). Refused with --resume, and from a checkpoint of another config.
+train --out "$work/D" --init "$work/A" --stop-after 1 >"$work/D.log" 2>&1 || { tail -3 "$work/D.log"; fail "--init run failed"; }
+grep -q '"type":"init"' "$work/D/metrics.jsonl" || fail "the --init run logged no init record"
+first() { python3 -c "
+import json, sys
+print(min((r['step'], r['loss']) for r in map(json.loads, open(sys.argv[1])) if r.get('type') == 'step')[1])" "$1/metrics.jsonl"; }
+a1=$(first "$work/A"); d1=$(first "$work/D")
+python3 -c "import sys; a, d = map(float, sys.argv[1:]); sys.exit(0 if d < a - 0.5 else 1)" "$a1" "$d1" ||
+  fail "the --init run's first loss $d1 is not below the fresh run's $a1: were the weights carried?"
+echo "ok: --init from A: first loss $d1 (a fresh run's: $a1)"
+out=$(train --out "$work/E" --init "$work/A" --resume "$work/A" 2>&1)
+[[ $? != 0 ]] && grep -q "give one of them" <<<"$out" || fail "--init with --resume should be refused: $out"
+out=$("$bin" train --config "$work/other.json" --train-config "$work/train.json" --init "$work/A" --out "$work/F" --quiet 2>&1)
+[[ $? != 0 ]] && grep -q "expected shape" <<<"$out" || fail "--init from another config should fail naming a shape: $out"
+[[ ! -e "$work/F" ]] || fail "a refused --init left a run directory"
+echo "ok: --init refused with --resume and from another config"
