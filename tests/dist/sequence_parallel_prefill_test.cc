@@ -9,6 +9,8 @@
 //     M S + S~ instead of one recurrence, ~1e-6; a lost state, halo or latent block moves logits by O(0.1)).
 //   - The serving protocol: rank 0 leads with the last shard, the others follow until stop(); f32 and q8 caches
 //     (the followers must cache rows as rank 0 does).
+//   - With block-sparse MLA (blocks of 16, 2 local, top 1: late queries choose 1 of up to 3 earlier blocks), the
+//     shards' queries choose from block means over every earlier shard's rows, and decode continues from them.
 #include "dist/sequence_parallel_prefill.h"
 
 #include <gtest/gtest.h>
@@ -29,8 +31,9 @@ struct Fixture {
   std::shared_ptr<InferenceModel> model;
   std::vector<int32_t> prompt;
 
-  Fixture() {
+  explicit Fixture(bool sparse = false) {
     config = load_model_config(std::string(MYRIAD_SOURCE_DIR) + "/configs/tiny.json", nullptr);
+    if (sparse) config.mla_sparse_attention = SparseMlaConfig{16, 1, 32};
     model = std::make_shared<InferenceModel>(config, DecodeWeights::from_model(ModelWeights::random(config, 17)));
     model->kda_chunk = 16;
     std::mt19937_64 rng(9);
@@ -74,9 +77,9 @@ struct Fixture {
   }
 };
 
-TEST(SequenceParallelPrefill, ShardsLeaveTheWholePromptsStateOnTheLastShard) {
+void expect_shards_leave_the_whole_prompts_state(bool sparse) {
   Communicator& w = test::test_world();
-  const Fixture f;
+  const Fixture f(sparse);
   ASSERT_GT(f.config.num_kda_layers(), 0);
   ASSERT_GT(f.config.num_mla_layers(), 0);
   CommunicatorPrefillShards shards(w, int64_t(f.prompt.size()));
@@ -87,6 +90,14 @@ TEST(SequenceParallelPrefill, ShardsLeaveTheWholePromptsStateOnTheLastShard) {
                         &shards};
   const Tensor logits = f.model->forward(std::span<const BatchEntry>(&mine, 1));
   if (w.rank() == w.size() - 1) f.expect_continues_as_one_process(seq, logits, DType::kF32);
+}
+
+TEST(SequenceParallelPrefill, ShardsLeaveTheWholePromptsStateOnTheLastShard) {
+  expect_shards_leave_the_whole_prompts_state(false);
+}
+
+TEST(SequenceParallelPrefill, BlockSparseMlaShardsLeaveTheWholePromptsState) {
+  expect_shards_leave_the_whole_prompts_state(true);
 }
 
 TEST(SequenceParallelPrefill, TheServingProtocolLeadsWithTheLastShard) {
