@@ -21,6 +21,29 @@ namespace myriad {
 namespace {
 
 constexpr int64_t kQueryTile = 64;  // prefill: query rows per task
+
+// A score row's softmax over the keys of `ranges` only (block-sparse prefill on dense tiles): probabilities there,
+// zero in every other column of [0, width).
+void masked_softmax_row(float* sr, std::span<const KeyRange> ranges, int64_t width) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (const KeyRange& r : ranges)
+    for (int64_t j = r.begin; j < r.end; ++j) mx = std::max(mx, sr[j]);
+  float sum = 0.0f;
+  int64_t prev = 0;
+  for (const KeyRange& r : ranges) {
+    std::fill(sr + prev, sr + r.begin, 0.0f);
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = r.begin; j < r.end; ++j) {
+      sr[j] = fast_exp(sr[j] - mx);
+      sum += sr[j];
+    }
+    prev = r.end;
+  }
+  std::fill(sr + prev, sr + width, 0.0f);
+  const float inv = 1.0f / sum;
+  for (const KeyRange& r : ranges)
+    for (int64_t j = r.begin; j < r.end; ++j) sr[j] *= inv;
+}
 // step: multiply-adds per thread below which the cache is not split (a fork/join costs a few microseconds).
 constexpr int64_t kStepWorkPerThread = int64_t(1) << 18;
 constexpr int64_t kSpanTokens = 256;  // step: cached tokens per online-softmax update
@@ -465,11 +488,28 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
 void MlaDecoder::attend_chunk(const float* q, int64_t T, const MlaCache& cache, float* attn_p) const {
   const int64_t W = C_ + Dr_, HV = H_ * Dv_, HQ = H_ * Dq_;
   const int64_t N = cache.size(), base = N - T, P = cache.page_tokens();
-  if (sparse_) {  // each query its own keys: in parallel over the queries
-    ops::ScopedSerialBlas single;
+  // Block-sparse: the chunk's queries' blocks (as attend_sparse chooses them) for the masked tiles below, or each
+  // query over its own gathered keys (longer contexts; see SparsePrefill).
+  std::vector<int32_t> chosen;  // [T, top_k]
+  if (sparse_) {
+    const int64_t mid = base + T / 2;
+    const bool masked = sparse_prefill == SparsePrefill::kMasked ||
+                        (sparse_prefill == SparsePrefill::kAuto &&
+                         double(mid + 1) <= kSparseMaskedFactor * double(sparse_mla_keys(*sparse_, mid)));
+    if (!masked) {  // in parallel over the queries
+      ops::ScopedSerialBlas single;
 #pragma omp parallel for schedule(dynamic, 16) num_threads(num_threads())
-    for (int64_t r = 0; r < T; ++r) attend_sparse(q + r * HQ, base + r, cache, attn_p + r * HV);
-    return;
+      for (int64_t r = 0; r < T; ++r) attend_sparse(q + r * HQ, base + r, cache, attn_p + r * HV);
+      return;
+    }
+    std::vector<float> qbar(static_cast<size_t>(T * W));
+    sparse_mla_query_sum(weights_->device(), q, T, HQ, H_, Dn_, Dr_, w_uk_.data<float>(), Dn_ * C_, C_, scale_,
+                         qbar.data());
+    chosen.resize(size_t(T * sparse_->top_k));
+#pragma omp parallel for schedule(dynamic, 64) num_threads(num_threads())
+    for (int64_t r = 0; r < T; ++r)
+      sparse_mla_choose(*sparse_, base + r, qbar.data() + r * W, cache.block_means(),
+                        chosen.data() + r * sparse_->top_k);
   }
   const int64_t tiles = (T + kQueryTile - 1) / kQueryTile, tasks = H_ * tiles;
   // A bf16 or q8 cache is widened to f32 once per call ([N, W], the pages back to back), for the sgemm products
@@ -492,9 +532,11 @@ void MlaDecoder::attend_chunk(const float* q, int64_t T, const MlaCache& cache, 
   const float scale = scale_;
   struct Scratch {
     std::vector<float> qcat, S, o_lat;
+    std::vector<KeyRange> ranges;  // block-sparse: a query's key ranges
   };
   auto make_scratch = [&] {
     Scratch sc;
+    if (sparse_) sc.ranges.resize(size_t(sparse_->top_k + 1));
     sc.qcat.resize(static_cast<size_t>(kQueryTile * W));
     sc.S.resize(static_cast<size_t>(kQueryTile * N));
     sc.o_lat.resize(static_cast<size_t>(kQueryTile * C_));
@@ -516,10 +558,16 @@ void MlaDecoder::attend_chunk(const float* q, int64_t T, const MlaCache& cache, 
       const int64_t n = std::min(P, kend - k0);
       ops::gemm(weights_->device(), false, true, m, n, W, scale, qc, W, page_f32(k0 / P), W, 0.0f, S + k0, ldS);
     }
-    // causal softmax: row r sees keys [0, base + i0 + r]
+    // causal softmax: row r sees keys [0, base + i0 + r]; block-sparse, only its ranges of them
     for (int64_t r = 0; r < m; ++r) {
       float* sr = S + r * ldS;
       const int64_t n = base + i0 + r + 1;
+      if (!chosen.empty()) {
+        const int64_t nr = sparse_key_ranges(sparse_->block_size, sparse_->local_blocks(), sparse_->top_k,
+                                             chosen.data() + (i0 + r) * sparse_->top_k, n - 1, sc.ranges.data());
+        masked_softmax_row(sr, std::span<const KeyRange>(sc.ranges.data(), size_t(nr)), kend);
+        continue;
+      }
       float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
       for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]);

@@ -203,6 +203,18 @@ TEST_P(MlaVariant, DecodeAndChunkedPrefillEqualNaive) {
       cache_diff = std::max(cache_diff, double(std::fabs(cache.row(t)[j] - cache2.row(t)[j])));
   EXPECT_LE(cache_diff, 1e-5);
   if (c.mla_sparse_attention) {
+    // Sparse prefill both ways (the masked dense tiles and the gathered keys; kAuto picks one by length), in one
+    // call and in chunks of 100 (later chunks' queries mask keys cached before them).
+    for (const auto way : {MlaDecoder::SparsePrefill::kMasked, MlaDecoder::SparsePrefill::kGathered}) {
+      MlaDecoder d(c, w, kLayer);
+      d.sparse_prefill = way;
+      const char* name = way == MlaDecoder::SparsePrefill::kMasked ? "masked" : "gathered";
+      MlaCache whole = d.make_cache(100);
+      EXPECT_LE(rel_err(d.prefill(x, 0, whole), ref, ref), kTol) << GetParam() << ": one " << name << " prefill";
+      MlaCache chunked = d.make_cache();
+      EXPECT_LE(rel_err(prefill_then_decode(d, x, chunked, kT, 100), ref, ref), kTol)
+          << GetParam() << ": " << name << " prefill in chunks";
+    }
     // A shared prefix keeps its block means: one ending on a block boundary (448) and one inside a block (300 of
     // the 100-token pages: its partial block is summed again from the rows); decoding on from either gives the rest.
     for (auto [from, n] : {std::pair<MlaCache*, int64_t>{&cache, 448}, {&cache3, 300}}) {
