@@ -43,6 +43,7 @@ one-process run of the same data:
   8. Fine-tuning: `myriad sft` with dp 2, ep 2, sp 2 and dp 2 x ep 2 against one process, by the rule of 1.
   9. GRPO with --dp 2: the rollouts and loss up to the first update as one process's; a --dp that does not divide the prompts
      refused once.
+  10. Image-text training (a vision-language model) with dp 2 and ep 2 against one process, by the rule of 1.
   Also (1c): the gradient all-reduce overlapped with the backward (--grad-sync overlap) against after it (the
   CPU default): on 2 ranks every loss and the final weights bit for bit.
 """
@@ -488,6 +489,37 @@ def main():
         check(rc != 0 and out.count(want) == 1 and not os.path.exists(d),
               f"grpo {' '.join(flags)} on {np_} ranks: one error, nothing written" + ("" if rc != 0 and want in out
                                                                                    else "\n" + out[-2000:]))
+
+    # 10. Image-text training (configs/tiny-vl.json: vision tower, projector and text model) under --dp 2 and
+    # --ep 2: the records' batches (tokens and image patches) split by rank as text's are, the tower's gradients
+    # summed with the rest; step 1 bit-identical to one process, then the rule of 1. The tokenizer the one-process
+    # run trained on the records' text is given to the others.
+    rc, out, _ = run([MYRIAD, "data", "shapes", "--out", f"{WORK}/shapes", "--train", "64", "--test", "4"])
+    assert rc == 0, out
+    vl_cfg = os.path.join(WORK, "vl.json")
+    with open(vl_cfg, "w") as f:
+        json.dump({"stages": [{"seq_len": 64, "steps": 6}], "batch_tokens": 256, "lr": 0.004, "warmup_steps": 2,
+                   "eval_every": 1000, "eval_batches": 1, "task_eval_per_task": 0, "checkpoint_every": 6,
+                   "log_every": 1, "kda_chunk": 32}, f)
+
+    def vl_args(out, extra=()):
+        return [MYRIAD, "train", "--config", os.path.join(SRC, "configs", "tiny-vl.json"), "--train-config", vl_cfg,
+                "--data", f"{WORK}/shapes/train.jsonl", "--out", out, "--quiet", *extra]
+    rc, out, _ = run(vl_args(f"{WORK}/vl1"))
+    check(rc == 0, "image-text training in one process" + ("" if rc == 0 else "\n" + out[-2000:]))
+    if rc == 0:
+        vl_single = steps(f"{WORK}/vl1")
+        for flags in (["--dp", "2"], ["--ep", "2"]):
+            name = f"image-text np 2 {' '.join(flags)}"
+            d = f"{WORK}/vl2{''.join(flags).replace('-', '')}"
+            rc, out, t = run(MPIRUN + ["-np", "2"] + vl_args(d, flags + ["--tokenizer", f"{WORK}/vl1/tokenizer"]))
+            check(rc == 0, f"{name}: exit 0 ({t:.1f} s)" + ("" if rc == 0 else "\n" + out[-3000:]))
+            if rc != 0:
+                continue
+            got = steps(d)
+            check(got[1]["loss"] == vl_single[1]["loss"], f"{name}: step 1 loss bit-identical "
+                  f"({got[1]['loss']!r} vs {vl_single[1]['loss']!r})")
+            compare_steps(name, vl_single, got, 1, 6)
 
     # 6. Expert-parallel inference: a random model (varied tokens), sampled generation and perplexity (prefill and
     # token by token) on 1, 2 and 4 ranks; rank 0 prints, and prints what one process prints.
