@@ -17,6 +17,7 @@
 #include "model/accounting.h"
 #include "model/transformer.h"
 #include "model/weights.h"
+#include "vision_fixture.h"
 
 namespace myriad {
 namespace {
@@ -24,19 +25,7 @@ namespace {
 const std::string kSharedK3 = MYRIAD_SOURCE_DIR "/../shared/data/kimi-k3-config.json";
 
 VisionConfig tiny_vision() {
-  VisionConfig v;
-  v.patch_size = 2;
-  v.vt_hidden_size = 16;
-  v.vt_intermediate_size = 24;
-  v.vt_num_attention_heads = 2;
-  v.vt_num_hidden_layers = 1;
-  v.merge_kernel_size = {2, 2};
-  v.text_hidden_size = 64;
-  v.mm_hidden_size = 16;
-  v.init_pos_emb_height = 4;
-  v.init_pos_emb_width = 4;
-  v.init_pos_emb_time = 4;
-  return v;
+  return test::small_vision_config(/*patch=*/2, /*width=*/16, /*mlp=*/24, /*text_hidden=*/64, /*pos_grid=*/4);
 }
 
 TEST(VisionTower, K3TowerHasThePublishedSize) {

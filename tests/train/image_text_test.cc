@@ -19,25 +19,15 @@
 #include "serve/engine.h"
 #include "train/image_question_eval.h"
 #include "train/image_text_source.h"
+#include "vision_fixture.h"
 
 namespace myriad {
 namespace {
 
 ModelConfig vlm_config() {
   ModelConfig c = load_model_config(MYRIAD_SOURCE_DIR "/configs/tiny.json", nullptr);
-  VisionConfig v;
-  v.patch_size = 7;
-  v.vt_hidden_size = 32;
-  v.vt_intermediate_size = 64;
-  v.vt_num_attention_heads = 2;
-  v.vt_num_hidden_layers = 1;
-  v.merge_kernel_size = {2, 2};
-  v.text_hidden_size = c.hidden_size;
-  v.mm_hidden_size = 32;
-  v.init_pos_emb_height = 8;
-  v.init_pos_emb_width = 8;
-  v.init_pos_emb_time = 4;
-  c.vision_config = v;
+  c.vision_config =
+      test::small_vision_config(/*patch=*/7, /*width=*/32, /*mlp=*/64, /*text_hidden=*/c.hidden_size, /*pos_grid=*/8);
   return c;
 }
 
