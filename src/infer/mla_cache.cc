@@ -495,7 +495,7 @@ void MlaDecoder::attend_chunk(const float* q, int64_t T, const MlaCache& cache, 
     const int64_t mid = base + T / 2;
     const bool masked = sparse_prefill == SparsePrefill::kMasked ||
                         (sparse_prefill == SparsePrefill::kAuto &&
-                         double(mid + 1) <= kSparseMaskedFactor * double(sparse_mla_keys(*sparse_, mid)));
+                         prefer_masked_sparse(double(mid + 1), double(sparse_mla_keys(*sparse_, mid))));
     if (!masked) {  // in parallel over the queries
       ops::ScopedSerialBlas single;
 #pragma omp parallel for schedule(dynamic, 16) num_threads(num_threads())

@@ -180,10 +180,9 @@ class MlaDecoder {
   // Block-sparse prefill, two ways: each query over its own keys gathered (dot products over the rows of its
   // ranges), or dense attention's sgemm tiles with every key outside the query's blocks masked (the same keys and
   // numbers up to f32 association; as many products as dense, but sgemm runs them many times faster per key).
-  // kAuto: masked while a dense query's mean keys are within kSparseMaskedFactor of a sparse query's (the training
-  // kernel's rule, ops/cpu/sparse_attention.cc), else gathered. Tests set one way to check both.
+  // kAuto: ops/kernels.h prefer_masked_sparse (the training kernel's rule) for the chunk's middle query. Tests set
+  // one way to check both.
   enum class SparsePrefill { kAuto, kMasked, kGathered };
-  static constexpr double kSparseMaskedFactor = 8.0;
   SparsePrefill sparse_prefill = SparsePrefill::kAuto;
 
   const Tensor& w_uk() const { return w_uk_; }  // [H, Dn, C]

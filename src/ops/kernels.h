@@ -116,6 +116,17 @@ inline int64_t sparse_key_ranges(int64_t block, int64_t local_blocks, int64_t to
   return n;
 }
 
+// Block-sparse attention runs two ways: over each query's gathered keys, or as dense attention's sgemm tiles with
+// the unread keys masked (as many products as dense, but sgemm runs them many times faster per key). Masked wins
+// while a dense query's mean keys are at most kSparseMaskedFactor times a sparse query's: the crossover measured on
+// configs/tiny-longctx.json's MLA layer (block 64, top 16, window 256; `myriad bench model --seq T`, forward +
+// backward, 2 threads): at 16K tokens (dense/sparse keys 6.3x) masked 1.91 s vs gathered 2.48 s, at 32K (12.5x)
+// masked 9.5 s vs gathered ~5 s. Training (ops/cpu/sparse_attention.cc) and prefill (MlaDecoder) share the rule.
+inline constexpr double kSparseMaskedFactor = 8.0;
+inline bool prefer_masked_sparse(double dense_keys, double sparse_keys) {
+  return dense_keys <= kSparseMaskedFactor * sparse_keys;
+}
+
 // Kimi Delta Attention (DESIGN 1.2), per sequence b and head h: q, k, g [B, T, H, K]; v [B, T, H, V];
 // beta [B, T, H]; states [B, H, K, V] (S0 null = zeros: a fresh sequence). q, k arrive L2-normalised (q also
 // scaled by K^-1/2); g <= 0 is the per-channel log-decay. Per token: S <- Diag(e^g) S; S <- S + beta k (v - S^T k)^T;

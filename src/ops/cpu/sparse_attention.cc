@@ -4,10 +4,10 @@
 //     Work grows as T x (keys a query reads).
 //   - masked tiles (attention.cc): dense attention's sgemm tiles with the unread keys masked out. Work grows as
 //     T^2 / 2, but sgemm runs many times faster per key than the dot products.
-// The masked tiles run while T / 2 (a dense query's mean keys) is at most kMaskedFactor times the sparse mean;
-// longer sequences gather. Both give the same numbers up to f32 association (both are checked by the op case). The
-// backward recomputes the probabilities from the saved log-sum-exp; its tasks are (sequence, kv head), each owning its
-// dK, dV rows (no races).
+// The masked tiles run while ops/kernels.h prefer_masked_sparse says so (dense keys within a factor of the sparse
+// ones); longer sequences gather. Both give the same numbers up to f32 association (both are checked by the op case).
+// The backward recomputes the probabilities from the saved log-sum-exp; its tasks are (sequence, kv head), each owning
+// its dK, dV rows (no races).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -34,12 +34,6 @@ inline void add_scaled(float* y, const float* x, float a, int64_t n) {
   for (int64_t e = 0; e < n; ++e) y[e] += a * x[e];
 }
 
-// Masked tiles while a dense query's mean keys are at most this many times a sparse query's: the crossover
-// measured on configs/tiny-longctx.json's MLA layer (block 64, top 16, window 256; `myriad bench model --seq T`,
-// forward + backward, 2 threads): at 16K tokens (dense/sparse keys 6.3x) masked 1.91 s vs gathered 2.48 s, at 32K
-// (12.5x) masked 9.5 s vs gathered ~5 s (twice its 16K time: linear).
-constexpr double kMaskedFactor = 8.0;
-
 bool use_masked_tiles(const SparseAttentionShape& sp) {
   double sparse_keys = 0.0;
   for (int64_t i = 0; i < sp.attn.T; ++i) {
@@ -47,7 +41,7 @@ bool use_masked_tiles(const SparseAttentionShape& sp) {
     sparse_keys += double(i + 1 - f * sp.block + std::min(f, sp.top_k) * sp.block);
   }
   const double dense_keys = double(sp.attn.T) * double(sp.attn.T + 1) / 2.0;
-  return dense_keys <= kMaskedFactor * sparse_keys;
+  return prefer_masked_sparse(dense_keys, sparse_keys);
 }
 
 }  // namespace
