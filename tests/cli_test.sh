@@ -106,6 +106,22 @@ check "train: longctx_eval length too short for the facts" 1 "$bin" train --conf
   --train-config "$work/lc-short.train.json" --out "$work/lc-short" --quiet
 one_error_line "longctx_eval.lengths"
 no_run_left "$work/lc-short"
+# Sequence state files: a prompt's state saved by one `generate`, loaded by the next (same greedy answer, the
+# document not prefilled again); another model's state and a prompt too short for a snapshot are refused.
+head -c 1500 "$root/../shared/data/tinyshakespeare.txt" >"$work/doc.txt" 2>/dev/null ||
+  for i in $(seq 60); do printf 'The river ran past the stone mill and on to the sea. ' >>"$work/doc.txt"; done
+{ cat "$work/doc.txt"; printf '\nAnd then'; } >"$work/docq.txt"
+check "generate --save-state" 0 "$bin" generate --model "$work/lc" --prompt-file "$work/doc.txt" --max-tokens 2 \
+  --prefix-every 64 --save-state "$work/doc.state"
+grep -q "saved the state of the prompt's first" "$work/err" || { echo "FAIL: no saved-state line"; fails=$((fails + 1)); }
+check "generate --load-state" 0 "$bin" generate --model "$work/lc" --prompt-file "$work/docq.txt" --max-tokens 6 \
+  --prefix-every 64 --load-state "$work/doc.state"
+cp "$work/out" "$work/resumed.out"
+grep -q "prompt tokens ([1-9][0-9]* from the prefix cache)" "$work/err" ||
+  { echo "FAIL: the loaded state was not used"; sed 's/^/  | /' "$work/err"; fails=$((fails + 1)); }
+check "generate without the state" 0 "$bin" generate --model "$work/lc" --prompt-file "$work/docq.txt" --max-tokens 6 \
+  --prefix-every 0
+cmp -s "$work/out" "$work/resumed.out" || { echo "FAIL: the resumed answer differs"; fails=$((fails + 1)); }
 # Block-sparse MLA trained from the CLI with passkey samples mixed in; the mix's and the bench's refusals.
 printf '{"stages": [{"seq_len": 256, "steps": 2}, {"seq_len": 1024, "steps": 1}], "batch_tokens": 1024,
   "eval_every": 100, "eval_batches": 1, "task_eval_per_task": 0, "checkpoint_every": 100,
@@ -117,6 +133,12 @@ check "train: longctx_mix stage too short for a sample" 1 "$bin" train --config 
   --train-config "$work/mix-short.train.json" --out "$work/mix-short" --quiet
 one_error_line "longctx_mix"
 no_run_left "$work/mix-short"
+check "generate --load-state of another model" 1 "$bin" generate --model "$work/mix" --prompt "x" --max-tokens 1 \
+  --load-state "$work/doc.state"
+one_error_line "the state of another model"
+check "generate --save-state with no snapshot" 1 "$bin" generate --model "$work/lc" --prompt "Hi" --max-tokens 1 \
+  --save-state "$work/none.state"
+one_error_line "no snapshot of the prompt"
 check "bench longctx" 0 "$bin" bench longctx --config "$root/configs/tiny-longctx.json" --context 4K --at 1K,4K --decode 2 --dense --json "$work/blc.json"
 [[ -s "$work/blc.json" ]] || { echo "FAIL: bench longctx wrote no JSON"; fails=$((fails + 1)); }
 check "bench longctx: --at past the context" 1 "$bin" bench longctx --config "$root/configs/tiny-longctx.json" --context 4K --at 8K

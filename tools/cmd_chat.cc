@@ -23,6 +23,7 @@
 #include "cli.h"
 #include "core/error.h"
 #include "data/chat_template.h"
+#include "engine_flags.h"
 #include "infer/image_input.h"
 #include "serve/engine.h"
 
@@ -78,9 +79,7 @@ int run_chat(const myriad::cli::Args& args) {
   sp.seed = args.has("seed") ? args.get_u64("seed", 0) : std::random_device{}();
   myriad::validate(sp);
   const int64_t max_tokens = args.get_int("max-tokens", 512, 1, 1 << 30);
-  myriad::EngineOptions eo;
-  eo.cache_mb = args.get_int("cache-mb", eo.cache_mb, 1, 1 << 24);
-  eo.cache_dtype = myriad::cache_dtype_from_name(args.get_choice("cache-dtype", "f32", {"f32", "bf16", "q8"}));
+  myriad::EngineOptions eo = myriad::cli::engine_options(args);
   eo.max_batch = 1;
 
   const bool tty = ::isatty(0) && ::isatty(1);
@@ -88,6 +87,7 @@ int run_chat(const myriad::cli::Args& args) {
   std::shared_ptr<const myriad::InferenceModel> model =
       myriad::InferenceModel::load(*dir, {}, args.get_or("tokenizer", ""));
   myriad::Engine engine(model, eo);  // driven from this thread with step(): the sink prints as tokens come
+  myriad::cli::load_states(args, engine, tty);
   const myriad::Tokenizer& tok = model->tokenizer();
   const int64_t context = model->config().max_position_embeddings;
 
@@ -208,22 +208,20 @@ int run_chat(const myriad::cli::Args& args) {
 
 }  // namespace
 
-MYRIAD_COMMAND("chat", "talk with a model in the terminal (chat template, history, streamed replies)",
-               "myriad chat --model DIR [--system TEXT] [--max-tokens N] [--temperature T] [--seed S]; in the chat: "
-               "/image PATH, /reset, /quit",
-               {{"model", "DIR", "model directory (config.json, safetensors, tokenizer/) or a training run"},
-                {"tokenizer", "DIR|FILE",
-                 "use this tokenizer instead of the model's own (tokenizer.model, tiktoken.model or tokenizer.json)"},
-                {"system", "TEXT", "a system message at the start of the conversation"},
-                {"max-tokens", "N", "longest reply in tokens (default 512)"},
-                {"temperature", "T", "sampling temperature; 0 = greedy (default 0.7)"},
-                {"top-p", "P", "nucleus sampling mass (default 0.95)"},
-                {"top-k", "K", "keep the K most likely tokens; 0 = off (default 0)"},
-                {"min-p", "P", "drop tokens below P times the most likely one's probability (default 0)"},
-                {"repetition-penalty", "R", "penalty for tokens already seen (default 1 = off)"},
-                {"seed", "S", "random seed (default: a random one); each turn uses the next seed"},
-                {"cache-mb", "N", "memory for sequence state (default 1024)"},
-                {"cache-dtype", "f32|bf16|q8",
-                 "how MLA latent rows are cached: f32 (default), bf16 (half the memory) or q8 (int8 per group of 32: "
-                 "~48% of the memory, fastest at long context)"}},
-               run_chat);
+MYRIAD_COMMAND(
+    "chat", "talk with a model in the terminal (chat template, history, streamed replies)",
+    "myriad chat --model DIR [--system TEXT] [--max-tokens N] [--temperature T] [--seed S]; in the chat: "
+    "/image PATH, /reset, /quit",
+    myriad::cli::with_engine_options(
+        {{"model", "DIR", "model directory (config.json, safetensors, tokenizer/) or a training run"},
+         {"tokenizer", "DIR|FILE",
+          "use this tokenizer instead of the model's own (tokenizer.model, tiktoken.model or tokenizer.json)"},
+         {"system", "TEXT", "a system message at the start of the conversation"},
+         {"max-tokens", "N", "longest reply in tokens (default 512)"},
+         {"temperature", "T", "sampling temperature; 0 = greedy (default 0.7)"},
+         {"top-p", "P", "nucleus sampling mass (default 0.95)"},
+         {"top-k", "K", "keep the K most likely tokens; 0 = off (default 0)"},
+         {"min-p", "P", "drop tokens below P times the most likely one's probability (default 0)"},
+         {"repetition-penalty", "R", "penalty for tokens already seen (default 1 = off)"},
+         {"seed", "S", "random seed (default: a random one); each turn uses the next seed"}}),
+    run_chat);

@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 #include <string>
 
 #include "cli.h"
 #include "data/image.h"
 #include "dist/expert_parallel.h"
+#include "engine_flags.h"
 #include "infer/image_input.h"
+#include "io/atomic_file.h"
 #include "serve/engine.h"
 
 namespace {
@@ -50,8 +53,9 @@ void attach_images(const myriad::InferenceModel& model, const std::string& list,
 int run_generate(const myriad::cli::Args& args) {
   using namespace myriad;
   const auto model_dir = args.get("model");
-  const auto prompt = args.get("prompt");
-  MYRIAD_REQUIRE(model_dir && prompt, kValue, "generate needs --model DIR and --prompt TEXT");
+  MYRIAD_REQUIRE(model_dir && args.has("prompt") != args.has("prompt-file"), kValue,
+                 "generate needs --model DIR and one of --prompt TEXT and --prompt-file FILE");
+  const std::string prompt = args.has("prompt") ? *args.get("prompt") : read_file(*args.get("prompt-file"));
   const auto t0 = std::chrono::steady_clock::now();
   // Under mpirun with --ep N: this rank's experts only; every rank generates in lockstep, rank 0 prints.
   const std::unique_ptr<ExpertParallelJob> job = start_expert_parallel_job(int(args.get_int("ep", 1, 1, 1 << 20)));
@@ -62,7 +66,7 @@ int run_generate(const myriad::cli::Args& args) {
   if (job) model->set_moe_dispatcher(job->dispatcher.get());
   const bool speak = !job || job->root();
   GenerationRequest req;
-  req.prompt = model->tokenizer().encode(*prompt);
+  req.prompt = model->tokenizer().encode(prompt);
   MYRIAD_REQUIRE(!req.prompt.empty(), kValue, "generate: the prompt is empty");
   if (const auto images = args.get("image")) attach_images(*model, *images, &req);
   req.max_tokens = args.get_int("max-tokens", 64, 1, 1 << 24);
@@ -73,12 +77,20 @@ int run_generate(const myriad::cli::Args& args) {
   req.sampling.repetition_penalty = parse_float(args, "repetition-penalty", 1.0f);
   req.sampling.seed = uint64_t(args.get_int("seed", 0, 0, 1L << 62));
   if (auto s = args.get("stop")) req.stop.push_back(*s);
-  Engine engine(model);
+  Engine engine(model, cli::engine_options(args));
+  cli::load_states(args, engine, speak);
+  // --save-state writes a prefix snapshot: refused before any work when the prompt will leave none.
+  const int64_t every = engine.options().prefix_every;
+  MYRIAD_REQUIRE(
+      !args.has("save-state") || args.has("load-state") || (every > 0 && int64_t(req.prompt.size()) >= every), kValue,
+      "--save-state: the prompt (", req.prompt.size(),
+      " tokens) will leave no snapshot of the prompt: snapshots are taken every --prefix-every ", every,
+      " tokens (0: none)");
   const auto t1 = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point first;
   int64_t n = 0;
   std::string reason;
-  if (speak) std::printf("%s", prompt->c_str());
+  if (speak && args.has("prompt")) std::printf("%s", prompt.c_str());  // a prompt file is not echoed
   std::fflush(stdout);
   engine.submit(req, [&](const TokenEvent& ev) {
     if (ev.token >= 0 && n++ == 0) first = std::chrono::steady_clock::now();
@@ -92,33 +104,49 @@ int run_generate(const myriad::cli::Args& args) {
   if (!speak) return 0;
   std::printf("\n");
   std::fflush(stdout);  // the text before the statistics line on a shared terminal
+  const EngineMetrics mt = engine.metrics();
   std::fprintf(stderr,
-               "[%zu prompt tokens, %lld generated (%s); load %.2f s, first token %.3f s, then %.1f tokens/s]\n",
-               req.prompt.size(), (long long)n, reason.c_str(), secs(t0, t1), n ? secs(t1, first) : 0.0,
-               n > 1 ? double(n - 1) / secs(first, t2) : 0.0);
+               "[%zu prompt tokens (%llu from the prefix cache), %lld generated (%s); load %.2f s, first token %.3f s, "
+               "then %.1f tokens/s]\n",
+               req.prompt.size(), (unsigned long long)mt.prefix_tokens_reused, (long long)n, reason.c_str(),
+               secs(t0, t1), n ? secs(t1, first) : 0.0, n > 1 ? double(n - 1) / secs(first, t2) : 0.0);
+  if (const auto path = args.get("save-state")) {
+    const int64_t saved = engine.save_prefix(req.prompt, *path);
+    MYRIAD_REQUIRE(saved > 0, kValue, "--save-state ", *path, ": the engine holds no snapshot of the prompt (",
+                   req.prompt.size(), " tokens; snapshots are taken every --prefix-every ", every, " tokens)");
+    std::fprintf(stderr, "[saved the state of the prompt's first %lld of %zu tokens to %s: %.1f MB]\n",
+                 (long long)saved, req.prompt.size(), path->c_str(), double(std::filesystem::file_size(*path)) / 1e6);
+  }
   return 0;
 }
 
 }  // namespace
 
-MYRIAD_COMMAND("generate", "generate text from a model, streamed as it comes (the serving engine)",
-               "myriad generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K] "
-               "[--top-p P] [--min-p P] [--repetition-penalty R] [--seed S] [--stop TEXT] [--image PATHS]",
-               {{"model", "DIR", "a model directory (plain or quantized), a run (its latest checkpoint)"},
-                {"tokenizer", "DIR|FILE",
-                 "use this tokenizer instead of the model's own (tokenizer.model, tiktoken.model or tokenizer.json)"},
-                {"prompt", "TEXT", "the prompt"},
-                {"image", "PATHS",
-                 "images (PNG, JPEG, BMP, GIF; comma-separated) for a model with a vision tower: "
-                 "each <|image|> marker of the prompt (media_placeholder_token_id) takes the "
-                 "next; without markers the images go before the prompt"},
-                {"max-tokens", "N", "tokens to generate (default 64)"},
-                {"temperature", "T", "0 = greedy (default)"},
-                {"top-k", "K", "keep the K most likely tokens (0 = off)"},
-                {"top-p", "P", "nucleus sampling mass (1 = off)"},
-                {"min-p", "P", "drop tokens below P x the most likely (0 = off)"},
-                {"repetition-penalty", "R", "CTRL repetition penalty (1 = off)"},
-                {"seed", "S", "sampling seed"},
-                {"stop", "TEXT", "stop string (not printed)"},
-                {"ep", "N", "under mpirun -np N: split the routed experts over the N ranks (rank 0 prints)"}},
-               run_generate);
+MYRIAD_COMMAND(
+    "generate", "generate text from a model, streamed as it comes (the serving engine)",
+    "myriad generate --model DIR (--prompt TEXT | --prompt-file FILE) [--max-tokens N] [--temperature T] "
+    "[--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] [--seed S] [--stop TEXT] [--image PATHS] "
+    "[--save-state FILE] [--load-state FILES]",
+    myriad::cli::with_engine_options(
+        {{"model", "DIR", "a model directory (plain or quantized), a run (its latest checkpoint)"},
+         {"tokenizer", "DIR|FILE",
+          "use this tokenizer instead of the model's own (tokenizer.model, tiktoken.model or tokenizer.json)"},
+         {"prompt", "TEXT", "the prompt"},
+         {"prompt-file", "FILE", "the prompt read from a file (UTF-8 text; not echoed)"},
+         {"save-state", "FILE",
+          "after generating, write the state of the prompt (its longest prefix snapshot: all but fewer than "
+          "--prefix-every tokens) to FILE, for --load-state later"},
+         {"image", "PATHS",
+          "images (PNG, JPEG, BMP, GIF; comma-separated) for a model with a vision tower: "
+          "each <|image|> marker of the prompt (media_placeholder_token_id) takes the "
+          "next; without markers the images go before the prompt"},
+         {"max-tokens", "N", "tokens to generate (default 64)"},
+         {"temperature", "T", "0 = greedy (default)"},
+         {"top-k", "K", "keep the K most likely tokens (0 = off)"},
+         {"top-p", "P", "nucleus sampling mass (1 = off)"},
+         {"min-p", "P", "drop tokens below P x the most likely (0 = off)"},
+         {"repetition-penalty", "R", "CTRL repetition penalty (1 = off)"},
+         {"seed", "S", "sampling seed"},
+         {"stop", "TEXT", "stop string (not printed)"},
+         {"ep", "N", "under mpirun -np N: split the routed experts over the N ranks (rank 0 prints)"}}),
+    run_generate);

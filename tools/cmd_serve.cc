@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <random>
+#include <sstream>
 #include <string>
 
 #include "cli.h"
@@ -19,6 +20,7 @@
 #include "dist/expert_parallel.h"
 #include "dist/mpi_communicator.h"
 #include "dist/parallel_dims.h"
+#include "engine_flags.h"
 #include "serve/expert_server.h"
 #include "serve/sequence_server.h"
 #include "serve/server.h"
@@ -116,14 +118,14 @@ int run_serve(const myriad::cli::Args& args) {
     if (const char* k = std::getenv("MYRIAD_API_KEY")) opt.api_key = k;
   }
   myriad::EngineOptions& e = opt.engine;
-  e.cache_mb = args.get_int("cache-mb", e.cache_mb, 1, 1 << 24);
+  e = myriad::cli::engine_options(args, e);
   e.max_batch = args.get_int("max-batch", e.max_batch, 1, 4096);
   e.max_waiting = args.get_int("max-waiting", e.max_waiting, 0, 1 << 20);
-  e.page_tokens = args.get_int("page-tokens", e.page_tokens, 1, 1 << 20);
-  e.cache_dtype = myriad::cache_dtype_from_name(args.get_choice("cache-dtype", "f32", {"f32", "bf16", "q8"}));
-  e.prefill_chunk = args.get_int("prefill-chunk", e.prefill_chunk, 1, 1 << 24);
-  e.prefix_every = args.get_int("prefix-every", e.prefix_every, 0, 1 << 30);
-  e.prefix_cache_mb = args.get_int("prefix-cache-mb", e.prefix_cache_mb, 0, 1 << 24);
+  if (const auto states = args.get("load-state")) {
+    std::stringstream ss(*states);
+    for (std::string path; std::getline(ss, path, ',');)
+      if (!path.empty()) opt.load_states.push_back(path);
+  }
   opt.default_max_tokens = args.get_int("default-max-tokens", opt.default_max_tokens, 1, 1 << 30);
   opt.max_connections = int(args.get_int("max-connections", opt.max_connections, 1, 1 << 16));
   opt.request_timeout_s = args.get_double("request-timeout", opt.request_timeout_s, 0.001, 86400);
@@ -228,53 +230,46 @@ int run_serve(const myriad::cli::Args& args) {
 
 }  // namespace
 
-MYRIAD_COMMAND("serve", "serve a model over an OpenAI-compatible HTTP API (chat, completions, streaming)",
-               "myriad serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--cache-mb N] "
-               "[--max-batch N]",
-               {{"model", "DIR", "model directory (config.json, safetensors, tokenizer/) or a training run"},
-                {"tokenizer", "DIR|FILE",
-                 "use this tokenizer instead of the model's own (tokenizer.model, tiktoken.model or tokenizer.json)"},
-                {"model-name", "NAME",
-                 "the model id clients use (default: DIR's base name; for a run's checkpoint, the run's name)"},
-                {"served-model-name", "NAME", "the same as --model-name (vLLM's spelling)"},
-                {"host", "HOST", "address to bind (default 127.0.0.1: this machine only)"},
-                {"port", "PORT", "port (default 8080; 0: any free port, printed at start)"},
-                {"api-key", "KEY", "require 'Authorization: Bearer KEY' on /v1/* (default: $MYRIAD_API_KEY)"},
-                {"cache-mb", "N", "memory for sequence state: KDA states and MLA pages (default 1024)"},
-                {"cache-dtype", "f32|bf16|q8",
-                 "how MLA latent rows are cached: f32 (default), bf16 (half the memory) or q8 (int8 per group of 32: "
-                 "~48% of the memory, fastest at long context)"},
-                {"max-batch", "N", "sequences decoded together (default 16)"},
-                {"ep", "N",
-                 "under mpirun -np N: rank 0 serves, every rank holds 1/N of the routed experts (the others serve "
-                 "rank 0's token copies)"},
-                {"dp", "N",
-                 "under mpirun -np N: every rank serves the whole model with its own engine; rank 0 is the front "
-                 "and sends each request to the engine with the fewest in flight (N batches decoded at once)"},
-                {"replica-host", "HOST",
-                 "with --dp: the address the replicas (ranks 1..) listen on, for rank 0 only (default 127.0.0.1; "
-                 "0.0.0.0 across machines, advertised by host name; they require a random key)"},
-                {"sp", "N",
-                 "under mpirun -np N: rank 0 serves, every rank holds the whole model, and a long prompt is "
-                 "prefilled by all N side by side (its time to first token ~N times shorter)"},
-                {"sp-min-tokens", "N",
-                 "with --sp: prompts of at least N tokens (and no prefix-cache hit) are prefilled by every rank "
-                 "(default 1024); shorter ones in chunks on rank 0"},
-                {"max-waiting", "N", "queued requests before 429 (default 64)"},
-                {"page-tokens", "N", "MLA cache page size in tokens (default 64)"},
-                {"prefill-chunk", "N", "prompt tokens per engine step (default 256)"},
-                {"prefix-every", "N", "prefix cache snapshot interval in tokens; 0 = off (default 256)"},
-                {"prefix-cache-mb", "N", "memory for prefix snapshots (default 256)"},
-                {"default-max-tokens", "N", "chat max_tokens when the request has none (default 1024)"},
-                {"max-images", "N", "images per chat request at most (default 16; 0: none accepted)"},
-                {"max-image-mb", "N", "an image's encoded size at most, in MiB (default 32)"},
-                {"max-image-pixels", "N", "an image's width x height at most, from its header (default 50000000)"},
-                {"max-connections", "N",
-                 "connections served at once, a thread each (default 1024; more wait for a free one)"},
-                {"request-timeout", "S",
-                 "seconds a client has to send a request, headers and body (default 10; slower ones are "
-                 "disconnected, so that slow clients cannot starve the others)"},
-                {"shutdown-grace", "S",
-                 "on SIGTERM/SIGINT, seconds running requests may finish before they are cancelled (default 10; "
-                 "new ones get 503 at once)"}},
-               run_serve);
+MYRIAD_COMMAND(
+    "serve", "serve a model over an OpenAI-compatible HTTP API (chat, completions, streaming)",
+    "myriad serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--cache-mb N] "
+    "[--max-batch N] [--load-state FILES]",
+    myriad::cli::with_engine_options(
+        {{"model", "DIR", "model directory (config.json, safetensors, tokenizer/) or a training run"},
+         {"tokenizer", "DIR|FILE",
+          "use this tokenizer instead of the model's own (tokenizer.model, tiktoken.model or tokenizer.json)"},
+         {"model-name", "NAME",
+          "the model id clients use (default: DIR's base name; for a run's checkpoint, the run's name)"},
+         {"served-model-name", "NAME", "the same as --model-name (vLLM's spelling)"},
+         {"host", "HOST", "address to bind (default 127.0.0.1: this machine only)"},
+         {"port", "PORT", "port (default 8080; 0: any free port, printed at start)"},
+         {"api-key", "KEY", "require 'Authorization: Bearer KEY' on /v1/* (default: $MYRIAD_API_KEY)"},
+         {"max-batch", "N", "sequences decoded together (default 16)"},
+         {"ep", "N",
+          "under mpirun -np N: rank 0 serves, every rank holds 1/N of the routed experts (the others serve "
+          "rank 0's token copies)"},
+         {"dp", "N",
+          "under mpirun -np N: every rank serves the whole model with its own engine; rank 0 is the front "
+          "and sends each request to the engine with the fewest in flight (N batches decoded at once)"},
+         {"replica-host", "HOST",
+          "with --dp: the address the replicas (ranks 1..) listen on, for rank 0 only (default 127.0.0.1; "
+          "0.0.0.0 across machines, advertised by host name; they require a random key)"},
+         {"sp", "N",
+          "under mpirun -np N: rank 0 serves, every rank holds the whole model, and a long prompt is "
+          "prefilled by all N side by side (its time to first token ~N times shorter)"},
+         {"sp-min-tokens", "N",
+          "with --sp: prompts of at least N tokens (and no prefix-cache hit) are prefilled by every rank "
+          "(default 1024); shorter ones in chunks on rank 0"},
+         {"max-waiting", "N", "queued requests before 429 (default 64)"},
+         {"default-max-tokens", "N", "chat max_tokens when the request has none (default 1024)"},
+         {"max-images", "N", "images per chat request at most (default 16; 0: none accepted)"},
+         {"max-image-mb", "N", "an image's encoded size at most, in MiB (default 32)"},
+         {"max-image-pixels", "N", "an image's width x height at most, from its header (default 50000000)"},
+         {"max-connections", "N", "connections served at once, a thread each (default 1024; more wait for a free one)"},
+         {"request-timeout", "S",
+          "seconds a client has to send a request, headers and body (default 10; slower ones are "
+          "disconnected, so that slow clients cannot starve the others)"},
+         {"shutdown-grace", "S",
+          "on SIGTERM/SIGINT, seconds running requests may finish before they are cancelled (default 10; "
+          "new ones get 503 at once)"}}),
+    run_serve);

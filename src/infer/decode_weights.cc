@@ -103,4 +103,16 @@ const LinearWeight& DecodeWeights::linear(const std::string& name) const {
   return it->second;
 }
 
+void DecodeWeights::for_each_tensor(const std::function<void(const std::string&, const Tensor&)>& visit) const {
+  for (const auto& [name, t] : dense_) visit(name, t);
+  for (const auto& [name, l] : linear_) {
+    if (!l.is_quantized()) {
+      visit(name, l.dense_weight());
+      continue;
+    }
+    visit(name + ".qweight", l.quant_matrix().codes);
+    visit(name + ".qscale", l.quant_matrix().scales);
+  }
+}
+
 }  // namespace myriad

@@ -3,6 +3,7 @@
 // are used through LinearWeight. Immutable once built; shared by every decoder of a model.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -40,6 +41,9 @@ class DecodeWeights {
   // A 2-D weight as a linear layer (dense or quantized); kFormat when absent.
   const LinearWeight& linear(const std::string& name) const;
   int64_t quantized_count() const { return quantized_; }
+  // Every stored tensor by name: the dense ones, and each linear weight as NAME (dense) or NAME.qweight and
+  // NAME.qscale (quantized), in name order.
+  void for_each_tensor(const std::function<void(const std::string&, const Tensor&)>& visit) const;
   // The device whose kernels the decoders run (ops/kernels.h dispatch): the CPU. The inference layer keeps its
   // states, caches and activations in host memory; no CUDA decode path is built yet, so from_model refuses a
   // model whose weights live elsewhere (kUnsupported) rather than fail inside a kernel.

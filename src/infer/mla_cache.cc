@@ -150,15 +150,51 @@ MlaCache MlaCache::clone() const {
 }
 
 MlaCache MlaCache::share_prefix(int64_t n) const {
-  MYRIAD_REQUIRE(n >= 0 && n <= size_ && n % page_tokens_ == 0, kValue, "mla cache: a shared prefix of ", n,
-                 " tokens must be a multiple of the page size ", page_tokens_, " and at most ", size_);
+  MYRIAD_REQUIRE(n >= 0 && n <= size_, kValue, "mla cache: a shared prefix of ", n, " tokens of ", size_);
   MlaCache c(C_, Dr_, page_tokens_, dtype_, means_.block());
   c.size_ = n;
   c.pages_.assign(pages_.begin(), pages_.begin() + n / page_tokens_);
+  // A prefix ending inside a page: that page copied (copy on write: the new cache appends into it; its rows past n
+  // are stale and never read, each append overwriting its row whole).
+  if (n % page_tokens_ != 0) c.pages_.push_back(pages_[size_t(n / page_tokens_)].clone());
   // The means of the prefix: the complete blocks' are kept; a block the prefix ends inside is summed again from
   // its stored rows (exact for f32 caches; a bf16 or q8 cache's rows are its rounded ones).
   if (means_.block() > 0) c.means_ = means_.prefix(n, [&](int64_t t, float* out) { row_f32(t, out); });
   return c;
+}
+
+MlaCache MlaCache::from_raw_pages(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens, DType dtype,
+                                  int64_t mean_block, int64_t size, std::vector<Tensor> pages,
+                                  std::optional<BlockMeans> means) {
+  MlaCache c(kv_lora_rank, rope_dim, page_tokens, dtype, mean_block);
+  MYRIAD_REQUIRE(size >= 0 && int64_t(pages.size()) == (size + page_tokens - 1) / page_tokens, kFormat,
+                 "mla cache: ", pages.size(), " pages for ", size, " tokens of ", page_tokens, " per page");
+  const size_t bytes = page_bytes(kv_lora_rank, rope_dim, page_tokens, dtype);
+  for (size_t p = 0; p < pages.size(); ++p) {
+    MYRIAD_REQUIRE(pages[p].defined() && pages[p].device() == Device::kCPU && pages[p].nbytes() == bytes, kFormat,
+                   "mla cache: page ", p, " holds ", pages[p].defined() ? pages[p].nbytes() : 0, " bytes, not ", bytes);
+    pages[p] = pages[p].contiguous().clone();  // owned and writable (appends fill the last page)
+  }
+  c.pages_ = std::move(pages);
+  c.size_ = size;
+  if (mean_block > 0 && means) {
+    c.set_block_means(std::move(*means));
+  } else if (mean_block > 0) {  // the means of the rows as stored
+    for (int64_t t = 0; t < size; ++t) {
+      thread_local std::vector<float> r;
+      r.resize(size_t(c.row_width()));
+      c.row_f32(t, r.data());
+      c.means_.append(r.data());
+    }
+  }
+  return c;
+}
+
+void MlaCache::set_block_means(BlockMeans means) {
+  MYRIAD_REQUIRE(means.block() == means_.block() && means.width() == means_.width() && means.rows() == size_, kValue,
+                 "mla cache: block means of ", means.rows(), " rows in blocks of ", means.block(), " for a cache of ",
+                 size_, " rows in blocks of ", means_.block());
+  means_ = std::move(means);
 }
 
 void MlaCache::clear() {

@@ -77,8 +77,8 @@ class MlaCache {
   MlaCache(const MlaCache&) = delete;
   MlaCache& operator=(const MlaCache&) = delete;
   MlaCache clone() const;
-  // The first n tokens, n a multiple of page_tokens, SHARING their pages (no copy): safe because a full page is
-  // never written again (appends always go to a new page). For prefix reuse across sequences.
+  // The first n tokens SHARING their full pages (no copy): safe because a full page is never written again
+  // (appends always go to a new page); a page the prefix ends inside is copied. For prefix reuse across sequences.
   MlaCache share_prefix(int64_t n) const;
   static MlaCache for_config(const ModelConfig& config, int64_t page_tokens = kDefaultPageTokens,
                              DType dtype = DType::kF32) {
@@ -124,6 +124,15 @@ class MlaCache {
   // Rows [t0, t0 + n) as f32 into out [n, ldo] (any dtype; the range may cross pages).
   void rows_f32(int64_t t0, int64_t n, float* out, int64_t ldo) const;
   int64_t mean_block() const { return means_.block(); }  // 0: no block means
+  // For state files (infer/sequence_file.h): the pages as stored; a cache over such pages (`size` tokens, each page
+  // page_bytes(...) bytes; kFormat otherwise) with its block means given or summed from the stored rows;
+  // and the block means replaced by ones kept from the original rows
+  // (the means of rows rounded to bf16 or q8 would differ from the ones the sequence was scored with).
+  const std::vector<Tensor>& raw_pages() const { return pages_; }
+  static MlaCache from_raw_pages(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens, DType dtype,
+                                 int64_t mean_block, int64_t size, std::vector<Tensor> pages,
+                                 std::optional<BlockMeans> means = std::nullopt);
+  void set_block_means(BlockMeans means);
   const BlockMeans& block_means() const { return means_; }
 
  private:

@@ -26,6 +26,28 @@ void BlockMeans::append(const float* row) {
   std::fill(sum_.begin(), sum_.end(), 0.0f);
 }
 
+std::vector<float> BlockMeans::mean_rows() const {
+  std::vector<float> out(static_cast<size_t>(complete() * width_));
+  for (int64_t b = 0; b < complete(); ++b)
+    for (int64_t i = 0; i < width_; ++i) out[size_t(b * width_ + i)] = mean(b, i);
+  return out;
+}
+
+BlockMeans BlockMeans::from_mean_rows(int64_t block, int64_t width, const float* rows, int64_t blocks,
+                                      const float* partial_sum, int64_t partial_rows) {
+  BlockMeans m(block, width);
+  MYRIAD_REQUIRE(blocks >= 0 && partial_rows >= 0 && partial_rows < block && (partial_rows == 0 || partial_sum), kValue,
+                 "block means: ", blocks, " blocks and ", partial_rows, " rows after them (blocks of ", block, ")");
+  const int64_t tile = width * kTile;
+  m.means_.assign(static_cast<size_t>((blocks + kTile - 1) / kTile * tile), 0.0f);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t i = 0; i < width; ++i)
+      m.means_[size_t(b / kTile * tile + i * kTile + b % kTile)] = rows[b * width + i];
+  m.rows_ = blocks * block + partial_rows;
+  if (partial_rows > 0) std::copy(partial_sum, partial_sum + width, m.sum_.begin());
+  return m;
+}
+
 void BlockMeans::score(const float* qbar, int64_t n, float* out) const {
   MYRIAD_CHECK(n <= complete(), "block means: scoring ", n, " blocks of ", complete());
   // A tile's kTile scores in one vector (GCC's vector extension: one AVX-512 register, or two AVX2 ones): a

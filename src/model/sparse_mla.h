@@ -60,6 +60,13 @@ class BlockMeans {
   }
   // out[b] = qbar . mean of block b for the blocks b < n (n <= complete()); qbar [width].
   void score(const float* qbar, int64_t n, float* out) const;
+  // For files (infer/sequence_file.h): the complete blocks' means as rows [complete(), width], the running sum of
+  // the rows after them [width], and means rebuilt from such rows (`blocks` of them) and sum (of `partial_rows`
+  // rows, < block; null when 0).
+  std::vector<float> mean_rows() const;
+  const std::vector<float>& partial_sum() const { return sum_; }
+  static BlockMeans from_mean_rows(int64_t block, int64_t width, const float* rows, int64_t blocks,
+                                   const float* partial_sum = nullptr, int64_t partial_rows = 0);
   // The means of the first n rows; `row(t, out)` gives row t (f32) when n ends inside a block.
   template <class RowOf>
   BlockMeans prefix(int64_t n, RowOf row) const {

@@ -8,6 +8,7 @@
 #include "core/memory_release.h"
 #include "core/threads.h"
 #include "infer/image_input.h"
+#include "infer/sequence_file.h"
 #include "serve/text_stream.h"
 
 namespace myriad {
@@ -130,8 +131,6 @@ Engine::Engine(std::shared_ptr<const InferenceModel> model, EngineOptions option
   MYRIAD_REQUIRE(opt_.page_tokens > 0 && opt_.max_batch > 0 && opt_.prefill_chunk > 0 && opt_.max_waiting >= 0 &&
                      opt_.cache_mb > 0 && opt_.prefix_every >= 0 && opt_.prefix_cache_mb >= 0,
                  kValue, "engine: page_tokens, max_batch, prefill_chunk and cache_mb must be > 0");
-  MYRIAD_REQUIRE(opt_.prefix_every % opt_.page_tokens == 0, kValue, "engine: prefix_every (", opt_.prefix_every,
-                 ") must be a multiple of page_tokens (", opt_.page_tokens, ")");
   const SequenceState probe = model_->new_sequence(opt_.page_tokens, opt_.cache_dtype);
   kda_state_bytes_ = probe.kda_bytes();
   int64_t mla_layers = 0;
@@ -319,29 +318,76 @@ Engine::PrefixEntry* Engine::find_prefix(const std::vector<int32_t>& prompt, int
 
 void Engine::lookup_prefix(Sequence& s) {
   const int64_t every = opt_.prefix_every, P = int64_t(s.req.prompt.size());
-  if (every == 0) return;
-  for (int64_t n = (P - 1) / every * every; n >= every; n -= every) {
-    PrefixEntry* pe = find_prefix(s.req.prompt, n, hash_tokens(s.req.prompt.data(), n), image_key(s, n));
-    if (!pe) continue;
-    s.image_row = count_placeholders(s, 0, n);
-    for (size_t l = 0; l < pe->kda.size(); ++l) {
-      if (pe->kda[l].S.defined())
-        s.state.kda[l] = pe->kda[l].clone();
-      else
-        s.state.mla[l] = pe->mla[l].share_prefix(n);
+  // The longest stored prefix of at most P - 1 tokens: a pinned one (any length), or a snapshot (multiples of
+  // prefix_every) longer than it.
+  PrefixEntry* pe = nullptr;
+  int64_t n = 0;
+  for (const auto& p : pinned_) {
+    const auto len = int64_t(p->tokens.size());
+    if (len > n && len < P && p->images == image_key(s, len) &&
+        std::equal(p->tokens.begin(), p->tokens.end(), s.req.prompt.begin())) {
+      pe = p.get();
+      n = len;
     }
-    s.state.tokens = n;
-    s.prefilled = s.cached = n;
-    for (auto li = prefix_lru_.begin(); li != prefix_lru_.end(); ++li)  // most recently used first
-      if (li->get() == pe) {
-        prefix_lru_.splice(prefix_lru_.begin(), prefix_lru_, li);
-        break;
-      }
-    std::lock_guard lock(mu_);
-    ++metrics_.prefix_hits;
-    metrics_.prefix_tokens_reused += uint64_t(n);
-    return;
   }
+  for (int64_t m = every > 0 ? (P - 1) / every * every : 0; m > n && m >= every; m -= every)
+    if (PrefixEntry* found = find_prefix(s.req.prompt, m, hash_tokens(s.req.prompt.data(), m), image_key(s, m))) {
+      pe = found;
+      n = m;
+      for (auto li = prefix_lru_.begin(); li != prefix_lru_.end(); ++li)  // most recently used first
+        if (li->get() == pe) {
+          prefix_lru_.splice(prefix_lru_.begin(), prefix_lru_, li);
+          break;
+        }
+      break;
+    }
+  if (!pe) return;
+  s.image_row = count_placeholders(s, 0, n);
+  for (size_t l = 0; l < pe->kda.size(); ++l) {
+    if (pe->kda[l].S.defined())
+      s.state.kda[l] = pe->kda[l].clone();
+    else
+      s.state.mla[l] = pe->mla[l].share_prefix(n);
+  }
+  s.state.tokens = n;
+  s.prefilled = s.cached = n;
+  std::lock_guard lock(mu_);
+  ++metrics_.prefix_hits;
+  metrics_.prefix_tokens_reused += uint64_t(n);
+}
+
+int64_t Engine::save_prefix(const std::vector<int32_t>& prompt, const std::string& path) {
+  std::lock_guard step_lock(step_mu_);
+  const PrefixEntry* best = nullptr;
+  auto consider = [&](const PrefixEntry& e) {
+    if (e.tokens.size() <= prompt.size() && (!best || e.tokens.size() > best->tokens.size()) &&
+        std::equal(e.tokens.begin(), e.tokens.end(), prompt.begin()))
+      best = &e;
+  };
+  for (const auto& e : pinned_) consider(*e);
+  for (const auto& e : prefix_lru_) consider(*e);
+  if (!best) return 0;
+  save_sequence_file(path, *model_, best->tokens, best->images, best->kda, best->mla);
+  return int64_t(best->tokens.size());
+}
+
+int64_t Engine::load_prefix(const std::string& path) {
+  SequenceSnapshot snap = load_sequence_file(path, *model_, opt_.page_tokens, opt_.cache_dtype);
+  auto pe = std::make_unique<PrefixEntry>();
+  pe->tokens = std::move(snap.tokens);
+  pe->images = snap.images;
+  pe->hash = hash_tokens(pe->tokens.data(), int64_t(pe->tokens.size()));
+  pe->kda = std::move(snap.kda);
+  pe->mla = std::move(snap.mla);
+  for (size_t l = 0; l < pe->kda.size(); ++l)
+    pe->bytes += pe->kda[l].S.defined() ? pe->kda[l].bytes() : pe->mla[l].bytes();
+  const auto n = int64_t(pe->tokens.size());
+  std::lock_guard step_lock(step_mu_);
+  pinned_bytes_ += pe->bytes;
+  pinned_.push_back(std::move(pe));
+  std::lock_guard lock(mu_);
+  metrics_.prefix_cache_bytes = prefix_bytes_ + pinned_bytes_;
+  return n;
 }
 
 void Engine::store_prefix(const Sequence& s) {
@@ -625,7 +671,7 @@ bool Engine::step() {
   metrics_.requests_finished += finished;
   metrics_.cache_bytes_used = used;
   metrics_.cache_bytes_reserved = reserved_;
-  metrics_.prefix_cache_bytes = prefix_bytes_;
+  metrics_.prefix_cache_bytes = prefix_bytes_ + pinned_bytes_;
   metrics_.running = int64_t(running_.size());
   metrics_.waiting = int64_t(waiting_.size());
   return worked;

@@ -11,10 +11,12 @@
 // running ones leave no room in `cache_mb`, and one that could never fit is refused at submit(). So a running
 // sequence never runs out of pages (no preemption needed).
 //
-// Prefix reuse: while prefilling, a sequence leaves a snapshot every `prefix_every` prompt tokens (a multiple of
-// the page size): clones of its KDA states and its full MLA pages, which are then shared, not copied (a full
-// page is never written again). A new prompt that starts with a stored prefix resumes from the longest one
-// (leaving at least one token to prefill, for its logits). Snapshots live in an LRU of `prefix_cache_mb`.
+// Prefix reuse: while prefilling, a sequence leaves a snapshot every `prefix_every` prompt tokens: clones of its
+// KDA states (all layers or none) and its full MLA pages, which are then shared, not copied (a full page is never
+// written again); a page the snapshot ends inside is copied, and copied again for each sequence resuming from it
+// (copy on write), so the snapshot interval is free of the page size. A new prompt that starts with a stored
+// prefix resumes from the longest one (leaving at least one token to prefill, for its logits). Snapshots live in
+// an LRU of `prefix_cache_mb`.
 //
 // A model without a tokenizer is served as token ids only (events carry no text; stop strings are refused).
 //
@@ -52,7 +54,7 @@ struct EngineOptions {
   int64_t max_batch = 16;           // sequences running at once
   int64_t prefill_chunk = 256;      // prompt tokens per step, over all prefilling sequences
   int64_t max_waiting = 64;         // queued requests beyond this are refused (kBusy)
-  int64_t prefix_every = 256;       // prefix snapshot interval in tokens (multiple of page_tokens); 0 = off
+  int64_t prefix_every = 256;       // prefix snapshot interval in tokens (any: see Prefix reuse); 0 = off
   int64_t prefix_cache_mb = 256;    // budget of the prefix snapshots
   // Sequence-parallel prefill (serve/sequence_server.h): when set, a prompt that starts from nothing (no
   // prefix-cache hit) is prefilled in one step by long_prefill (which fills the fresh state from the tokens given
@@ -147,6 +149,15 @@ class Engine {
   bool step();
   void run_until_idle();
 
+  // Sequence state files (infer/sequence_file.h), so that a long prompt is prefilled once: save_prefix writes the
+  // longest prefix snapshot this engine holds of `prompt` (a prompt it has prefilled: snapshots are taken every
+  // prefix_every tokens) and returns its length, 0 when it holds none (nothing written). load_prefix reads one
+  // into the prefix cache, pinned (never evicted; counted in prefix_cache_bytes): a prompt that starts with its
+  // tokens (and at least one more) resumes from it. Returns its length; kValue for a state of another model,
+  // kFormat for a damaged file. Both wait for the step in progress.
+  int64_t save_prefix(const std::vector<int32_t>& prompt, const std::string& path);
+  int64_t load_prefix(const std::string& path);
+
   EngineMetrics metrics() const;
   const InferenceModel& model() const { return *model_; }
   const EngineOptions& options() const { return opt_; }
@@ -188,6 +199,8 @@ class Engine {
   size_t reserved_ = 0;
 
   std::list<std::unique_ptr<PrefixEntry>> prefix_lru_;  // most recent first
+  std::vector<std::unique_ptr<PrefixEntry>> pinned_;    // loaded from files (load_prefix)
+  size_t pinned_bytes_ = 0;
   std::unordered_multimap<uint64_t, PrefixEntry*> prefix_index_;
   size_t prefix_bytes_ = 0;
 

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "data/chat_template.h"
 #include "data/tokenizer.h"
 #include "serve/http_connections.h"
@@ -387,6 +388,10 @@ struct Server::Impl {
           opt.loader ? opt.loader() : InferenceModel::load(opt.model_dir, {}, opt.tokenizer);
       MYRIAD_REQUIRE(m != nullptr, kValue, "the model loader returned no model");
       auto e = std::make_shared<Engine>(m, opt.engine);
+      for (const std::string& path : opt.load_states) {
+        const int64_t n = e->load_prefix(path);
+        log_info("loaded the state of ", n, " tokens from ", path);
+      }
       e->start();
       wait_for_replicas();
       std::lock_guard<std::mutex> lock(mu);

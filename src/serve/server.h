@@ -64,6 +64,9 @@ struct ServerOptions {
   int port = 8080;      // 0: any free port (Server::port() tells which)
   std::string api_key;  // non-empty: "Authorization: Bearer <api_key>" required on /v1/*
   EngineOptions engine;
+  // Sequence state files (infer/sequence_file.h) loaded into the engine's prefix cache before it serves; one that
+  // fails (another model's, damaged) fails the load as a bad model does.
+  std::vector<std::string> load_states;
   // Connections served at once, each on its own thread (started when needed; idle ones end); more wait for one.
   int max_connections = 1024;
   // A client must send each request (headers and body) within this many seconds of connecting, or of the end of

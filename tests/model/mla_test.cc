@@ -215,13 +215,18 @@ TEST_P(MlaVariant, DecodeAndChunkedPrefillEqualNaive) {
       EXPECT_LE(rel_err(prefill_then_decode(d, x, chunked, kT, 100), ref, ref), kTol)
           << GetParam() << ": " << name << " prefill in chunks";
     }
-    // A shared prefix keeps its block means: one ending on a block boundary (448) and one inside a block (300 of
-    // the 100-token pages: its partial block is summed again from the rows); decoding on from either gives the rest.
-    for (auto [from, n] : {std::pair<MlaCache*, int64_t>{&cache, 448}, {&cache3, 300}}) {
+    // A shared prefix keeps its block means: one ending on a block boundary (448) and ones inside a block (300 of
+    // the 100-token pages: its partial block is summed again from the rows; 250: inside a page too, which the prefix
+    // copies); decoding on from each gives the rest, and leaves the cache it came from as it was.
+    for (auto [from, n] : {std::pair<MlaCache*, int64_t>{&cache, 448}, {&cache3, 300}, {&cache3, 250}}) {
+      std::vector<float> before(size_t(from->row_width())), after(before.size());
+      from->row_f32(n, before.data());
       MlaCache shared = from->share_prefix(n);
       Tensor rest = Tensor::empty({kT - n, c.hidden_size});
       for (int64_t t = n; t < kT; ++t) set_row(rest, t - n, dec.step(x.select(0, t), t, shared));
       EXPECT_LE(rel_err(rest, ref.slice(0, n, kT), ref), kTol) << GetParam() << ": decode after a prefix of " << n;
+      from->row_f32(n, after.data());
+      EXPECT_EQ(before, after) << "the prefix of " << n << " wrote into its source's page";
     }
   }
   std::printf("[ %s ] rel. error vs naive: decode %.2e, prefill(100)+decode %.2e, one prefill %.2e; scale %.6f\n",

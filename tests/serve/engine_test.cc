@@ -5,14 +5,18 @@
 #include "serve/engine.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <random>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "deploy/prune.h"
 #include "infer/image_input.h"
+#include "infer/sequence_file.h"
+#include "io/safetensors.h"
 #include "model/param_spec.h"
 #include "model/transformer.h"
 #include "serve/evaluate.h"
@@ -475,6 +479,165 @@ TEST_P(EngineCache, PrefixReuseGivesTheSameTokensWithLessWork) {
   Engine plain(m, opt);
   EXPECT_EQ(run(plain, {with_suffix(101)})[0], second);
   EXPECT_EQ(plain.metrics().prefix_hits, 0u);
+  // Snapshots every 34 tokens, free of the 16-token pages (one ending inside a page copies it): the longest inside
+  // the shared 140 tokens is 136, inside the page of tokens 128..143; two sequences resuming from it write their
+  // different tokens 140..143 into their own copies of that page.
+  opt.prefix_every = 34;
+  Engine fine(m, opt);
+  run(fine, {with_suffix(100)});
+  // Compared by log-probabilities: this random model's are near uniform, so 4 rows of the other sequence in the
+  // page (a page shared instead of copied) move them by only ~1e-4 and change no greedy token; resuming changes
+  // only the prefill's chunking (f32 association: <= 1e-6 measured).
+  auto logprobs = [](Engine& e, const std::vector<GenerationRequest>& reqs) {
+    std::vector<std::vector<float>> lp(reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i)
+      e.submit(reqs[i], [&lp, i](const TokenEvent& ev) {
+        if (ev.token >= 0) lp[i].push_back(ev.logprob);
+      });
+    e.run_until_idle();
+    return lp;
+  };
+  const auto both = logprobs(fine, {with_suffix(101), with_suffix(102)});
+  EXPECT_EQ(fine.metrics().prefix_tokens_reused, 2u * 136u);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto alone = logprobs(plain, {with_suffix(101 + i)})[0];
+    ASSERT_EQ(both[i].size(), alone.size());
+    for (size_t t = 0; t < alone.size(); ++t)
+      EXPECT_NEAR(both[i][t], alone[t], 1e-5) << "request " << i << " token " << t;
+  }
+}
+
+// The tiny model with block-sparse MLA (blocks of 8 tokens, 2 chosen, a 16-token window), so that state files
+// carry block means too.
+std::shared_ptr<InferenceModel> sparse_tiny() {
+  static std::shared_ptr<InferenceModel> m = [] {
+    ModelConfig c = tiny().config;
+    c.mla_sparse_attention = SparseMlaConfig{8, 2, 16};
+    return std::make_shared<InferenceModel>(c, DecodeWeights::from_model(ModelWeights::random(c, 31)),
+                                            tiny().model->tokenizer());
+  }();
+  return m;
+}
+
+std::string state_path(const std::string& name) {
+  return (std::filesystem::path(testing::TempDir()) / (name + "_" + std::to_string(getpid()) + ".safetensors"))
+      .string();
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// A prefix snapshot saved by one engine and loaded by another (a new process would do the same: the file is all
+// it reads) gives the tokens a plain engine gives, prefilling only what follows it; dense and sparse MLA.
+TEST_P(EngineCache, SavedPrefixResumesInAnotherEngine) {
+  for (const auto& m : {tiny().model, sparse_tiny()}) {
+    const std::vector<int32_t> doc = random_tokens(200, 21, m->vocab_size());
+    EngineOptions opt;
+    opt.page_tokens = 16;
+    opt.prefix_every = 64;
+    opt.cache_dtype = GetParam();
+    const std::string path = state_path("saved_prefix");
+    {
+      Engine first(m, opt);
+      run(first, {greedy(concat(doc, random_tokens(9, 1, m->vocab_size())), 4)});
+      EXPECT_EQ(first.save_prefix(random_tokens(30, 2, m->vocab_size()), path), 0);  // never prefilled
+      ASSERT_EQ(first.save_prefix(doc, path), 192);  // the longest snapshot inside the document
+    }
+    const GenerationRequest question = greedy(concat(doc, random_tokens(12, 3, m->vocab_size())), 8);
+    Engine second(m, opt);
+    ASSERT_EQ(second.load_prefix(path), 192);
+    EXPECT_GT(second.metrics().prefix_cache_bytes, 0u);
+    const auto resumed = run(second, {question})[0];
+    EXPECT_EQ(second.metrics().prefix_tokens_reused, 192u);
+    EXPECT_EQ(second.metrics().prompt_tokens, 212u - 192u);
+    opt.prefix_every = 0;
+    Engine plain(m, opt);
+    EXPECT_EQ(run(plain, {question})[0], resumed) << "sparse " << bool(m->config().mla_sparse_attention);
+    std::filesystem::remove(path);
+  }
+}
+
+// A state of any length (here 150 tokens: inside a page, inside a sparse block) written from a SequenceState and
+// read by engines of other page sizes and, between f32 and bf16, another dtype (the rows convert exactly: bf16
+// widened to f32 and back is the same value).
+TEST(Engine, StateFilesConvertPageSizeAndDtype) {
+  for (const auto& m : {tiny().model, sparse_tiny()}) {
+    for (const DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0}) {
+      const std::vector<int32_t> doc = random_tokens(150, 31, m->vocab_size());
+      SequenceState st = m->new_sequence(16, dtype);
+      const BatchEntry e{&st, std::span<const int32_t>(doc)};
+      m->forward(std::span<const BatchEntry>(&e, 1));
+      const std::string path = state_path("state_convert");
+      save_sequence_file(path, *m, doc, 0, st.kda, st.mla);
+      // Readers: q8 only with the writer's pages (a new page size would quantize the rows again).
+      std::vector<std::pair<int64_t, DType>> readers = {{16, dtype}};
+      if (dtype != DType::kQ8_0) readers = {{32, DType::kF32}, {8, DType::kBF16}, {16, dtype}};
+      for (const auto& [page, read_dtype] : readers) {
+        EngineOptions opt;
+        opt.page_tokens = page;
+        opt.prefix_every = 0;
+        opt.cache_dtype = read_dtype;
+        // The rows the reader would hold had it prefilled itself: a bf16 reader of f32 rows rounds them like this.
+        const bool exact = read_dtype == dtype || dtype == DType::kBF16;
+        const GenerationRequest question = greedy(concat(doc, random_tokens(7, 4, m->vocab_size())), 6);
+        Engine reader(m, opt);
+        ASSERT_EQ(reader.load_prefix(path), 150);
+        const auto resumed = run(reader, {question})[0];
+        EXPECT_EQ(reader.metrics().prefix_tokens_reused, 150u);
+        opt.cache_dtype = dtype;  // the writer's rows, without a file
+        Engine plain(m, opt);
+        if (exact) {
+          EXPECT_EQ(run(plain, {question})[0], resumed)
+              << dtype_name(dtype) << " -> " << dtype_name(read_dtype) << " pages " << page;
+        }
+      }
+      std::filesystem::remove(path);
+    }
+  }
+}
+
+// Another model's state, a damaged file and a file that is no state: one clear error each, nothing loaded.
+TEST(Engine, StateFilesFromElsewhereAreRefused) {
+  const auto& m = tiny().model;
+  const std::vector<int32_t> doc = random_tokens(40, 41, m->vocab_size());
+  SequenceState st = m->new_sequence(16);
+  const BatchEntry e{&st, std::span<const int32_t>(doc)};
+  m->forward(std::span<const BatchEntry>(&e, 1));
+  const std::string path = state_path("state_bad");
+  save_sequence_file(path, *m, doc, 0, st.kda, st.mla);
+  auto error_of = [](const std::shared_ptr<InferenceModel>& model, const std::string& p) -> std::string {
+    Engine engine(model);
+    try {
+      engine.load_prefix(p);
+    } catch (const Error& err) {
+      EXPECT_EQ(engine.metrics().prefix_cache_bytes, 0u);
+      return err.what();
+    }
+    return "";
+  };
+  // The same architecture with other weights (one changed weight is enough).
+  auto other_weights = ModelWeights::random(tiny().config, 32);
+  auto other =
+      std::make_shared<InferenceModel>(tiny().config, DecodeWeights::from_model(other_weights), m->tokenizer());
+  EXPECT_NE(model_fingerprint(*other), model_fingerprint(*m));
+  EXPECT_EQ(model_fingerprint(*std::make_shared<InferenceModel>(
+                tiny().config, DecodeWeights::from_model(tiny().train_model->weights()), m->tokenizer())),
+            model_fingerprint(*m));
+  EXPECT_NE(error_of(other, path).find("the state of another model"), std::string::npos);
+  // Sparse attention changes the config, so the state is another model's too.
+  EXPECT_NE(error_of(sparse_tiny(), path).find("another model"), std::string::npos);
+  // Truncated: the safetensors reader refuses it.
+  const std::string cut = state_path("state_cut");
+  std::filesystem::copy_file(path, cut, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::resize_file(cut, std::filesystem::file_size(path) - 10);
+  EXPECT_NE(error_of(m, cut), "");
+  // A safetensors file that is no state.
+  const std::string weights = state_path("state_weights");
+  save_safetensors(weights, {{"x", Tensor::zeros({2})}});
+  EXPECT_NE(error_of(m, weights).find("not a myriad sequence state"), std::string::npos);
+  for (const auto& p : {path, cut, weights}) std::filesystem::remove(p);
 }
 
 // EngineOptions::long_prefill (what sequence-parallel serving plugs in): prompts of at least long_prefill_min

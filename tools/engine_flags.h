@@ -1,0 +1,53 @@
+// The serving engine's flags, shared by the commands that run one (`myriad serve`, `generate`, `chat`): its cache
+// and prefix options, and the sequence state files (--load-state) it starts with.
+#pragma once
+
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "serve/engine.h"
+
+namespace myriad::cli {
+
+// `options` with the engine's flags appended.
+inline std::vector<OptionSpec> with_engine_options(std::vector<OptionSpec> options) {
+  options.push_back({"cache-mb", "N", "memory for sequence state: KDA states and MLA pages (default 1024)"});
+  options.push_back({"cache-dtype", "f32|bf16|q8",
+                     "how MLA latent rows are cached: f32 (default), bf16 (half the memory) or q8 (int8 per group of "
+                     "32: ~48% of the memory, fastest at long context)"});
+  options.push_back({"page-tokens", "N", "MLA cache page size in tokens (default 64)"});
+  options.push_back({"prefill-chunk", "N", "prompt tokens per engine step (default 256)"});
+  options.push_back({"prefix-every", "N", "prefix cache snapshot interval in tokens; 0 = off (default 256)"});
+  options.push_back({"prefix-cache-mb", "N", "memory for prefix snapshots (default 256)"});
+  options.push_back({"load-state", "FILES",
+                     "sequence state files (comma-separated; written by generate --save-state) loaded into the "
+                     "prefix cache: a prompt starting with one's tokens resumes from it"});
+  return options;
+}
+
+inline EngineOptions engine_options(const Args& args, EngineOptions e = {}) {
+  e.cache_mb = args.get_int("cache-mb", e.cache_mb, 1, 1 << 24);
+  e.cache_dtype = cache_dtype_from_name(args.get_choice("cache-dtype", "f32", {"f32", "bf16", "q8"}));
+  e.page_tokens = args.get_int("page-tokens", e.page_tokens, 1, 1 << 20);
+  e.prefill_chunk = args.get_int("prefill-chunk", e.prefill_chunk, 1, 1 << 24);
+  e.prefix_every = args.get_int("prefix-every", e.prefix_every, 0, 1 << 30);
+  e.prefix_cache_mb = args.get_int("prefix-cache-mb", e.prefix_cache_mb, 0, 1 << 24);
+  return e;
+}
+
+// The --load-state files into the engine's prefix cache, each reported on stderr when `speak`.
+inline void load_states(const Args& args, Engine& engine, bool speak) {
+  const auto list = args.get("load-state");
+  if (!list) return;
+  std::stringstream ss(*list);
+  for (std::string path; std::getline(ss, path, ',');) {
+    if (path.empty()) continue;
+    const int64_t n = engine.load_prefix(path);
+    if (speak) std::fprintf(stderr, "[loaded the state of %lld tokens from %s]\n", (long long)n, path.c_str());
+  }
+}
+
+}  // namespace myriad::cli
