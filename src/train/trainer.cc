@@ -42,15 +42,22 @@ std::pair<double, double> resident_bytes() {
   return {now, peak};
 }
 
-// Shard s of sp of a batch: tokens and targets [s T / sp, (s + 1) T / sp).
-TrainBatch shard_of(const TrainBatch& b, int s, int sp) {
-  MYRIAD_REQUIRE(!b.patches.defined(), kUnsupported,
-                 "training: sequences with images cannot be split over sequence-parallel ranks yet (--sp 1)");
+// Shard s of sp of a batch: tokens and targets [s T / sp, (s + 1) T / sp), with the whole sequence's images (every
+// rank runs the vision tower on all of them, a small model beside the text one, and places the rows its shard's
+// placeholders take; the tower's gradients are summed over the ranks with the rest).
+TrainBatch shard_of(const TrainBatch& b, int s, int sp, const ModelConfig& c) {
   const int64_t T = b.tokens.numel() / sp;
-  return {b.tokens.slice(0, s * T, (s + 1) * T).contiguous(),
-          b.targets.slice(0, s * T, (s + 1) * T).contiguous(),
-          Tensor(),
-          {}};
+  TrainBatch shard{b.tokens.slice(0, s * T, (s + 1) * T).contiguous(),
+                   b.targets.slice(0, s * T, (s + 1) * T).contiguous(),
+                   b.patches,
+                   b.grids,
+                   true,
+                   b.image_row_offset};
+  if (b.patches.defined() && c.media_placeholder_token_id) {
+    const int64_t* ids = b.tokens.contiguous().data<int64_t>();
+    shard.image_row_offset += std::count(ids, ids + s * T, *c.media_placeholder_token_id);
+  }
+  return shard;
 }
 
 int64_t counted_targets(const TrainBatch& b) {
@@ -269,7 +276,19 @@ ForwardResult Trainer::forward(const TrainBatch& b, ForwardOptions fo) {
   MYRIAD_REQUIRE(c.vision_config.has_value(), kValue,
                  "training: a batch has images but the model has no vision "
                  "tower (its config has no vision_config)");
-  const ag::Var features = encode_images(*c.vision_config, model_.weights(), ag::Var(b.patches), b.grids);
+  // A whole sequence's placeholders take every image row (Transformer::forward checks the counts); a shard's take
+  // its run of them (none: the shard is text only, and the tower gets no gradient here; the sync gives it zeros).
+  const int64_t* ids = b.tokens.contiguous().data<int64_t>();
+  const auto placed = int64_t(std::count(ids, ids + b.tokens.numel(), c.media_placeholder_token_id.value_or(-1)));
+  if (b.sequence_shard && placed == 0) return model_.forward(b.tokens, b.targets, fo);
+  ag::Var features = encode_images(*c.vision_config, model_.weights(), ag::Var(b.patches), b.grids);
+  if (b.sequence_shard) {
+    MYRIAD_REQUIRE(b.image_row_offset + placed <= features.shape()[0], kShape, "training: a shard's ", placed,
+                   " image placeholders after row ", b.image_row_offset, " of the images' ", features.shape()[0]);
+    std::vector<int32_t> rows(static_cast<size_t>(placed));
+    for (int64_t i = 0; i < placed; ++i) rows[size_t(i)] = int32_t(b.image_row_offset + i);
+    features = ag::gather_rows(features, Tensor::from_vector(rows, {placed}));
+  }
   fo.image_features = &features;
   return model_.forward(b.tokens, b.targets, fo);
 }
@@ -290,7 +309,7 @@ nlohmann::json Trainer::evaluate(int64_t seq_len) {
     fo.sequence = shards.get();
   }
   for (const TrainBatch& whole : data_.validation(seq_len, cfg_.eval_batches)) {
-    const TrainBatch b = sp > 1 ? shard_of(whole, groups_->s, sp) : whole;
+    const TrainBatch b = sp > 1 ? shard_of(whole, groups_->s, sp, model_.config()) : whole;
     ForwardResult r = forward(b, fo);
     const int64_t n = counted_targets(b);
     sums[0] += double(r.loss.value().data<float>()[0]) * double(n);
@@ -465,7 +484,7 @@ TrainSummary Trainer::run() {
     for (int64_t i = 0; i < n_seq; ++i) {
       TrainBatch b = data_.next(T);
       if (i < first || i >= first + per_rank) continue;
-      if (sp > 1) b = shard_of(b, groups_->s, sp);
+      if (sp > 1) b = shard_of(b, groups_->s, sp, model_.config());
       // The last backward of the step starts each layer's gradient reduction as soon as that layer is done
       // (not in a step that injects a NaN gradient after the backward: the fault tests' single process anyway).
       const bool overlap = opt_.overlap_grad_sync.value_or(groups_->world->device() == Device::kCUDA) &&

@@ -30,6 +30,10 @@ struct TrainBatch {
   // order (model/vision_tower.h); their tokens take the media placeholders of `tokens`. Undefined: text only.
   Tensor patches;
   std::vector<PatchGrid> grids;
+  // A shard of a sequence (sequence parallelism) keeps the whole sequence's images; its placeholders take their
+  // token rows from image_row_offset on (the placeholders before the shard).
+  bool sequence_shard = false;
+  int64_t image_row_offset = 0;
 };
 
 // UTF-8 bytes the counted targets of a batch decode to in `tok` (BatchSource::target_bytes of text sources).
