@@ -122,6 +122,8 @@ int run_chat(const myriad::cli::Args& args) {
         myriad::require_vision(model->config(), "/image");
         images[path] = myriad::read_image_file(path);
         pending.push_back({0, path});
+        pending.back().width = images[path].width;  // the k3 chat format writes the size
+        pending.back().height = images[path].height;
         if (tty) std::fprintf(stderr, "(image %s attached to the next message)\n", path.c_str());
       } catch (const myriad::Error& e) {
         std::fprintf(stderr, "myriad chat: %s\n", e.what());

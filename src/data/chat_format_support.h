@@ -23,8 +23,19 @@ struct ChatPiece {
   bool image = false;  // an image's marker (special): encode_chat writes the model's image token
 };
 
+// How a format frames an image's marker (the run of media_placeholder_token_id the image's tokens take):
+//   kNone: the marker alone (myriad's, ChatML's and DeepSeek's formats);
+//   kKimi: <|media_begin|>image<|media_content|> MARKER <|media_end|> (Kimi-VL and K2.5's templates; the marker is
+//          their <|media_pad|>);
+//   kK3:   the same with the image's size after "image" when it is known: <|media_begin|>image 320x240<|media_content|>
+//          (K3's processor writes width x height of the image given).
+enum class MediaWrap { kNone, kKimi, kK3 };
+// The special tokens a wrap writes (empty for kNone).
+std::vector<const char*> media_wrap_tokens(MediaWrap wrap);
+
 // A message's content as pieces: its text, with an image marker at each image's place (ChatMessage::images).
-void append_content(std::vector<ChatPiece>& out, const ChatMessage& m, bool assistant = false);
+void append_content(std::vector<ChatPiece>& out, const ChatMessage& m, bool assistant = false,
+                    MediaWrap wrap = MediaWrap::kNone);
 
 // A rendered conversation as it is written: special tokens by their text, and text (empty text adds nothing).
 struct ChatPieces {
@@ -33,7 +44,9 @@ struct ChatPieces {
   void text(std::string s, bool assistant = false) {
     if (!s.empty()) list.push_back({std::move(s), false, assistant});
   }
-  void content(const ChatMessage& m, bool assistant = false) { append_content(list, m, assistant); }
+  void content(const ChatMessage& m, bool assistant = false, MediaWrap wrap = MediaWrap::kNone) {
+    append_content(list, m, assistant, wrap);
+  }
 };
 
 // The checks every format makes of a message: its role (kValue naming messages[i]) and call k's name and

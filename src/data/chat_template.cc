@@ -27,7 +27,12 @@ void check_tool_call(const ToolCall& call, size_t i, size_t k) {
   MYRIAD_REQUIRE(!call.name.empty(), kValue, "messages[", i, "].tool_calls[", k, "].name: must not be empty");
 }
 
-void append_content(std::vector<ChatPiece>& out, const ChatMessage& m, bool assistant) {
+std::vector<const char*> media_wrap_tokens(MediaWrap wrap) {
+  if (wrap == MediaWrap::kNone) return {};
+  return {"<|media_begin|>", "<|media_content|>", "<|media_end|>"};
+}
+
+void append_content(std::vector<ChatPiece>& out, const ChatMessage& m, bool assistant, MediaWrap wrap) {
   size_t at = 0;
   auto text = [&](size_t end) {
     if (end > at) out.push_back({m.content.substr(at, end - at), false, assistant});
@@ -35,7 +40,16 @@ void append_content(std::vector<ChatPiece>& out, const ChatMessage& m, bool assi
   };
   for (const ChatImage& image : m.images) {
     text(std::min(image.at, m.content.size()));
-    out.push_back({"<|image|>", true, assistant, true});
+    if (wrap == MediaWrap::kNone) {
+      out.push_back({"<|image|>", true, assistant, true});
+      continue;
+    }
+    out.push_back({"<|media_begin|>", true, assistant});
+    const bool sized = wrap == MediaWrap::kK3 && image.width > 0 && image.height > 0;
+    out.push_back({sized ? str("image ", image.width, "x", image.height) : std::string("image"), false, assistant});
+    out.push_back({"<|media_content|>", true, assistant});
+    out.push_back({"<|media_pad|>", true, assistant, true});
+    out.push_back({"<|media_end|>", true, assistant});
   }
   text(m.content.size());
 }
@@ -255,6 +269,10 @@ std::string tool_call_text(const ToolCall& call) {
 namespace {
 
 // The special tokens a format writes tool declarations, calls and results with (beyond its turns).
+MediaWrap media_wrap(ChatFormat f) {
+  return f == ChatFormat::kKimi ? MediaWrap::kKimi : f == ChatFormat::kK3 ? MediaWrap::kK3 : MediaWrap::kNone;
+}
+
 std::vector<const char*> tool_tokens(ChatFormat f) {
   switch (f) {
     case ChatFormat::kKimi:
@@ -287,6 +305,14 @@ ChatTokens encode_chat(const Tokenizer& tok, std::span<const ChatMessage> messag
     return !m.tool_calls.empty() || m.role == "tool";
   });
   if (uses_tools) require_tool_tokens(tok);
+  const bool has_images =
+      std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) { return !m.images.empty(); });
+  if (has_images)
+    for (const char* t : media_wrap_tokens(media_wrap(format)))
+      MYRIAD_REQUIRE(tok.has_special(t), kUnsupported, "images: the ", chat_format_name(format),
+                     " chat format frames an image with <|media_begin|>, <|media_content|> and <|media_end|>; this "
+                     "tokenizer has no ",
+                     t);
   ChatTokens out;
   for (const Piece& p : template_pieces(format, messages, tools, generation_prompt, tool_choice)) {
     if (p.image) {

@@ -79,6 +79,8 @@ struct ChatImage {
   size_t at = 0;
   std::string url;
   std::string field = {};  // where it was read ("messages[0].content[1].image_url.url"), for errors; not rendered
+  // The decoded image's size in pixels, once known (0: not decoded): the k3 format writes it ("image 320x240").
+  int64_t width = 0, height = 0;
 };
 
 struct ChatMessage {

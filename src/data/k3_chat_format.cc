@@ -100,7 +100,7 @@ class Writer {
   }
   void message(const Attrs& attrs, const ChatMessage& m) {  // its content with its images
     open("message", attrs);
-    append_content(out, m);
+    append_content(out, m, false, MediaWrap::kK3);
     close("message");
     special("<|end_of_msg|>", false);
   }

@@ -46,7 +46,7 @@ std::vector<ChatPiece> kimi_pieces(std::span<const ChatMessage> messages, std::s
                    "assistant messages carry tool calls (this one's role is '", m.role, "')");
     if (m.role == "user") {
       open("<|im_user|>", "user");
-      out.content(m);
+      out.content(m, false, MediaWrap::kKimi);
       out.special("<|im_end|>");
     } else if (m.role == "assistant") {
       open("<|im_assistant|>", "assistant");

@@ -157,18 +157,20 @@ std::vector<ChatMessage> parse_messages(const json& v) {
   }
 }
 
-ImageInput chat_images(const std::vector<ChatMessage>& messages, const InferenceModel& m, const ServerOptions& opt) {
+ImageInput chat_images(std::vector<ChatMessage>& messages, const InferenceModel& m, const ServerOptions& opt) {
   ImageInput out;
   int64_t count = 0;
-  for (const ChatMessage& msg : messages)
-    for (const ChatImage& image : msg.images) {
+  for (ChatMessage& msg : messages)
+    for (ChatImage& image : msg.images) {
       if (++count > opt.max_images)
         throw bad_request(str(image.field, ": more than ", opt.max_images, " images in one request"), image.field);
       try {
         require_vision(m.config(), image.field);
-        add_image(out, *m.config().vision_config,
-                  decode_image(image_bytes_from_url(image.url, image.field, opt.image_limits), image.field,
-                               opt.image_limits));
+        Image decoded =
+            decode_image(image_bytes_from_url(image.url, image.field, opt.image_limits), image.field, opt.image_limits);
+        image.width = decoded.width;  // the k3 chat format writes the size
+        image.height = decoded.height;
+        add_image(out, *m.config().vision_config, std::move(decoded));
       } catch (const Error& e) {
         throw bad_request(e.what(), image.field);
       }
@@ -420,7 +422,7 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
   if (chat) {
     const json* v = field(b, "messages");
     if (!v) throw bad_request("'messages' is missing", "messages");
-    const std::vector<ChatMessage> messages = parse_messages(*v);
+    std::vector<ChatMessage> messages = parse_messages(*v);  // chat_images sets the images' sizes
     std::vector<ToolSpec> tools;
     if (const json* t = field(b, "tools")) {
       try {
@@ -497,7 +499,7 @@ std::vector<int32_t> parse_tokenize(const json& body, const InferenceModel& m, c
   const Tokenizer& tok = m.tokenizer();
   check_model_field(body, opt.model_name);
   if (const json* v = field(body, "messages")) {
-    const std::vector<ChatMessage> messages = parse_messages(*v);
+    std::vector<ChatMessage> messages = parse_messages(*v);  // chat_images sets the images' sizes
     std::vector<ToolSpec> tools;
     if (const json* t = field(body, "tools")) {
       try {

@@ -65,8 +65,8 @@ std::vector<ChatMessage> parse_messages(const json& v);
 // The images of a chat's user messages (image_url parts), decoded and patched for the model, in order. A 400 whose
 // param names the part (messages[i].content[k].image_url.url) for a model without a vision tower, a URL that is
 // not a data: URI (remote URLs are never fetched), bad data, an image over opt.image_limits, or more than
-// opt.max_images images.
-ImageInput chat_images(const std::vector<ChatMessage>& messages, const InferenceModel& m, const ServerOptions& opt);
+// opt.max_images images. Each image's decoded size is set in `messages` (the k3 chat format writes it).
+ImageInput chat_images(std::vector<ChatMessage>& messages, const InferenceModel& m, const ServerOptions& opt);
 
 // ---- a generation request -----------------------------------------------------------------------------------------
 

@@ -73,13 +73,15 @@ const Tokenizer& kimi_format_tokenizer() {
   static const Tokenizer tok = tokenizer_with_specials(
       "tokenizer.json", {"<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>",
                          "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
-                         "<|tool_call_argument_begin|>", "<|tool_call_end|>"});
+                         "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|media_begin|>", "<|media_content|>",
+                         "<|media_end|>", "<|media_pad|>"});
   return tok;
 }
 
 const Tokenizer& k3_format_tokenizer() {
-  static const Tokenizer tok =
-      tokenizer_with_specials("tokenizer.json", {"<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"});
+  static const Tokenizer tok = tokenizer_with_specials(
+      "tokenizer.json", {"<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>", "<|media_begin|>", "<|media_content|>",
+                         "<|media_end|>", "<|media_pad|>"});
   return tok;
 }
 

@@ -219,9 +219,13 @@ TEST_F(ChatTemplateTest, ImagesAreOneImageTokenWhereTheyStand) {
   want.push_back(tok_->id_of("<|assistant|>"));
   EXPECT_EQ(encode_chat(*tok_, conv, {}, true, ToolChoice::kAuto, image).ids, want);
   EXPECT_THROW(encode_chat(*tok_, conv), Error);  // no image token to write them with
-  for (ChatFormat f :
-       {ChatFormat::kMyriad, ChatFormat::kKimi, ChatFormat::kK3, ChatFormat::kDeepSeekV3, ChatFormat::kChatMl})
+  for (ChatFormat f : {ChatFormat::kMyriad, ChatFormat::kDeepSeekV3, ChatFormat::kChatMl})
     EXPECT_NE(render_chat(conv, {}, true, f).find("look: <|image|> and <|image|>?"), std::string::npos)
+        << chat_format_name(f);
+  // Kimi's formats frame each image (ChatFormatTest.KimiAndK3FrameEachImage has the tokens).
+  const std::string framed = "<|media_begin|>image<|media_content|><|media_pad|><|media_end|>";
+  for (ChatFormat f : {ChatFormat::kKimi, ChatFormat::kK3})
+    EXPECT_NE(render_chat(conv, {}, true, f).find("look: " + framed + " and " + framed + "?"), std::string::npos)
         << chat_format_name(f);
   EXPECT_EQ(chat_messages_to_json(conv), in);  // the parts as given
   // The marker as text is text.
@@ -633,6 +637,54 @@ TEST_F(ChatFormatTest, K3FollowsItsRenderer) {
     FAIL() << "a tool result without a call was rendered";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("messages[1]"), std::string::npos) << e.what();
+  }
+}
+
+// Images in Kimi's formats: <|media_begin|>image<|media_content|> MARKER <|media_end|> (Kimi-VL and K2.5's
+// templates), and in K3's with the decoded image's width x height after "image" (K3's processor), the marker being
+// the model's image token; a tokenizer without the media tokens is refused by name.
+TEST_F(ChatFormatTest, KimiAndK3FrameEachImage) {
+  std::vector<ChatMessage> conv = {{"user", "a b"}};
+  conv[0].images = {{1, "data:image/png;base64,AAAA"}, {3, "data:image/png;base64,BBBB"}};
+  conv[0].images[0].width = 320;
+  conv[0].images[0].height = 240;
+  const int32_t image = 7;
+  const std::vector<std::string> media = {"<|media_begin|>", "<|media_content|>", "<|media_end|>", "<|media_pad|>"};
+  for (const ChatFormat f : {ChatFormat::kKimi, ChatFormat::kK3}) {
+    std::vector<std::string> specials = f == ChatFormat::kK3 ? kK3Specials : kKimiSpecials;
+    const Tokenizer without = make(specials);
+    try {
+      encode_chat(without, conv, {}, true, ToolChoice::kAuto, image);
+      ADD_FAILURE() << chat_format_name(f) << ": images accepted without the media tokens";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("this tokenizer has no <|media_begin|>"), std::string::npos) << e.what();
+    }
+    specials.insert(specials.end(), media.begin(), media.end());
+    const Tokenizer tok = make(specials);
+    ASSERT_EQ(chat_format_of(tok), f);
+    const std::vector<int32_t> ids = encode_chat(tok, conv, {}, true, ToolChoice::kAuto, image).ids;
+    // Each image: media_begin, the text, media_content, the image token, media_end.
+    auto framed = [&](const std::string& text) {
+      std::vector<int32_t> want = {tok.id_of("<|media_begin|>")};
+      const std::vector<int32_t> t = tok.encode(text, Specials::kAsText);
+      want.insert(want.end(), t.begin(), t.end());
+      want.push_back(tok.id_of("<|media_content|>"));
+      want.push_back(image);
+      want.push_back(tok.id_of("<|media_end|>"));
+      return want;
+    };
+    const std::vector<int32_t> first = framed(f == ChatFormat::kK3 ? "image 320x240" : "image");
+    const std::vector<int32_t> second = framed("image");  // no size known: "image" alone
+    const auto a = std::search(ids.begin(), ids.end(), first.begin(), first.end());
+    ASSERT_NE(a, ids.end()) << chat_format_name(f);
+    const auto b = std::search(a + 1, ids.end(), second.begin(), second.end());
+    EXPECT_NE(b, ids.end()) << chat_format_name(f);
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), image), 2) << chat_format_name(f);
+    const std::string rendered = render_chat(conv, {}, true, f);
+    EXPECT_NE(rendered.find(std::string("a") + "<|media_begin|>" + (f == ChatFormat::kK3 ? "image 320x240" : "image") +
+                            "<|media_content|><|media_pad|><|media_end|> b<|media_begin|>image<|media_content|>"),
+              std::string::npos)
+        << rendered;
   }
 }
 
