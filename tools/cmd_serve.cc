@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <random>
 #include <sstream>
 #include <string>
@@ -121,6 +122,8 @@ int run_serve(const myriad::cli::Args& args) {
   e = myriad::cli::engine_options(args, e);
   e.max_batch = args.get_int("max-batch", e.max_batch, 1, 4096);
   e.max_waiting = args.get_int("max-waiting", e.max_waiting, 0, 1 << 20);
+  opt.state_dir = args.get_or("state-dir", "");
+  if (!opt.state_dir.empty()) std::filesystem::create_directories(opt.state_dir);
   if (const auto states = args.get("load-state")) {
     std::stringstream ss(*states);
     for (std::string path; std::getline(ss, path, ',');)
@@ -233,7 +236,7 @@ int run_serve(const myriad::cli::Args& args) {
 MYRIAD_COMMAND(
     "serve", "serve a model over an OpenAI-compatible HTTP API (chat, completions, streaming)",
     "myriad serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--cache-mb N] "
-    "[--max-batch N] [--load-state FILES]",
+    "[--max-batch N] [--load-state FILES] [--state-dir DIR]",
     myriad::cli::with_engine_options(
         {{"model", "DIR", "model directory (config.json, safetensors, tokenizer/) or a training run"},
          {"tokenizer", "DIR|FILE",
@@ -245,6 +248,9 @@ MYRIAD_COMMAND(
          {"port", "PORT", "port (default 8080; 0: any free port, printed at start)"},
          {"api-key", "KEY", "require 'Authorization: Bearer KEY' on /v1/* (default: $MYRIAD_API_KEY)"},
          {"max-batch", "N", "sequences decoded together (default 16)"},
+         {"state-dir", "DIR",
+          "where POST /state/save writes and POST /state/load reads sequence state files by name (default: those "
+          "endpoints are off)"},
          {"ep", "N",
           "under mpirun -np N: rank 0 serves, every rank holds 1/N of the routed experts (the others serve "
           "rank 0's token copies)"},

@@ -285,6 +285,71 @@ struct Server::Impl {
     reply_json(res, 200, json{{"prompt", tok.decode(parse_detokenize(body, tok, opt.model_name))}});
   }
 
+  // Sequence state files by name (ServerOptions::state_dir): the file's path; a 404 when the endpoints are off, a 400
+  // for a name that is not a plain file name.
+  std::pair<std::string, std::string> state_file(const json& body) const {
+    if (opt.state_dir.empty())
+      throw ApiError(404, "sequence state files are off: start the server with --state-dir DIR",
+                     "invalid_request_error");
+    if (router)
+      throw ApiError(400, "sequence state files with --dp: each replica has its own prefix cache",
+                     "invalid_request_error");
+    const auto it = body.find("filename");
+    if (it == body.end() || !it->is_string())
+      throw ApiError(400, "give 'filename' (a string): the state file's name in the state directory",
+                     "invalid_request_error", "filename");
+    const std::string name = it->get<std::string>();
+    const bool plain =
+        !name.empty() && name.size() <= 200 && name[0] != '.' && std::all_of(name.begin(), name.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+        });
+    if (!plain)
+      throw ApiError(400,
+                     str("filename '", name.substr(0, 64),
+                         "': a plain name of letters, digits, '.', '_' and '-' (not starting with '.'), "
+                         "at most 200 characters"),
+                     "invalid_request_error", "filename");
+    return {name, (fs::path(opt.state_dir) / name).string()};
+  }
+
+  // POST /state/save {"filename", "prompt" | "messages"}: the engine's longest prefix snapshot of that prompt (sent
+  // in an earlier request) written to the file.
+  void handle_state_save(const httplib::Request& req, httplib::Response& res) {
+    const json body = parse_body(req.body);
+    const std::shared_ptr<Engine> eng = require_engine();
+    const auto [name, path] = state_file(body);
+    const std::vector<int32_t> ids = parse_tokenize(body, eng->model(), opt, req.body);
+    const int64_t n = eng->save_prefix(ids, path);
+    if (n == 0)
+      throw ApiError(400,
+                     str("the server holds no prefix snapshot of this prompt (", ids.size(),
+                         " tokens): send it in a request first (snapshots are taken every --prefix-every ",
+                         eng->options().prefix_every, " tokens)"),
+                     "invalid_request_error", "prompt");
+    reply_json(res, 200,
+               json{{"filename", name}, {"tokens", n}, {"prompt_tokens", ids.size()}, {"bytes", fs::file_size(path)}});
+  }
+
+  // POST /state/load {"filename"}: the file pinned in the engine's prefix cache.
+  void handle_state_load(const httplib::Request& req, httplib::Response& res) {
+    const json body = parse_body(req.body);
+    const std::shared_ptr<Engine> eng = require_engine();
+    const auto [name, path] = state_file(body);
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec))
+      throw ApiError(404, str("no state file '", name, "' in the state directory"), "invalid_request_error",
+                     "filename");
+    int64_t n = 0;
+    try {
+      n = eng->load_prefix(path);
+    } catch (const Error& e) {
+      std::string why = e.what();  // named by the client's name, not the server's path
+      for (size_t at = why.find(path); at != std::string::npos; at = why.find(path)) why.replace(at, path.size(), name);
+      throw ApiError(400, why, "invalid_request_error", "filename");
+    }
+    reply_json(res, 200, json{{"filename", name}, {"tokens", n}});
+  }
+
   std::shared_ptr<Engine> engine_if_loaded() const {
     std::lock_guard<std::mutex> lock(mu);
     return engine;
@@ -342,6 +407,12 @@ struct Server::Impl {
               }));
     http.Post("/v1/completions", guarded(true, [this](const httplib::Request& req, httplib::Response& res) {
                 handle_generation(req, res, false);
+              }));
+    http.Post("/state/save", guarded(true, [this](const httplib::Request& req, httplib::Response& res) {
+                handle_state_save(req, res);
+              }));
+    http.Post("/state/load", guarded(true, [this](const httplib::Request& req, httplib::Response& res) {
+                handle_state_load(req, res);
               }));
     http.Post("/tokenize", guarded(false, [this](const httplib::Request& req, httplib::Response& res) {
                 handle_tokenize(req, res);

@@ -67,6 +67,9 @@ struct ServerOptions {
   // Sequence state files (infer/sequence_file.h) loaded into the engine's prefix cache before it serves; one that
   // fails (another model's, damaged) fails the load as a bad model does.
   std::vector<std::string> load_states;
+  // Where POST /state/save writes and POST /state/load reads sequence state files, by a plain file name (letters,
+  // digits, '.', '_', '-'); empty: those endpoints answer 404. Not with replicas (each has its own prefix cache).
+  std::string state_dir;
   // Connections served at once, each on its own thread (started when needed; idle ones end); more wait for one.
   int max_connections = 1024;
   // A client must send each request (headers and body) within this many seconds of connecting, or of the end of

@@ -225,6 +225,73 @@ TEST_F(ServerTest, HealthAndModels) {
   expect_error_shape(c.Get("/v2/nothing"), 404, "", "not_found", "unknown route");
 }
 
+// Sequence state files over HTTP (--state-dir): a document's state saved by one server and loaded by another gives
+// the same greedy answer to a question after it, the document not prefilled again; names are plain file names, and
+// every refusal is a 4xx naming the field.
+TEST_F(ServerTest, StateFilesSaveOnOneServerAndResumeOnAnother) {
+  const std::string states = *dir_ + "/states";
+  fs::create_directories(states);
+  ServerOptions opt;
+  opt.model_dir = *model_dir_;
+  opt.port = 0;
+  opt.engine = test_engine_options();
+  opt.state_dir = states;
+  std::string doc;
+  for (int i = 0; i < 40; ++i) doc += "The river ran past the old stone mill and on to the sea. ";
+  const std::string question = doc + "Where did the river run?";
+  json want;
+  int64_t saved = 0;
+  {
+    Server first(opt);
+    first.start();
+    wait_ready(first);
+    auto call = [&](const std::string& path, const json& body, int status) {
+      const httplib::Result r = post(path, body.dump(), first.port());
+      EXPECT_TRUE(r);
+      if (!r) return json();
+      EXPECT_EQ(r->status, status) << path << ": " << r->body;
+      return json::parse(r->body);
+    };
+    // Never sent: no snapshot to save.
+    const json none = call("/state/save", {{"prompt", doc}, {"filename", "doc.state"}}, 400);
+    EXPECT_NE(none["error"]["message"].get<std::string>().find("no prefix snapshot"), std::string::npos) << none;
+    call("/v1/completions", {{"prompt", doc}, {"max_tokens", 2}, {"temperature", 0}}, 200);
+    const json s = call("/state/save", {{"prompt", doc}, {"filename", "doc.state"}}, 200);
+    saved = s["tokens"].get<int64_t>();
+    EXPECT_GT(saved, 0);
+    EXPECT_LT(saved, s["prompt_tokens"].get<int64_t>());
+    EXPECT_EQ(saved % opt.engine.prefix_every, 0);
+    EXPECT_EQ(s["bytes"].get<uint64_t>(), fs::file_size(states + "/doc.state"));
+    want = call("/v1/completions", {{"prompt", question}, {"max_tokens", 8}, {"temperature", 0}}, 200);
+    for (const char* bad : {"../doc.state", ".hidden", "a/b", ""}) {
+      const json e = call("/state/save", {{"prompt", doc}, {"filename", bad}}, 400);
+      EXPECT_EQ(e["error"]["param"], "filename") << bad;
+    }
+  }
+  Server second(opt);
+  second.start();
+  wait_ready(second);
+  auto call = [&](const std::string& path, const json& body, int status) {
+    const httplib::Result r = post(path, body.dump(), second.port());
+    EXPECT_TRUE(r);
+    if (!r) return json();
+    EXPECT_EQ(r->status, status) << path << ": " << r->body;
+    return json::parse(r->body);
+  };
+  EXPECT_EQ(call("/state/load", {{"filename", "doc.state"}}, 200)["tokens"], saved);
+  const json got = call("/v1/completions", {{"prompt", question}, {"max_tokens", 8}, {"temperature", 0}}, 200);
+  EXPECT_EQ(got["choices"][0]["text"], want["choices"][0]["text"]);
+  EXPECT_EQ(got["usage"]["prompt_tokens_details"]["cached_tokens"], saved);
+  EXPECT_EQ(call("/state/load", {{"filename", "nope.state"}}, 404)["error"]["param"], "filename");
+  std::ofstream(states + "/bad.state") << "not a state";
+  const json bad = call("/state/load", {{"filename", "bad.state"}}, 400);
+  const std::string why = bad["error"]["message"];
+  EXPECT_NE(why.find("bad.state"), std::string::npos) << why;
+  EXPECT_EQ(why.find(states), std::string::npos) << "the server's directory leaked: " << why;
+  // The shared server has no state directory: the endpoints are off.
+  expect_error_shape(post("/state/load", R"({"filename": "doc.state"})"), 404, "", "", "state endpoints off");
+}
+
 TEST_F(ServerTest, GreedyCompletionEqualsDirectEngine) {
   const std::string prompt = "The cat sat on the";
   const json r = post_json("/v1/completions",
