@@ -98,7 +98,20 @@ int run_generate(const myriad::cli::Args& args) {
     std::fflush(stdout);
     if (ev.finish != FinishReason::kNone) reason = finish_reason_name(ev.finish);
   });
-  engine.run_until_idle();
+  // A long prompt reports its prefill every 5 s on stderr (tokens so far, speed, time left, cache held).
+  const bool long_prompt = speak && req.prompt.size() >= 32768;
+  auto shown = std::chrono::steady_clock::now();
+  while (engine.step()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!long_prompt || n > 0 || now - shown < std::chrono::seconds(5)) continue;
+    shown = now;
+    const EngineMetrics m = engine.metrics();
+    const double done = double(m.prompt_tokens), total = double(req.prompt.size() - m.prefix_tokens_reused);
+    const double rate = done / std::max(1e-9, std::chrono::duration<double>(now - t1).count());
+    std::fprintf(stderr, "[prefill %.0f of %.0f tokens (%.1f%%), %.0f tokens/s, ETA %.0f s, cache %.1f MB]\n", done,
+                 total, 100.0 * done / std::max(1.0, total), rate, (total - done) / std::max(1e-9, rate),
+                 double(m.cache_bytes_used) / 1e6);
+  }
   const auto t2 = std::chrono::steady_clock::now();
   auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   if (!speak) return 0;
