@@ -124,11 +124,7 @@ int run_serve(const myriad::cli::Args& args) {
   e.max_waiting = args.get_int("max-waiting", e.max_waiting, 0, 1 << 20);
   opt.state_dir = args.get_or("state-dir", "");
   if (!opt.state_dir.empty()) std::filesystem::create_directories(opt.state_dir);
-  if (const auto states = args.get("load-state")) {
-    std::stringstream ss(*states);
-    for (std::string path; std::getline(ss, path, ',');)
-      if (!path.empty()) opt.load_states.push_back(path);
-  }
+  opt.load_states = myriad::cli::state_files(args);
   opt.default_max_tokens = args.get_int("default-max-tokens", opt.default_max_tokens, 1, 1 << 30);
   opt.max_connections = int(args.get_int("max-connections", opt.max_connections, 1, 1 << 16));
   opt.request_timeout_s = args.get_double("request-timeout", opt.request_timeout_s, 0.001, 86400);

@@ -38,13 +38,20 @@ inline EngineOptions engine_options(const Args& args, EngineOptions e = {}) {
   return e;
 }
 
+// The --load-state list: comma-separated paths, empty entries skipped.
+inline std::vector<std::string> state_files(const Args& args) {
+  std::vector<std::string> paths;
+  const auto list = args.get("load-state");
+  if (!list) return paths;
+  std::stringstream ss(*list);
+  for (std::string path; std::getline(ss, path, ',');)
+    if (!path.empty()) paths.push_back(path);
+  return paths;
+}
+
 // The --load-state files into the engine's prefix cache, each reported on stderr when `speak`.
 inline void load_states(const Args& args, Engine& engine, bool speak) {
-  const auto list = args.get("load-state");
-  if (!list) return;
-  std::stringstream ss(*list);
-  for (std::string path; std::getline(ss, path, ',');) {
-    if (path.empty()) continue;
+  for (const std::string& path : state_files(args)) {
     const int64_t n = engine.load_prefix(path);
     if (speak) std::fprintf(stderr, "[loaded the state of %lld tokens from %s]\n", (long long)n, path.c_str());
   }

@@ -83,7 +83,8 @@ std::string model_fingerprint(const InferenceModel& model) {
 }
 
 void save_sequence_file(const std::string& path, const InferenceModel& model, std::span<const int32_t> tokens,
-                        uint64_t images, std::span<const KdaState> kda, std::span<const MlaCache> mla) {
+                        uint64_t images, std::span<const KdaState> kda, std::span<const MlaCache> mla,
+                        const std::string& fingerprint) {
   const ModelConfig& c = model.config();
   const int64_t L = c.num_hidden_layers, n = int64_t(tokens.size());
   MYRIAD_REQUIRE(int64_t(kda.size()) == L && int64_t(mla.size()) == L, kValue, "sequence state: ", kda.size(),
@@ -162,19 +163,20 @@ void save_sequence_file(const std::string& path, const InferenceModel& model, st
       }
     }
   }
-  const std::map<std::string, std::string> metadata = {{"format", kFormatName},
-                                                       {"version", kVersion},
-                                                       {"model", model_fingerprint(model)},
-                                                       {"tokens", std::to_string(n)},
-                                                       {"cache_dtype", cache_dtype_word(dtype)},
-                                                       {"page_tokens", std::to_string(page_tokens)},
-                                                       {"images", std::to_string(images)}};
+  const std::map<std::string, std::string> metadata = {
+      {"format", kFormatName},
+      {"version", kVersion},
+      {"model", fingerprint.empty() ? model_fingerprint(model) : fingerprint},
+      {"tokens", std::to_string(n)},
+      {"cache_dtype", cache_dtype_word(dtype)},
+      {"page_tokens", std::to_string(page_tokens)},
+      {"images", std::to_string(images)}};
   save_safetensors(
       path, specs, [&](size_t i) { return produce[i](); }, metadata);
 }
 
 SequenceSnapshot load_sequence_file(const std::string& path, const InferenceModel& model, int64_t page_tokens,
-                                    DType cache_dtype) {
+                                    DType cache_dtype, const std::string& fingerprint) {
   const SafetensorsFile f = SafetensorsFile::open(path);
   const auto meta = [&](const std::string& key) {
     const auto it = f.metadata().find(key);
@@ -185,7 +187,7 @@ SequenceSnapshot load_sequence_file(const std::string& path, const InferenceMode
                  kFormatName, "\")");
   MYRIAD_REQUIRE(meta("version") == kVersion, kFormat, path, ": sequence state version \"", meta("version"),
                  "\"; this myriad reads version ", kVersion);
-  const std::string mine = model_fingerprint(model);
+  const std::string mine = fingerprint.empty() ? model_fingerprint(model) : fingerprint;
   MYRIAD_REQUIRE(meta("model") == mine, kValue, path, ": the state of another model (fingerprint ", meta("model"),
                  "; this model's, ", model.source().empty() ? std::string("in memory") : model.source(), ", is ", mine,
                  "): a sequence state is only valid for the model that computed it");

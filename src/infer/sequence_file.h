@@ -44,11 +44,13 @@ struct SequenceSnapshot {
 
 // Writes the state after `tokens` (kda.size() == mla.size() == the model's layers, each cache holding
 // tokens.size() rows). kValue when they do not fit the model; kIo when the file cannot be written.
+// `fingerprint`: the model's model_fingerprint when the caller keeps it (a server saving many), empty: computed.
 void save_sequence_file(const std::string& path, const InferenceModel& model, std::span<const int32_t> tokens,
-                        uint64_t images, std::span<const KdaState> kda, std::span<const MlaCache> mla);
+                        uint64_t images, std::span<const KdaState> kda, std::span<const MlaCache> mla,
+                        const std::string& fingerprint = {});
 
 // Reads a state file written for `model`, its caches in pages of page_tokens rows stored as cache_dtype.
 SequenceSnapshot load_sequence_file(const std::string& path, const InferenceModel& model, int64_t page_tokens,
-                                    DType cache_dtype);
+                                    DType cache_dtype, const std::string& fingerprint = {});
 
 }  // namespace myriad

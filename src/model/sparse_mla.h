@@ -70,6 +70,7 @@ class BlockMeans {
   // The means of the first n rows; `row(t, out)` gives row t (f32) when n ends inside a block.
   template <class RowOf>
   BlockMeans prefix(int64_t n, RowOf row) const {
+    if (n == rows_) return *this;  // exact: the running sum as appended, not re-summed from stored (rounded) rows
     BlockMeans b(block_, width_);
     const int64_t full = n / block_, tile = width_ * kTile;
     b.means_.assign(means_.begin(), means_.begin() + (full + kTile - 1) / kTile * tile);

@@ -117,6 +117,26 @@ struct Engine::PrefixEntry {
   std::vector<KdaState> kda;  // per layer, as SequenceState
   std::vector<MlaCache> mla;  // per layer, sharing the pages
   size_t bytes = 0;
+
+  // bytes from the layers' states (the KDA state on KDA layers, the cache on MLA ones).
+  void count_bytes() {
+    bytes = 0;
+    for (size_t l = 0; l < kda.size(); ++l) bytes += kda[l].S.defined() ? kda[l].bytes() : mla[l].bytes();
+  }
+  // A copy that stays valid after this entry is evicted: KDA states cloned, MLA pages shared (a snapshot's pages
+  // are never written again) but for a partial last page, which is cloned.
+  PrefixEntry copy() const {
+    PrefixEntry c;
+    c.hash = hash;
+    c.images = images;
+    c.tokens = tokens;
+    c.bytes = bytes;
+    for (size_t l = 0; l < kda.size(); ++l) {
+      c.kda.push_back(kda[l].S.defined() ? kda[l].clone() : KdaState{});
+      c.mla.push_back(mla[l].share_prefix(mla[l].size()));
+    }
+    return c;
+  }
 };
 
 DType cache_dtype_from_name(const std::string& name) {
@@ -356,31 +376,39 @@ void Engine::lookup_prefix(Sequence& s) {
   metrics_.prefix_tokens_reused += uint64_t(n);
 }
 
+const std::string& Engine::fingerprint() {
+  std::call_once(fingerprint_once_, [&] { fingerprint_ = model_fingerprint(*model_); });
+  return fingerprint_;
+}
+
 int64_t Engine::save_prefix(const std::vector<int32_t>& prompt, const std::string& path) {
-  std::lock_guard step_lock(step_mu_);
-  const PrefixEntry* best = nullptr;
-  auto consider = [&](const PrefixEntry& e) {
-    if (e.tokens.size() <= prompt.size() && (!best || e.tokens.size() > best->tokens.size()) &&
-        std::equal(e.tokens.begin(), e.tokens.end(), prompt.begin()))
-      best = &e;
-  };
-  for (const auto& e : pinned_) consider(*e);
-  for (const auto& e : prefix_lru_) consider(*e);
-  if (!best) return 0;
-  save_sequence_file(path, *model_, best->tokens, best->images, best->kda, best->mla);
-  return int64_t(best->tokens.size());
+  PrefixEntry snapshot;
+  {
+    std::lock_guard step_lock(step_mu_);
+    const PrefixEntry* best = nullptr;
+    auto consider = [&](const PrefixEntry& e) {
+      if (e.tokens.size() <= prompt.size() && (!best || e.tokens.size() > best->tokens.size()) &&
+          std::equal(e.tokens.begin(), e.tokens.end(), prompt.begin()))
+        best = &e;
+    };
+    for (const auto& e : pinned_) consider(*e);
+    for (const auto& e : prefix_lru_) consider(*e);
+    if (!best) return 0;
+    snapshot = best->copy();
+  }
+  save_sequence_file(path, *model_, snapshot.tokens, snapshot.images, snapshot.kda, snapshot.mla, fingerprint());
+  return int64_t(snapshot.tokens.size());
 }
 
 int64_t Engine::load_prefix(const std::string& path) {
-  SequenceSnapshot snap = load_sequence_file(path, *model_, opt_.page_tokens, opt_.cache_dtype);
+  SequenceSnapshot snap = load_sequence_file(path, *model_, opt_.page_tokens, opt_.cache_dtype, fingerprint());
   auto pe = std::make_unique<PrefixEntry>();
   pe->tokens = std::move(snap.tokens);
   pe->images = snap.images;
   pe->hash = hash_tokens(pe->tokens.data(), int64_t(pe->tokens.size()));
   pe->kda = std::move(snap.kda);
   pe->mla = std::move(snap.mla);
-  for (size_t l = 0; l < pe->kda.size(); ++l)
-    pe->bytes += pe->kda[l].S.defined() ? pe->kda[l].bytes() : pe->mla[l].bytes();
+  pe->count_bytes();
   const auto n = int64_t(pe->tokens.size());
   std::lock_guard step_lock(step_mu_);
   pinned_bytes_ += pe->bytes;
@@ -404,13 +432,12 @@ void Engine::store_prefix(const Sequence& s) {
       pe->kda.push_back(s.state.kda[l].clone());
       pe->mla.push_back(MlaCache(s.state.mla[l].kv_lora_rank(), s.state.mla[l].rope_dim(), opt_.page_tokens,
                                  s.state.mla[l].dtype(), s.state.mla[l].mean_block()));
-      pe->bytes += pe->kda.back().bytes();
     } else {
       pe->kda.push_back(KdaState{});
       pe->mla.push_back(s.state.mla[l].share_prefix(n));
-      pe->bytes += pe->mla.back().bytes();
     }
   }
+  pe->count_bytes();
   const size_t budget = size_t(opt_.prefix_cache_mb) << 20;
   if (pe->bytes > budget) return;
   prefix_bytes_ += pe->bytes;

@@ -154,7 +154,8 @@ class Engine {
   // prefix_every tokens) and returns its length, 0 when it holds none (nothing written). load_prefix reads one
   // into the prefix cache, pinned (never evicted; counted in prefix_cache_bytes): a prompt that starts with its
   // tokens (and at least one more) resumes from it. Returns its length; kValue for a state of another model,
-  // kFormat for a damaged file. Both wait for the step in progress.
+  // kFormat for a damaged file. save_prefix waits for the step in progress only to take a shared copy of the
+  // snapshot (the file is written outside the engine's lock, so running sequences keep decoding meanwhile).
   int64_t save_prefix(const std::vector<int32_t>& prompt, const std::string& path);
   int64_t load_prefix(const std::string& path);
 
@@ -203,6 +204,11 @@ class Engine {
   size_t pinned_bytes_ = 0;
   std::unordered_multimap<uint64_t, PrefixEntry*> prefix_index_;
   size_t prefix_bytes_ = 0;
+
+  // The model's fingerprint for state files (infer/sequence_file.h), computed on first use.
+  const std::string& fingerprint();
+  std::once_flag fingerprint_once_;
+  std::string fingerprint_;
 
   std::thread thread_;
   std::atomic<bool> stop_{false};
