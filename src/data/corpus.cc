@@ -1,6 +1,9 @@
 // The prose grammar and the corpus mix (see corpus.h).
 #include "data/corpus.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
 #include "data/tasks.h"
 
@@ -294,12 +297,32 @@ std::string prose_document(TextRng& rng) {
   return doc;
 }
 
-std::vector<std::string> generate_corpus(uint64_t seed, size_t target_bytes) {
+std::vector<std::string> generate_corpus(uint64_t seed, size_t target_bytes, const CorpusMix& mix) {
+  MYRIAD_REQUIRE(mix.task_share >= 0 && mix.task_share <= 1, kValue, "corpus task_share ", mix.task_share,
+                 " must lie in [0, 1]");
+  double weight_sum = 0;
+  for (double w : mix.task_weights) {
+    MYRIAD_REQUIRE(w >= 0 && std::isfinite(w), kValue, "corpus task weight ", w, " must be finite and >= 0");
+    weight_sum += w;
+  }
+  MYRIAD_REQUIRE(mix.task_share == 0 || weight_sum > 0, kValue, "corpus task weights are all 0 but task_share is ",
+                 mix.task_share);
+  const bool uniform =
+      std::all_of(mix.task_weights.begin(), mix.task_weights.end(), [&](double w) { return w == mix.task_weights[0]; });
   TextRng rng(mix_seed(seed, /*stream: training corpus*/ 1));
+  auto pick_kind = [&] {
+    if (uniform) return rng.pick(kTaskKinds);  // the draws of the default mix, as before weights existed
+    double u = rng.unit() * weight_sum;
+    for (size_t k = 0; k + 1 < mix.task_weights.size(); ++k) {
+      if (u < mix.task_weights[k]) return kTaskKinds[k];
+      u -= mix.task_weights[k];
+    }
+    return kTaskKinds[mix.task_weights.size() - 1];
+  };
   std::vector<std::string> docs;
   size_t total = 0;
   while (total < target_bytes) {
-    std::string doc = rng.chance(0.5) ? prose_document(rng) : task_document(rng.pick(kTaskKinds), rng);
+    std::string doc = rng.chance(1.0 - mix.task_share) ? prose_document(rng) : task_document(pick_kind(), rng);
     total += doc.size();
     docs.push_back(std::move(doc));
   }

@@ -14,6 +14,7 @@
 // Left out: any real-world text; the tokenizer (tokenizer.h); sharding (`myriad data prepare`).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -52,8 +53,15 @@ std::string prose_sentences(TextRng& rng, int n, bool past);
 // One prose document: 1-3 paragraphs, each one line ending in '\n', separated by an empty line.
 std::string prose_document(TextRng& rng);
 
-// Documents (prose and task, about 50/50) until their total size reaches target_bytes: the total is at least
-// target_bytes and exceeds it by less than one document (a few hundred bytes). Deterministic in seed.
-std::vector<std::string> generate_corpus(uint64_t seed, size_t target_bytes);
+// What the built-in corpus is made of: the share of task documents (the rest is prose) and each task kind's
+// weight among them (relative; indexed by TaskKind: arithmetic, copy, reverse, recall).
+struct CorpusMix {
+  double task_share = 0.5;
+  std::array<double, 4> task_weights = {1.0, 1.0, 1.0, 1.0};
+};
+
+// Documents (prose and task, in the mix's shares) until their total size reaches target_bytes: the total is at
+// least target_bytes and exceeds it by less than one document (a few hundred bytes). Deterministic in seed.
+std::vector<std::string> generate_corpus(uint64_t seed, size_t target_bytes, const CorpusMix& mix = {});
 
 }  // namespace myriad

@@ -176,7 +176,7 @@ PreparedRun prepare_run(const RunRequest& req, const ModelConfig& mc, Tokenizer&
   if (req.data.empty() && !fs::exists(out + "/data/meta.json")) {
     if (!req.quiet) std::fprintf(stderr, "myriad train: generating the built-in corpus (prose and tasks)\n");
     std::string jsonl;
-    for (const std::string& doc : generate_corpus(tc.seed, req.builtin_corpus_bytes))
+    for (const std::string& doc : generate_corpus(tc.seed, tc.builtin_corpus_bytes, tc.builtin_corpus))
       jsonl += nlohmann::json{{"text", doc}}.dump() + "\n";
     fs::create_directories(out + "/corpus");
     write_file_atomic(out + "/corpus/builtin.jsonl", jsonl);

@@ -29,7 +29,6 @@ struct RunRequest {
   int64_t stop_after_step = -1;
   std::optional<uint64_t> seed;
   std::optional<bool> gradient_checkpointing;
-  size_t builtin_corpus_bytes = size_t(3) << 20;
   // dp x ep x sp over the ranks of an mpirun job (dist/parallel_dims.h); all 1: one process. Under mpirun the
   // product must be the number of ranks. Rank 0 prepares the run directory (corpus, tokenizer, shards); the
   // others wait for it, then load what it wrote (the run directory must be on a filesystem every rank sees).

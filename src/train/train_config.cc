@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/json_fields.h"
+#include "data/tasks.h"
 #include "model/config.h"
 
 namespace myriad {
@@ -162,6 +163,28 @@ TrainConfig parse_train_config(const nlohmann::json& j, const std::string& sourc
         JsonFields((*stages)[i], str("stages[", i, "]"), src)
             .fail("longctx_fraction", *stage_fraction[i], "needs longctx_mix (the tasks to mix in)");
   }
+  if (const nlohmann::json* bc = o.opt_object("builtin_corpus")) {
+    JsonFields co(*bc, "builtin_corpus", src);
+    const int64_t bytes = co.int_or("bytes", int64_t(c.builtin_corpus_bytes));
+    if (bytes < 1024 || bytes > (int64_t(1) << 34)) co.fail("bytes", bytes, "must lie in [1024, 2^34]");
+    c.builtin_corpus_bytes = size_t(bytes);
+    c.builtin_corpus.task_share = co.double_or("task_share", c.builtin_corpus.task_share);
+    if (!(c.builtin_corpus.task_share >= 0 && c.builtin_corpus.task_share <= 1))
+      co.fail("task_share", c.builtin_corpus.task_share, "must lie in [0, 1]");
+    if (const nlohmann::json* tw = co.opt_object("task_weights")) {
+      JsonFields wo(*tw, "builtin_corpus.task_weights", src);
+      double sum = 0;
+      for (size_t k = 0; k < std::size(kTaskKinds); ++k) {
+        double& w = c.builtin_corpus.task_weights[k];
+        w = wo.double_or(task_kind_name(kTaskKinds[k]), w);
+        if (!(w >= 0 && std::isfinite(w))) wo.fail(task_kind_name(kTaskKinds[k]), w, "must be a number >= 0");
+        sum += w;
+      }
+      wo.finish();
+      if (!(sum > 0)) co.fail("task_weights", *tw, "must give some task kind a weight above 0");
+    }
+    co.finish();
+  }
   o.finish();
   if (c.batch_tokens < 1) o.fail("batch_tokens", c.batch_tokens, "must be >= 1");
   if (!(c.lr > 0) || !std::isfinite(c.lr)) o.fail("lr", c.lr, "must be a positive number");
@@ -232,6 +255,16 @@ nlohmann::json train_config_to_json(const TrainConfig& c) {
                          {"samples", c.longctx_eval.samples}};
   if (c.longctx_mix.enabled())
     j["longctx_mix"] = {{"tasks", c.longctx_mix.tasks}, {"fraction", c.longctx_mix.fraction}};
+  const CorpusMix default_mix;
+  if (c.builtin_corpus_bytes != TrainConfig().builtin_corpus_bytes ||
+      c.builtin_corpus.task_share != default_mix.task_share ||
+      c.builtin_corpus.task_weights != default_mix.task_weights) {
+    nlohmann::json w;
+    for (size_t k = 0; k < std::size(kTaskKinds); ++k)
+      w[task_kind_name(kTaskKinds[k])] = c.builtin_corpus.task_weights[k];
+    j["builtin_corpus"] = {
+        {"bytes", c.builtin_corpus_bytes}, {"task_share", c.builtin_corpus.task_share}, {"task_weights", w}};
+  }
   return j;
 }
 

@@ -24,12 +24,18 @@
 //                     the seed) are long-context task samples (data/longctx_tasks.h) of the stage's length, needle at
 //                     a random depth, answer included, instead of corpus text (train/longctx_mix_source.h); fraction
 //                     in [0, 1], some stage's share > 0. Absent: none
+//   builtin_corpus    {"bytes": 3145728, "task_share": 0.5, "task_weights": {"arithmetic": 1, "copy": 1,
+//                     "reverse": 1, "recall": 1}}: the corpus `myriad train` generates when given no data
+//                     (data/corpus.h): its size, the share of task documents (the rest prose) and the task kinds'
+//                     relative weights (absent kinds: 1). Ignored when --data is given
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
+
+#include "data/corpus.h"
 
 namespace myriad {
 
@@ -93,6 +99,8 @@ struct TrainConfig {
   int64_t image_shift = 0;
   LongContextEvalConfig longctx_eval;
   LongTaskMixConfig longctx_mix;
+  size_t builtin_corpus_bytes = size_t(3) << 20;
+  CorpusMix builtin_corpus;
 
   int64_t total_steps() const;
   int64_t stage_of(int64_t step) const;  // stage index of a 0-based step

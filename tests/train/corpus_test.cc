@@ -178,6 +178,38 @@ TEST(Corpus, EveryTaskAnswerIsRightAndTheMixIsAboutHalfProse) {
   for (TaskKind k : kTaskKinds) EXPECT_GT(count[int(k)], int(docs.size()) / 16) << task_kind_name(k);
 }
 
+// The mix's shares: task documents at task_share, each kind at its weight's share of them (binomial: 400 KB is
+// ~1,800 documents, so a share's standard error is ~1.2 points; 5 points is about 4 of them). The default mix
+// keeps the documents it drew before weights existed (the same generator draws).
+TEST(Corpus, TaskShareAndWeightsSetTheMix) {
+  CorpusMix mix;
+  mix.task_share = 0.8;
+  mix.task_weights = {4.0, 1.0, 1.0, 0.0};  // arithmetic, copy, reverse, recall
+  const auto docs = generate_corpus(11, 400000, mix);
+  std::map<int, int> count;
+  for (const auto& d : docs) {
+    const auto kind = check_document(d);
+    ++count[kind ? int(*kind) : -1];
+    if (HasFailure()) return;
+  }
+  const double n = double(docs.size()), tasks = n - count[-1];
+  EXPECT_NEAR(count[-1] / n, 0.2, 0.05);
+  EXPECT_NEAR(count[int(TaskKind::kArithmetic)] / tasks, 4.0 / 6.0, 0.05);
+  EXPECT_NEAR(count[int(TaskKind::kCopy)] / tasks, 1.0 / 6.0, 0.05);
+  EXPECT_EQ(count[int(TaskKind::kRecall)], 0);
+  // All prose, all tasks.
+  mix.task_share = 0.0;
+  for (const auto& d : generate_corpus(3, 20000, mix)) EXPECT_FALSE(check_document(d).has_value());
+  mix.task_share = 1.0;
+  for (const auto& d : generate_corpus(3, 20000, mix)) EXPECT_TRUE(check_document(d).has_value());
+  // Equal weights of any size are the default mix.
+  CorpusMix equal;
+  equal.task_weights = {2.0, 2.0, 2.0, 2.0};
+  EXPECT_EQ(generate_corpus(5, 30000, equal), generate_corpus(5, 30000));
+  mix.task_share = 1.5;
+  EXPECT_THROW(generate_corpus(3, 100, mix), Error);
+}
+
 TEST(Corpus, ProseUsesAFewHundredWords) {
   std::set<std::string> words;
   TextRng rng(5);

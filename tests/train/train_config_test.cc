@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -154,6 +155,44 @@ TEST(TrainConfig, LongContextEvalIsReadAndChecked) {
 // The training config follows the model config's reader (core/json_fields.h): an integer field refuses a float
 // (it used to truncate 2.5 to 2), messages carry the JSON path, the value as written and the rule, and unknown
 // fields are errors at every level (stage entries used to be unchecked).
+// The built-in corpus's size and mix: read, written back to the run's train.json, checked field by field.
+TEST(TrainConfig, BuiltinCorpusMixIsReadAndChecked) {
+  const ModelConfig m = load_model_config(repo("configs/tiny.json"), nullptr);
+  auto parse = [&](const std::string& extra) {
+    return parse_train_config(nlohmann::json::parse(R"({"stages": [{"seq_len": 64, "steps": 1}])" + extra + "}"),
+                              "t.json", m);
+  };
+  const TrainConfig d = parse("");
+  EXPECT_EQ(d.builtin_corpus_bytes, size_t(3) << 20);
+  EXPECT_EQ(d.builtin_corpus.task_share, 0.5);
+  EXPECT_FALSE(train_config_to_json(d).contains("builtin_corpus"));
+  const TrainConfig t =
+      parse(R"(, "builtin_corpus": {"bytes": 100000, "task_share": 0.7, "task_weights": {"arithmetic": 3}})");
+  EXPECT_EQ(t.builtin_corpus_bytes, 100000u);
+  EXPECT_DOUBLE_EQ(t.builtin_corpus.task_share, 0.7);
+  EXPECT_EQ(t.builtin_corpus.task_weights, (std::array<double, 4>{3.0, 1.0, 1.0, 1.0}));
+  const TrainConfig back = parse_train_config(train_config_to_json(t), "back.json", m);
+  EXPECT_EQ(back.builtin_corpus_bytes, t.builtin_corpus_bytes);
+  EXPECT_EQ(back.builtin_corpus.task_share, t.builtin_corpus.task_share);
+  EXPECT_EQ(back.builtin_corpus.task_weights, t.builtin_corpus.task_weights);
+  auto expect_error = [&](const std::string& extra, const std::string& needle) {
+    try {
+      parse(extra);
+      ADD_FAILURE() << "no error for " << extra;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error(R"(, "builtin_corpus": {"task_share": 1.2})", "builtin_corpus.task_share");
+  expect_error(R"(, "builtin_corpus": {"bytes": 10})", "builtin_corpus.bytes");
+  expect_error(R"(, "builtin_corpus": {"task_weights": {"addition": 1}})", "addition");
+  expect_error(R"(, "builtin_corpus": {"task_weights": {"copy": -1}})", "builtin_corpus.task_weights.copy");
+  expect_error(R"(, "builtin_corpus": {"task_weights": {"arithmetic": 0, "copy": 0, "reverse": 0, "recall": 0}})",
+               "builtin_corpus.task_weights");
+  expect_error(R"(, "builtin_corpus": {"share": 0.5})", "share");
+}
+
 TEST(TrainConfig, SharesTheModelConfigRules) {
   const ModelConfig m = load_model_config(repo("configs/tiny.json"), nullptr);
   auto message = [&](const char* json) -> std::string {
