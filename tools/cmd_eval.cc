@@ -17,6 +17,7 @@
 #include "train/image_question_eval.h"
 #include "train/image_text_source.h"
 #include "train/longctx_eval.h"
+#include "train/task_eval.h"
 
 namespace {
 
@@ -46,6 +47,19 @@ int run_eval_tasks(const myriad::cli::Args& args) {
     j["val_loss"] = e.loss;
     j["val_tokens"] = e.tokens;
   }
+  // The pretraining tasks (data/tasks.h) as myriad train scores them: what post-training kept of them.
+  if (const int per_task = int(args.get_int("text-tasks", 32, 0, 100000)); per_task > 0) {
+    const Tokenizer& tok = model->tokenizer();
+    const int32_t eot = tok.has_special("<|endoftext|>") ? tok.id_of("<|endoftext|>") : -1;
+    const TaskScores s = evaluate_tasks(
+        *model, [&tok](const std::string& t) { return tok.encode(t); },
+        [&tok](const std::vector<int32_t>& ids) { return tok.decode(ids); }, per_task, o.seed, 8, eot, 1);
+    j["text_tasks"] = s.by_name();
+    j["text_tasks_per_task"] = per_task;
+    for (const TaskSample& x : s.samples)
+      j["text_task_samples"].push_back(
+          {{"task", task_kind_name(x.kind)}, {"prompt", x.prompt}, {"got", x.got}, {"want", x.want}});
+  }
   if (const auto p = args.get("json"))
     write_file_atomic(*p, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   if (const auto p = args.get("html"))
@@ -59,6 +73,12 @@ int run_eval_tasks(const myriad::cli::Args& args) {
   };
   for (const auto& [name, f] : j["families"].items()) line(name, f);
   line("all", j);
+  if (j.contains("text_tasks")) {
+    std::printf("text tasks (%d held-out each, greedy):", j["text_tasks_per_task"].get<int>());
+    for (const auto& [name, acc] : j["text_tasks"].items())
+      std::printf(" %s %.1f%%", name.c_str(), 100 * acc.get<double>());
+    std::printf("\n");
+  }
   if (j.contains("val_loss"))
     std::printf("validation loss %.4f nats over %lld tokens\n", j["val_loss"].get<double>(),
                 static_cast<long long>(j["val_tokens"].get<int64_t>()));
@@ -206,7 +226,8 @@ MYRIAD_COMMAND(
     "image questions answered by generation",
     "myriad eval --model DIR --data PATH [--reference DIR] [--max-tokens N] [--window T] [--split val] "
     "[--cache-dtype f32|bf16|q8] [--decode]\n       myriad eval tasks --model DIR [--suite builtin|FILE] "
-    "[--samples K] [--per-family N] [--json F] [--html F] [--data PATH]\n       myriad eval longctx --model DIR "
+    "[--samples K] [--per-family N] [--text-tasks N] [--json F] [--html F] [--data PATH]\n       myriad eval longctx "
+    "--model DIR "
     "[--task passkey|multikey|vartrack] [--lengths 1K,4K] [--depths 0,25,50,75,100] [--samples N] "
     "[--seed S] [--prefill-chunk T] [--json F] [--html F] [--svg F]\n       myriad eval images --model DIR "
     "--data FILE.jsonl [--max-new-tokens N] [--batch N] [--limit N] [--show N] [--json F]",
@@ -232,6 +253,9 @@ MYRIAD_COMMAND(
      {"per-family", "N", "eval tasks: built-in held-out tasks per family (default 8)"},
      {"seed", "S", "eval tasks / longctx: seed of the built-in tasks or prompts (default 1234)"},
      {"transcripts", "N", "eval tasks: episodes per family kept as text (default 1)"},
+     {"text-tasks", "N",
+      "eval tasks: also the pretraining tasks (arithmetic, copy, reverse, recall; as myriad train scores them) on N "
+      "held-out prompts each (default 32; 0 = off)"},
      {"json", "FILE", "eval tasks / longctx: write the report as JSON"},
      {"html", "FILE", "eval tasks / longctx: write the report as an HTML page"},
      {"decode", "", "run every window token by token (the decode path serving uses) instead of one prefill"},

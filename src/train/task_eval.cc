@@ -46,15 +46,20 @@ std::vector<Batch> text_validation_batches(const std::string& shard_dir, int64_t
 
 TaskScores evaluate_tasks(const Transformer& model, const EncodeFn& encode, const DecodeFn& decode, int per_task,
                           uint64_t seed, int max_new_tokens, int32_t stop_id, int samples_per_task) {
+  // The inference model over the training weights as they are now (views, no copy; built again on every call
+  // because the decoders keep derived copies of some weights): the serving path's states and sampler.
+  const InferenceModel inference(model.config(), DecodeWeights::from_model(model.weights()));
+  return evaluate_tasks(inference, encode, decode, per_task, seed, max_new_tokens, stop_id, samples_per_task);
+}
+
+TaskScores evaluate_tasks(const InferenceModel& inference, const EncodeFn& encode, const DecodeFn& decode, int per_task,
+                          uint64_t seed, int max_new_tokens, int32_t stop_id, int samples_per_task) {
   MYRIAD_REQUIRE(per_task >= 0, kValue, "evaluate_tasks: per_task (", per_task, ") must be >= 0");
   MYRIAD_REQUIRE(encode && decode, kValue, "evaluate_tasks: encode and decode callbacks are required");
   // Stop once the continuation has reached the end of its line.
   const StopFn at_newline = [&decode](const std::vector<int32_t>& ids) {
     return decode(ids).find('\n') != std::string::npos;
   };
-  // The inference model over the training weights as they are now (views, no copy; built again on every call
-  // because the decoders keep derived copies of some weights): the serving path's states and sampler.
-  const InferenceModel inference(model.config(), DecodeWeights::from_model(model.weights()));
   SamplingParams greedy;
   greedy.temperature = 0.0f;
   TaskScores scores;

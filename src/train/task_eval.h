@@ -14,6 +14,7 @@
 namespace myriad {
 
 class Transformer;
+class InferenceModel;
 
 using EncodeFn = std::function<std::vector<int32_t>(const std::string&)>;
 using DecodeFn = std::function<std::string(const std::vector<int32_t>&)>;
@@ -49,6 +50,9 @@ double text_loss(const Transformer& model, const std::vector<Batch>& batches, in
 std::vector<Batch> text_validation_batches(const std::string& shard_dir, int64_t seq_len, int64_t max_batches);
 
 TaskScores evaluate_tasks(const Transformer& model, const EncodeFn& encode, const DecodeFn& decode, int per_task,
+                          uint64_t seed, int max_new_tokens, int32_t stop_id = -1, int samples_per_task = 2);
+// The same on a served model (`myriad eval tasks` shows them beside the agent's success).
+TaskScores evaluate_tasks(const InferenceModel& model, const EncodeFn& encode, const DecodeFn& decode, int per_task,
                           uint64_t seed, int max_new_tokens, int32_t stop_id = -1, int samples_per_task = 2);
 
 }  // namespace myriad

@@ -14,8 +14,8 @@ rm -rf "$work"; mkdir -p "$work"
 export MYRIAD_THREADS=2
 fail() { echo "FAIL: $*"; exit 1; }
 cat >"$work/pre.json" <<'JSON'
-{"stages": [{"seq_len": 64, "steps": 4}], "batch_tokens": 128, "eval_every": 1000, "eval_batches": 1,
- "task_eval_per_task": 0, "checkpoint_every": 1000, "log_every": 1000}
+{"stages": [{"seq_len": 64, "steps": 4}], "batch_tokens": 128, "eval_every": 4, "eval_batches": 1,
+ "task_eval_per_task": 2, "task_eval_max_new_tokens": 8, "checkpoint_every": 1000, "log_every": 1000}
 JSON
 cat >"$work/sft.json" <<'JSON'
 {"stages": [{"seq_len": 256, "steps": 12}], "batch_tokens": 512, "lr": 0.002, "warmup_steps": 2,
@@ -89,6 +89,23 @@ for f in j["families"].values():
 assert j["transcripts"], "no transcripts"
 PY
 grep -q "<table>" "$work/ev.html" || fail "no table in the HTML report"
+# The pretraining tasks as served equal myriad train's own evaluation of the same weights: the same held-out
+# prompts (seed 0 + 99, its task seed) and the same greedy answers.
+"$bin" eval tasks --model "$work/pre" --per-family 1 --text-tasks 2 --seed 99 --json "$work/ev-pre.json" \
+  >/dev/null 2>&1 || fail "eval tasks on the pretrained model failed"
+python3 - "$work/ev-pre.json" "$work/pre/metrics.jsonl" <<'PY' || fail "eval tasks' text tasks differ from the trainer's"
+import json, sys
+j = json.load(open(sys.argv[1]))
+recs = [json.loads(l) for l in open(sys.argv[2])]
+evals = [r for r in recs if "tasks" in r]
+assert evals, "the trainer logged no task evaluation"
+t = evals[-1]
+assert j["text_tasks"] == t["tasks"], (j["text_tasks"], t["tasks"])
+mine = [(s["prompt"], s["got"], s["want"]) for s in j["text_task_samples"]]
+theirs = [(r["prompt"], r["text"], r["want"]) for r in recs if r["type"] == "sample" and r["step"] == t["step"]]
+assert len(mine) == 4, mine
+assert mine == theirs, (mine, theirs)
+PY
 echo "ok: eval tasks"
 
 cat >"$work/grpo.json" <<'JSON'
