@@ -291,15 +291,31 @@ struct HostFfn {
 
 }  // namespace
 
-Tensor InferenceModel::ffn(int64_t l, const Tensor& x_in) const {
+Tensor InferenceModel::ffn(int64_t l, const Tensor& x_in, std::span<const BatchEntry> batch) const {
   const Tensor x = x_in.contiguous();
   const LayerRefs& lw = layers_[size_t(l)];
   HostFfn exec{config_, w_->device(), {}};
   if (!config_.is_moe_layer(l)) return glu_ffn(exec, lw.mlp, x);
   const HostFfn::Moe w{lw.router, lw.latent_down, lw.latent_up, lw.latent_norm, lw.shared, &lw.experts};
+  RoutingTap tap;
+  if (std::any_of(batch.begin(), batch.end(), [](const BatchEntry& b) { return b.seq->record_routing; }))
+    tap.record = [&](const Tensor& idx) {  // each recording sequence's rows, appended to its state
+      const int64_t k = idx.size(1), layers = config_.num_hidden_layers;
+      const int32_t* p = idx.data<int32_t>();
+      int64_t row = 0;
+      for (const BatchEntry& b : batch) {
+        const auto n = int64_t(b.tokens.size());
+        if (b.seq->record_routing) {
+          std::vector<std::vector<int32_t>>& r = b.seq->routing;
+          if (int64_t(r.size()) < layers) r.resize(size_t(layers));
+          r[size_t(l)].insert(r[size_t(l)].end(), p + row * k, p + (row + n) * k);
+        }
+        row += n;
+      }
+    };
   // Serving has no capacity limit.
   return moe_forward(exec, w, x, config_, lw.router_bias, std::nullopt,
-                     moe_dispatcher_ ? *moe_dispatcher_ : local_moe_dispatcher());
+                     moe_dispatcher_ ? *moe_dispatcher_ : local_moe_dispatcher(), tap.record ? &tap : nullptr);
 }
 
 void InferenceModel::serve_remote_experts(int64_t l, const MoeDispatcher& dispatcher) const {
@@ -336,7 +352,7 @@ struct InferenceModel::Stack {
       segs.push_back({&b.seq->mla[size_t(l)], int64_t(b.tokens.size()), b.seq->tokens, b.shards});
     return m.mla_[size_t(l)]->forward(n, segs);
   }
-  Tensor ffn(int64_t l, const Tensor& h) const { return m.ffn(l, m.rmsnorm(h, m.layers_[size_t(l)].post_norm)); }
+  Tensor ffn(int64_t l, const Tensor& h) const { return m.ffn(l, m.rmsnorm(h, m.layers_[size_t(l)].post_norm), batch); }
   Tensor add(const Tensor& a, const Tensor& b) const {
     Tensor r = a.clone();
     ops::axpy(r.device(), r.data<float>(), b.contiguous().data<float>(), 1.0f, r.numel());

@@ -32,6 +32,10 @@ struct SequenceState {
   std::vector<KdaState> kda;
   std::vector<MlaCache> mla;
   int64_t tokens = 0;  // processed so far
+  // Routing replay (model/ffn_module.h RoutingTap; RL): when record_routing is set, routing[l] holds the experts
+  // every processed token's copies went to in MoE layer l (k per token, in token order; empty on other layers).
+  bool record_routing = false;
+  std::vector<std::vector<int32_t>> routing;
   size_t kda_bytes() const;
   size_t mla_bytes() const;
 };
@@ -119,7 +123,8 @@ class InferenceModel {
   };
 
   size_t weight_bytes_read(int64_t tokens, bool routed_only) const;
-  Tensor ffn(int64_t layer, const Tensor& x) const;
+  // batch: the entries whose rows x holds, in order (their states record the routing when they ask to).
+  Tensor ffn(int64_t layer, const Tensor& x, std::span<const BatchEntry> batch = {}) const;
 
  public:
   // Expert-parallel serving (serve/expert_server.h): MoE layer `layer`'s dispatch, local experts and combine for a

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "model/config.h"
@@ -43,16 +44,29 @@ typename X::Value glu_ffn(X& x, const typename X::Glu& w, const typename X::Valu
   return x.linear(x.glu(x.linear(in, w.gate), x.linear(in, w.up)), w.down);
 }
 
+// Routing replay (RL): the experts a serving forward chose, recorded, and imposed on the training forward of the
+// same tokens, so that a router whose scores nearly tie cannot send a token to other experts in training than in
+// the rollout (the policy ratio would then compare two different networks). The mixture weights still come from
+// this forward's scores of the imposed experts, so the router keeps its gradient.
+struct RoutingTap {
+  // [R, k] I32, R <= T: rows t < R go to these experts instead of the ones selected here (-1: that copy dropped).
+  Tensor replay;
+  // Called with the selection of every row, [T, k] I32 (after any replay).
+  std::function<void(const Tensor& idx)> record;
+};
+
 // in [T, D] -> [T, D]. bias: the router's correction bias b [E] (read for topk_method "noaux_tc"; else null);
-// capacity_factor: nullopt for plain top-k (serving has no capacity limit).
+// capacity_factor: nullopt for plain top-k (serving has no capacity limit); tap: routing replay (null: none).
 template <class X>
 typename X::Value moe_forward(X& x, const typename X::Moe& w, const typename X::Value& in, const ModelConfig& c,
-                              const float* bias, std::optional<double> capacity_factor,
-                              const MoeDispatcher& dispatcher) {
+                              const float* bias, std::optional<double> capacity_factor, const MoeDispatcher& dispatcher,
+                              const RoutingTap* tap = nullptr) {
   using Value = typename X::Value;
   const int64_t T = x.values(in).size(0), E = c.num_experts;
   const Value s = x.router_scores(in, w.router);
-  const ExpertSelection sel = select_experts(c, x.values(s), bias, capacity_factor);
+  ExpertSelection sel = select_experts(c, x.values(s), bias, capacity_factor);
+  if (tap && tap->replay.defined()) replay_experts(sel, tap->replay, E);
+  if (tap && tap->record) tap->record(sel.idx);
   // Mixture weights over the copies actually served (a dropped copy's share vanishes).
   const Value weights = x.route_weights(s, sel.idx, float(c.routed_scaling_factor), renormalizes_weights(c));
   const ExpertGroups groups = group_by_expert(sel.idx, E);

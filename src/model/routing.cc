@@ -35,6 +35,26 @@ ExpertSelection select_experts(const ModelConfig& c, const Tensor& scores, const
   return sel;
 }
 
+void replay_experts(ExpertSelection& sel, const Tensor& replay, int64_t E) {
+  const int64_t T = sel.idx.size(0), k = sel.idx.size(1);
+  MYRIAD_REQUIRE(replay.dtype() == DType::kI32 && replay.ndim() == 2 && replay.size(1) == k && replay.size(0) <= T,
+                 kShape, "routing replay: ", shape_str(replay.shape()), " must be I32 [R <= ", T, ", ", k, "]");
+  const Tensor r = replay.contiguous();
+  const int32_t* src = r.data<int32_t>();
+  int32_t* dst = sel.idx.data<int32_t>();
+  for (int64_t t = 0; t < r.size(0); ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = src[t * k + j];
+      MYRIAD_REQUIRE(e >= -1 && e < E, kValue, "routing replay: row ", t, " names expert ", e, " of ", E);
+      for (int64_t i = 0; i < j; ++i)
+        MYRIAD_REQUIRE(e < 0 || src[t * k + i] != e, kValue, "routing replay: row ", t, " names expert ", e, " twice");
+      dst[t * k + j] = e;
+    }
+  // The dropped copies as they now are (the replayed rows carry the rollout's).
+  sel.dropped = 0;
+  for (int64_t i = 0; i < T * k; ++i) sel.dropped += dst[i] < 0;
+}
+
 ExpertGroups group_by_expert(const Tensor& idx, int64_t E) {
   MYRIAD_REQUIRE(idx.dtype() == DType::kI32 && idx.ndim() == 2, kShape, "group_by_expert: idx ", shape_str(idx.shape()),
                  " must be I32 [T, k]");

@@ -25,6 +25,10 @@ struct ExpertSelection {
 ExpertSelection select_experts(const ModelConfig& c, const Tensor& scores, const float* bias,
                                std::optional<double> capacity_factor);
 
+// Routing replay (model/ffn_module.h RoutingTap): rows t < R of sel.idx [T, k] replaced by replay [R, k] I32
+// (R <= T; entries in [-1, num_experts), no expert twice in a row); kShape / kValue otherwise.
+void replay_experts(ExpertSelection& sel, const Tensor& replay, int64_t num_experts);
+
 // Whether the mixture weights are renormalised over the chosen experts' scores: moe_renormalize with more than one
 // expert per token, as upstream (with one, the weight would be routed_scaling_factor whatever the score).
 inline bool renormalizes_weights(const ModelConfig& c) {

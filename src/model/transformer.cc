@@ -346,7 +346,9 @@ Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats, const For
   const std::optional<double> capacity =
       c.has_capacity_limit() ? std::optional<double>(c.capacity_factor_at(opt.step)) : std::nullopt;
   TapeFfn exec{c, l, stats};
-  return moe_forward(exec, w, x, c, bias, capacity, dispatcher);
+  RoutingTap tap;
+  if (opt.routing_replay && size_t(l) < opt.routing_replay->size()) tap.replay = (*opt.routing_replay)[size_t(l)];
+  return moe_forward(exec, w, x, c, bias, capacity, dispatcher, tap.replay.defined() ? &tap : nullptr);
 }
 
 // AttnRes read (DESIGN 1.4): score_c = sum_d (w_norm * w_proj)_d V_c,d / rms(V_c); softmax over candidates.

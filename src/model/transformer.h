@@ -41,6 +41,9 @@ struct ForwardOptions {
   // embedding of the k-th media_placeholder_token_id in `tokens`, so the text model reads the image there and
   // the gradient reaches the tower. The counts must agree (kShape otherwise); null: text only.
   const ag::Var* image_features = nullptr;
+  // Routing replay (model/ffn_module.h RoutingTap; RL's rollouts record it): per layer, [R, k] I32 experts for the
+  // first R tokens of this forward, imposed on its MoE layers (undefined or absent layers: routed as usual).
+  const std::vector<Tensor>* routing_replay = nullptr;
 };
 
 // Per-layer routing statistics of one forward (what balancing and the metrics read).

@@ -76,6 +76,7 @@ GrpoConfig parse_grpo_config(const nlohmann::json& j, const std::string& source)
   c.keep_checkpoints = o.int_or("keep_checkpoints", c.keep_checkpoints);
   c.seed = o.uint_or("seed", c.seed);
   c.kda_chunk = o.int_or("kda_chunk", c.kda_chunk);
+  c.routing_replay = o.bool_or("routing_replay", c.routing_replay);
   o.finish();
   const std::pair<const char*, int64_t> positive[] = {{"steps", c.steps},
                                                       {"prompts_per_step", c.prompts_per_step},
@@ -135,7 +136,8 @@ nlohmann::json grpo_config_to_json(const GrpoConfig& c) {
           {"checkpoint_every", c.checkpoint_every},
           {"keep_checkpoints", c.keep_checkpoints},
           {"seed", c.seed},
-          {"kda_chunk", c.kda_chunk}};
+          {"kda_chunk", c.kda_chunk},
+          {"routing_replay", c.routing_replay}};
 }
 
 namespace {
@@ -279,8 +281,9 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     std::vector<Trajectory> trajs;
     {
       auto inference = std::make_shared<const InferenceModel>(mc, DecodeWeights::from_model(model.weights()), tok);
-      trajs = rollout_groups(inference, tok, tasks, cfg.group_size, sampling,
-                             mix_seed(cfg.seed ^ 0x6770u, uint64_t(step)), cfg.limits, cfg.rewards, &rs, first_group);
+      trajs =
+          rollout_groups(inference, tok, tasks, cfg.group_size, sampling, mix_seed(cfg.seed ^ 0x6770u, uint64_t(step)),
+                         cfg.limits, cfg.rewards, &rs, first_group, cfg.routing_replay);
     }
     // Advantages within each group; groups of equal rewards are dropped.
     std::vector<double> advantage(trajs.size(), 0.0);
@@ -318,7 +321,8 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     bool finite = true;
     const double lr =
         cfg.warmup_steps > 0 && step < cfg.warmup_steps ? cfg.lr * double(step + 1) / double(cfg.warmup_steps) : cfg.lr;
-    const PolicyLossOptions po{cfg.clip_low, cfg.clip_high, cfg.kl_coef, cfg.kl_estimator, cfg.kda_chunk};
+    const PolicyLossOptions po{cfg.clip_low,     cfg.clip_high, cfg.kl_coef,
+                               cfg.kl_estimator, cfg.kda_chunk, cfg.routing_replay};
     for (int epoch = 0; epoch < cfg.ppo_epochs && kept_all > 0; ++epoch) {
       model.weights().zero_grad();
       PolicyLossStats& stats = epoch == 0 ? first : all;

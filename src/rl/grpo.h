@@ -21,7 +21,9 @@
 // clip_low 0.2, clip_high 0.28, loss_aggregation "token"|"sequence", kl_coef 0, kl_estimator "k3"|"k1",
 // ppo_epochs 1, reward weights {completion, efficiency, safety, length} (1 each), per_extra_call 0.1,
 // length_tau 3, max_turns 6, max_tokens 384, max_reply_tokens 128, eval_every 10, eval_per_family 4,
-// checkpoint_every 10, keep_checkpoints 2, seed 0, kda_chunk 64.
+// checkpoint_every 10, keep_checkpoints 2, seed 0, kda_chunk 64, routing_replay false (MoE: the training forward
+// sends each token to the experts the rollout chose, so near-tied router scores cannot make the ratio compare two
+// different networks; rl/grpo_loss.h).
 //
 // Metrics per step: the rewards (mean of each and of the total), success rate, mean calls, violations, tool
 // errors, dropped groups, clip fraction, the KL estimate, the mismatch, rollout and training tokens/s; every
@@ -62,6 +64,7 @@ struct GrpoConfig {
   int64_t keep_checkpoints = 2;
   uint64_t seed = 0;
   int64_t kda_chunk = 64;
+  bool routing_replay = false;
 };
 
 GrpoConfig parse_grpo_config(const nlohmann::json& j, const std::string& source);

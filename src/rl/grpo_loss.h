@@ -16,6 +16,9 @@ struct PolicyLossOptions {
   double kl_coef = 0.0;
   std::string kl_estimator = "k3";  // "k1" or "k3"
   int64_t kda_chunk = 64;
+  // Routing replay: the policy's forwards send each token's copies to the experts the rollout chose
+  // (Trajectory::routing; model/ffn_module.h RoutingTap). The reference model routes itself.
+  bool routing_replay = false;
 };
 
 struct PolicyLossStats {

@@ -20,6 +20,7 @@ struct Live {
   int32_t end_token = -1;
   float end_logprob = 0;
   std::string error;
+  std::vector<std::vector<int32_t>> routing;  // the last turn's, cut to the tokens the trajectory kept
 };
 
 }  // namespace
@@ -27,7 +28,8 @@ struct Live {
 std::vector<Trajectory> rollout_groups(std::shared_ptr<const InferenceModel> model, const Tokenizer& tok,
                                        const std::vector<AgentTask>& tasks, int group_size,
                                        const SamplingParams& sampling, uint64_t seed, const EpisodeLimits& limits,
-                                       const RewardWeights& weights, RolloutStats* stats, int64_t first_group) {
+                                       const RewardWeights& weights, RolloutStats* stats, int64_t first_group,
+                                       bool record_routing) {
   MYRIAD_REQUIRE(group_size >= 1, kValue, "rollouts: group_size must be at least 1");
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t context = model->config().max_position_embeddings;
@@ -44,7 +46,7 @@ std::vector<Trajectory> rollout_groups(std::shared_ptr<const InferenceModel> mod
   live.reserve(tasks.size() * size_t(group_size));
   for (const AgentTask& t : tasks)
     for (int e = 0; e < group_size; ++e) {
-      live.push_back({Episode(tok, t, limits, weights), {}, {}, {}, FinishReason::kNone, -1, 0, {}});
+      live.push_back({Episode(tok, t, limits, weights), {}, {}, {}, FinishReason::kNone, -1, 0, {}, {}});
       live.back().logprobs.assign(live.back().episode.tokens().size(), 0.0f);
     }
   const std::vector<std::string> turn_markers = {"<|user|>", "<|system|>", "<|assistant|>", "<|tool_result|>"};
@@ -70,6 +72,7 @@ std::vector<Trajectory> rollout_groups(std::shared_ptr<const InferenceModel> mod
       r.sampling.seed = mix_seed(mix_seed(seed, uint64_t(first_group * group_size) + uint64_t(i)), uint64_t(turn));
       r.stop = turn_markers;
       r.stop_at_eos = true;
+      r.record_routing = record_routing;
       engine.submit(std::move(r), [&l](const TokenEvent& e) {
         if (e.token >= 0) {
           l.reply.push_back(e.token);
@@ -80,6 +83,7 @@ std::vector<Trajectory> rollout_groups(std::shared_ptr<const InferenceModel> mod
           l.end_token = e.end_token;
           l.end_logprob = e.end_logprob;
           l.error = e.error;
+          l.routing = e.routing;
         }
       });
       ++submitted;
@@ -108,6 +112,11 @@ std::vector<Trajectory> rollout_groups(std::shared_ptr<const InferenceModel> mod
         end_lp = l.end_logprob;
       }
       if (stats) stats->generated_tokens += int64_t(reply.size()) + (end >= 0 ? 1 : 0);
+      // The turn's routing covers its prompt and the reply as generated: rows past the reply's kept part (a forged
+      // turn cut short) belong to tokens the trajectory drops.
+      const size_t kept_rows = l.episode.tokens().size() + reply.size() + (end >= 0 ? 1 : 0);
+      const auto k = size_t(model->config().num_experts_per_token);
+      for (auto& layer : l.routing) layer.resize(std::min(layer.size(), kept_rows * k));
       l.logprobs.insert(l.logprobs.end(), lp.begin(), lp.end());
       if (end >= 0) l.logprobs.push_back(end_lp);
       l.episode.add_reply(reply, end, 0.0);
@@ -131,6 +140,7 @@ std::vector<Trajectory> rollout_groups(std::shared_ptr<const InferenceModel> mod
     t.policy = l.episode.policy_mask();
     t.old_logprobs = std::move(l.logprobs);
     t.outcome = l.episode.outcome();
+    t.routing = std::move(l.routing);
     t.text = tok.decode(std::span<const int32_t>(t.tokens));
     out.push_back(std::move(t));
   }

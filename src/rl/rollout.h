@@ -25,6 +25,9 @@ struct Trajectory {
   std::vector<float> old_logprobs;  // per token, 0 where policy is 0
   EpisodeOutcome outcome;
   std::string text;  // the decoded trajectory (for samples in the metrics)
+  // With record_routing (routing replay): per layer, the experts the engine sent the first tokens' copies to (k per
+  // token, in token order; the last token, never fed back, has none; empty on layers without MoE).
+  std::vector<std::vector<int32_t>> routing;
 };
 
 struct RolloutStats {
@@ -38,10 +41,11 @@ struct RolloutStats {
 // group_size episodes of each task; episode e of task g samples with seed
 // mix_seed(seed, (first_group + g) * group_size + e) advanced per turn. Deterministic for a given model, tasks and
 // seed. first_group: where `tasks` start in the step's list (a data-parallel rank's share), so each episode samples
-// the stream it would in one process.
+// the stream it would in one process. record_routing: keep each trajectory's routing (Trajectory::routing).
 std::vector<Trajectory> rollout_groups(std::shared_ptr<const InferenceModel> model, const Tokenizer& tok,
                                        const std::vector<AgentTask>& tasks, int group_size,
                                        const SamplingParams& sampling, uint64_t seed, const EpisodeLimits& limits,
-                                       const RewardWeights& weights, RolloutStats* stats, int64_t first_group = 0);
+                                       const RewardWeights& weights, RolloutStats* stats, int64_t first_group = 0,
+                                       bool record_routing = false);
 
 }  // namespace myriad

@@ -116,12 +116,17 @@ struct Engine::PrefixEntry {
   std::vector<int32_t> tokens;
   std::vector<KdaState> kda;  // per layer, as SequenceState
   std::vector<MlaCache> mla;  // per layer, sharing the pages
+  // Stored by a request recording its routing (GenerationRequest::record_routing): each layer's experts of the
+  // prefix's tokens. Without it the entry is not reused for such a request.
+  bool has_routing = false;
+  std::vector<std::vector<int32_t>> routing;
   size_t bytes = 0;
 
   // bytes from the layers' states (the KDA state on KDA layers, the cache on MLA ones).
   void count_bytes() {
     bytes = 0;
     for (size_t l = 0; l < kda.size(); ++l) bytes += kda[l].S.defined() ? kda[l].bytes() : mla[l].bytes();
+    for (const auto& r : routing) bytes += r.size() * sizeof(int32_t);
   }
   // A copy that stays valid after this entry is evicted: KDA states cloned, MLA pages shared (a snapshot's pages
   // are never written again) but for a partial last page, which is cloned.
@@ -130,6 +135,8 @@ struct Engine::PrefixEntry {
     c.hash = hash;
     c.images = images;
     c.tokens = tokens;
+    c.has_routing = has_routing;
+    c.routing = routing;
     c.bytes = bytes;
     for (size_t l = 0; l < kda.size(); ++l) {
       c.kda.push_back(kda[l].S.defined() ? kda[l].clone() : KdaState{});
@@ -278,6 +285,7 @@ void Engine::emit(Sequence& s, TokenEvent ev) {
     ev.prompt_tokens = int64_t(s.req.prompt.size());
     ev.completion_tokens = int64_t(s.generated.size());
     ev.cached_tokens = s.cached;
+    if (s.req.record_routing) ev.routing = std::move(s.state.routing);
   }
   if (s.sink) s.sink(ev);
 }
@@ -342,16 +350,18 @@ void Engine::lookup_prefix(Sequence& s) {
   // prefix_every) longer than it.
   PrefixEntry* pe = nullptr;
   int64_t n = 0;
+  const bool routed = s.req.record_routing;  // only snapshots that kept their routing serve such a request
   for (const auto& p : pinned_) {
     const auto len = int64_t(p->tokens.size());
-    if (len > n && len < P && p->images == image_key(s, len) &&
+    if (len > n && len < P && (!routed || p->has_routing) && p->images == image_key(s, len) &&
         std::equal(p->tokens.begin(), p->tokens.end(), s.req.prompt.begin())) {
       pe = p.get();
       n = len;
     }
   }
   for (int64_t m = every > 0 ? (P - 1) / every * every : 0; m > n && m >= every; m -= every)
-    if (PrefixEntry* found = find_prefix(s.req.prompt, m, hash_tokens(s.req.prompt.data(), m), image_key(s, m))) {
+    if (PrefixEntry* found = find_prefix(s.req.prompt, m, hash_tokens(s.req.prompt.data(), m), image_key(s, m));
+        found && (!routed || found->has_routing)) {
       pe = found;
       n = m;
       for (auto li = prefix_lru_.begin(); li != prefix_lru_.end(); ++li)  // most recently used first
@@ -369,6 +379,7 @@ void Engine::lookup_prefix(Sequence& s) {
     else
       s.state.mla[l] = pe->mla[l].share_prefix(n);
   }
+  if (routed) s.state.routing = pe->routing;
   s.state.tokens = n;
   s.prefilled = s.cached = n;
   std::lock_guard lock(mu_);
@@ -422,8 +433,28 @@ void Engine::store_prefix(const Sequence& s) {
   const int64_t n = s.prefilled;
   if (opt_.prefix_every == 0 || n == 0 || n % opt_.prefix_every != 0) return;
   const uint64_t h = hash_tokens(s.req.prompt.data(), n), images = image_key(s, n);
-  if (find_prefix(s.req.prompt, n, h, images)) return;  // already stored
+  // The routing of the prefix's tokens, when this sequence records it (it has processed exactly n tokens here).
+  const bool routed = s.req.record_routing;
+  auto routing_of_prefix = [&] {
+    std::vector<std::vector<int32_t>> r = s.state.routing;
+    for (auto& layer : r) layer.resize(std::min(layer.size(), size_t(n * model_->config().num_experts_per_token)));
+    return r;
+  };
+  if (PrefixEntry* found = find_prefix(s.req.prompt, n, h, images)) {  // already stored
+    if (routed && !found->has_routing) {  // (find_prefix searches the evictable snapshots, counted in prefix_bytes_)
+      found->routing = routing_of_prefix();
+      found->has_routing = true;
+      const size_t before = found->bytes;
+      found->count_bytes();
+      prefix_bytes_ += found->bytes - before;
+    }
+    return;
+  }
   auto pe = std::make_unique<PrefixEntry>();
+  if (routed) {
+    pe->routing = routing_of_prefix();
+    pe->has_routing = true;
+  }
   pe->hash = h;
   pe->images = images;
   pe->tokens.assign(s.req.prompt.begin(), s.req.prompt.begin() + n);
@@ -541,6 +572,7 @@ bool Engine::step() {
     if (s.done) continue;
     if (!s.started) {
       s.state = model_->new_sequence(opt_.page_tokens, opt_.cache_dtype);
+      s.state.record_routing = s.req.record_routing;
       lookup_prefix(s);
       s.started = true;
     }
@@ -548,7 +580,8 @@ bool Engine::step() {
     // A long prefill ends on the last prefix snapshot boundary before the prompt's end (the snapshot is stored
     // and the rest, under prefix_every tokens, prefills in chunks), or takes the whole prompt without snapshots.
     int64_t whole = 0;
-    if (s.prefilled < P && opt_.long_prefill && s.state.tokens == 0 && s.image_keys.empty()) {
+    if (s.prefilled < P && opt_.long_prefill && s.state.tokens == 0 && s.image_keys.empty() &&
+        !s.req.record_routing) {  // (a sequence-parallel prefill does not record the routing)
       whole = opt_.prefix_every > 0 && P > opt_.prefix_every ? (P - 1) / opt_.prefix_every * opt_.prefix_every : P;
       if (whole < opt_.long_prefill_min) whole = 0;
     }

@@ -84,6 +84,10 @@ struct GenerationRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;  // stop strings (never part of the output)
   bool stop_at_eos = true;        // <|endoftext|> and </s> end generation (not part of the output)
+  // Routing replay (RL): the last event carries the experts of every token the model processed (prompt and
+  // generated, the last sampled token excepted: it was never fed back). Prefix snapshots stored by such requests
+  // keep their routing; a snapshot without it is not reused for one.
+  bool record_routing = false;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
@@ -106,6 +110,9 @@ struct TokenEvent {
   int64_t prompt_tokens = 0;  // usage, on the last event
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens reused from the prefix cache
+  // With GenerationRequest::record_routing, on the last event: per layer, the experts of each processed token
+  // (SequenceState::routing: k per token; empty on layers without MoE).
+  std::vector<std::vector<int32_t>> routing;
 };
 using EventSink = std::function<void(const TokenEvent&)>;
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 
+#include "core/error.h"
 #include "infer/decode_weights.h"
 #include "infer/inference_model.h"
 #include "model/config.h"
@@ -481,6 +482,106 @@ TEST(Transformer, GradientCheckpointingGivesTheSameLossStatisticsAndGradients) {
     }
     EXPECT_LE(std::sqrt(num / std::max(den, 1e-30)), 1e-4) << name;
   }
+}
+
+// Routing replay (model/ffn_module.h RoutingTap): imposing experts {a, b} on every token equals a forward whose
+// correction bias selects exactly them (noaux_tc: the bias selects, it never weighs), in the loss and in every
+// gradient, the router's included (the mixture weights come from this forward's own scores of the imposed
+// experts). The two differ only in summation order (the copies' order in a row): f32 rounding, hence 1e-5.
+// Replaying only the first rows leaves the others routed as usual; bad replays are refused.
+TEST(RoutingReplay, ImposedExpertsEqualABiasThatSelectsThem) {
+  const ModelConfig c = load("tiny.json");
+  ASSERT_EQ(c.num_experts_per_token, 2);
+  const int64_t T = 48, E = c.num_experts;
+  std::mt19937 rng(11);
+  std::vector<int64_t> ids(static_cast<size_t>(T)), tg(static_cast<size_t>(T));
+  for (auto& v : ids) v = int64_t(rng() % uint32_t(c.vocab_size));
+  for (int64_t t = 0; t < T; ++t) tg[size_t(t)] = t + 1 < T ? ids[size_t(t + 1)] : -100;
+  const Tensor tokens = Tensor::from_vector(ids, {T}), targets = Tensor::from_vector(tg, {T});
+  auto chosen = [&](int64_t l) { return std::pair<int32_t, int32_t>(int32_t(l % E), int32_t((l + 3) % E)); };
+  std::vector<Tensor> replay(static_cast<size_t>(c.num_hidden_layers));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (!c.is_moe_layer(l)) continue;
+    std::vector<int32_t> rows;
+    for (int64_t t = 0; t < T; ++t) rows.insert(rows.end(), {chosen(l).first, chosen(l).second});
+    replay[size_t(l)] = Tensor::from_vector(rows, {T, 2});
+  }
+  Transformer replayed(c, ModelWeights::random(c, 5)), biased(c, ModelWeights::random(c, 5));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (!c.is_moe_layer(l)) continue;
+    float* b = biased.weights()
+                   .at("model.layers." + std::to_string(l) + ".block_sparse_moe.gate.e_score_correction_bias")
+                   .value()
+                   .data<float>();
+    for (int64_t e = 0; e < E; ++e) b[e] = (e == chosen(l).first || e == chosen(l).second) ? 1000.0f : 0.0f;
+  }
+  ForwardOptions fo;
+  fo.routing_replay = &replay;
+  replayed.weights().zero_grad();
+  const ForwardResult a = replayed.forward(tokens, targets, fo);
+  ag::backward(a.loss);
+  biased.weights().zero_grad();
+  const ForwardResult b = biased.forward(tokens, targets);
+  ag::backward(b.loss);
+  EXPECT_NEAR(a.loss.value().data<float>()[0], b.loss.value().data<float>()[0], 1e-5);
+  int checked = 0;
+  for (const auto& [name, v] : replayed.weights().all()) {
+    if (!v.has_grad()) continue;
+    const Tensor& ga = v.grad();
+    const Tensor& gb = biased.weights().at(name).grad();
+    ASSERT_EQ(ga.numel(), gb.numel()) << name;
+    double diff = 0, scale = 0;
+    for (int64_t i = 0; i < ga.numel(); ++i) {
+      diff = std::max(diff, double(std::fabs(ga.data<float>()[i] - gb.data<float>()[i])));
+      scale = std::max(scale, double(std::fabs(gb.data<float>()[i])));
+    }
+    EXPECT_LE(diff, 1e-5 * std::max(1.0, scale)) << name;
+    checked += name.find("gate.weight") != std::string::npos && scale > 0;
+  }
+  EXPECT_GT(checked, 0) << "the router's gradient must flow under replay";
+
+  // Without replay the routing differs (the random router picks other experts), so the replay did something.
+  Transformer plain(c, ModelWeights::random(c, 5));
+  EXPECT_GT(std::fabs(plain.forward(tokens, targets).loss.value().data<float>()[0] - a.loss.value().data<float>()[0]),
+            1e-4);
+
+  // The inference model records what it selects (SequenceState::routing, k experts per token of each MoE layer).
+  // Replaying the first 10 rows of that record in the training forward is the plain training forward, bit for bit
+  // (the same experts, the same arithmetic; the later rows route themselves).
+  InferenceModel inference(c, DecodeWeights::from_model(plain.weights()));
+  SequenceState st = inference.new_sequence(64, DType::kF32);
+  st.record_routing = true;
+  const std::vector<int32_t> ids32(ids.begin(), ids.end());
+  const BatchEntry entry{&st, ids32};
+  inference.forward(std::span<const BatchEntry>(&entry, 1));
+  std::vector<Tensor> first(static_cast<size_t>(c.num_hidden_layers));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (!c.is_moe_layer(l)) {
+      EXPECT_TRUE(size_t(l) >= st.routing.size() || st.routing[size_t(l)].empty()) << l;
+      continue;
+    }
+    ASSERT_EQ(st.routing[size_t(l)].size(), size_t(T * 2)) << l;
+    first[size_t(l)] = Tensor::from_vector(
+        std::vector<int32_t>(st.routing[size_t(l)].begin(), st.routing[size_t(l)].begin() + 20), {10, 2});
+  }
+  ForwardOptions ff;
+  ff.routing_replay = &first;
+  EXPECT_EQ(plain.forward(tokens, targets, ff).loss.value().data<float>()[0],
+            plain.forward(tokens, targets).loss.value().data<float>()[0]);
+
+  // Refused: an expert outside [-1, E), the same expert twice in a row, more rows than tokens, a wrong width.
+  auto refused = [&](Tensor bad) {
+    std::vector<Tensor> r = replay;
+    for (auto& t : r)
+      if (t.defined()) t = bad;
+    ForwardOptions f;
+    f.routing_replay = &r;
+    EXPECT_THROW(replayed.forward(tokens, targets, f), Error);
+  };
+  refused(Tensor::from_vector(std::vector<int32_t>{0, int32_t(E)}, {1, 2}));
+  refused(Tensor::from_vector(std::vector<int32_t>{3, 3}, {1, 2}));
+  refused(Tensor::from_vector(std::vector<int32_t>(size_t(2 * (T + 1)), 0), {T + 1, 2}));
+  refused(Tensor::from_vector(std::vector<int32_t>{0, 1, 2}, {1, 3}));
 }
 
 }  // namespace

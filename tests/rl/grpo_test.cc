@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
 
 #include "agent/agent_tasks.h"
@@ -137,8 +138,9 @@ TEST(GrpoLoss, GradientMatchesFiniteDifferences) {
 // token's engine log-probability equals the training forward's to 1e-3 (decode with recurrent KDA and the latent
 // cache against the chunked training forward, f32). MoE: a token whose router scores nearly tie can take other
 // experts in the two forwards (rounding flips the top-k), which moves its log-probability by up to ~0.2 here:
-// what routing replay would remove; most tokens must still agree.
-void check_rollouts(bool moe) {
+// what routing replay removes: with it (the rollout records each token's experts, the training forward imposes
+// them) every token agrees to 1e-3 as in the dense model.
+void check_rollouts(bool moe, bool replay = false) {
   const RlFixture& s = setup();
   ModelConfig config = s.config;
   if (!moe) config.first_k_dense_replace = config.num_hidden_layers;
@@ -150,10 +152,22 @@ void check_rollouts(bool moe) {
   lim.max_tokens = 60;
   SamplingParams sp;  // temperature 1, no truncation: the engine's logprob is the policy's
   RolloutStats st;
-  const std::vector<Trajectory> a = rollout_groups(inference, s.tok, tasks, 3, sp, 9, lim, {}, &st);
+  const std::vector<Trajectory> a = rollout_groups(inference, s.tok, tasks, 3, sp, 9, lim, {}, &st, 0, replay);
   ASSERT_EQ(a.size(), 6u);
   EXPECT_GT(st.generated_tokens, 0);
-  const PolicyLossOptions wide{0.999999, 1e9, 0.0, "k3", 64};
+  const PolicyLossOptions wide{0.999999, 1e9, 0.0, "k3", 64, replay};
+  for (const Trajectory& t : a) {
+    if (!replay) {
+      EXPECT_TRUE(t.routing.empty());
+      continue;
+    }
+    // Every MoE layer: k experts for each token but the last (never fed back); none on the dense layer.
+    ASSERT_EQ(t.routing.size(), size_t(config.num_hidden_layers));
+    for (int64_t l = 0; l < config.num_hidden_layers; ++l)
+      EXPECT_EQ(t.routing[size_t(l)].size(),
+                config.is_moe_layer(l) ? size_t(config.num_experts_per_token) * (t.tokens.size() - 1) : 0u)
+          << "layer " << l;
+  }
   int agree = 0, total = 0;
   for (const Trajectory& t : a) {
     EXPECT_EQ(t.group, int(&t - a.data()) / 3);
@@ -175,7 +189,7 @@ void check_rollouts(bool moe) {
       // exp(logp_train - logp_engine): 1 when both agree. Decode (recurrent KDA, latent cache) against the chunked
       // training forward, in f32: agreement to 1e-3 in log-probability.
       const double ratio = policy_objective(model, one, 1.0, 1.0, wide);
-      if (!moe) {
+      if (!moe || replay) {
         EXPECT_NEAR(std::log(ratio), 0.0, 1e-3)
             << "token " << i << " of trajectory " << (&t - a.data()) << " id " << t.tokens[i] << " '"
             << s.tok.piece(t.tokens[i]) << "' prev '" << s.tok.piece(t.tokens[i - 1]) << "' len " << t.tokens.size()
@@ -187,6 +201,8 @@ void check_rollouts(bool moe) {
   }
   EXPECT_GT(total, 20);
   EXPECT_GE(agree, 0.9 * total) << agree << " of " << total << " tokens agree to 1e-3";
+  std::printf("[ measured ] %s%s: %d of %d policy tokens agree to 1e-3\n", moe ? "MoE" : "dense",
+              replay ? " with routing replay" : "", agree, total);
   const std::vector<Trajectory> b = rollout_groups(inference, s.tok, tasks, 3, sp, 9, lim, {}, nullptr);
   const std::vector<Trajectory> c = rollout_groups(inference, s.tok, tasks, 3, sp, 10, lim, {}, nullptr);
   bool differs = false;
@@ -202,6 +218,9 @@ TEST(Rollout, EngineLogprobsMatchTheTrainingForwardDense) {
 }
 TEST(Rollout, EngineLogprobsMostlyMatchTheTrainingForwardWithMoe) {
   check_rollouts(true);
+}
+TEST(Rollout, RoutingReplayMakesEveryTokenMatchWithMoe) {
+  check_rollouts(true, true);
 }
 
 TEST(GrpoConfig, ErrorsNameTheField) {
