@@ -31,19 +31,6 @@ Row make_row(const Trajectory& t) {
   return r;
 }
 
-// The trajectory's recorded routing as ForwardOptions::routing_replay (per layer [R, k], R at most the row's
-// length); empty when it has none.
-std::vector<Tensor> replay_of(const Trajectory& t, int64_t rows, int64_t k) {
-  std::vector<Tensor> out(t.routing.size());
-  for (size_t l = 0; l < t.routing.size(); ++l) {
-    const int64_t R = std::min<int64_t>(int64_t(t.routing[l].size()) / k, rows);
-    if (R == 0) continue;
-    out[l] = Tensor::empty({R, k}, DType::kI32);
-    std::copy(t.routing[l].begin(), t.routing[l].begin() + R * k, out[l].data<int32_t>());
-  }
-  return out;
-}
-
 // -log p of every position's target under `model` (0 where not a target), without gradients.
 std::vector<float> token_nll(const Transformer& model, const Row& row, int64_t kda_chunk,
                              const std::vector<Tensor>* replay = nullptr) {
@@ -76,13 +63,10 @@ double policy_loss_backward(const Transformer& model, const Trajectory& tr, doub
   std::vector<float> ref_nll;
   if (reference) ref_nll = token_nll(*reference, row, o.kda_chunk);
   Tensor w = Tensor::zeros({row.tokens.numel()});
-  const std::vector<Tensor> replay = o.routing_replay
-                                         ? replay_of(tr, row.tokens.numel(), model.config().num_experts_per_token)
-                                         : std::vector<Tensor>{};
   ForwardOptions fo;
   fo.kda_chunk = o.kda_chunk;
   fo.target_weights = &w;  // filled below, after the forward: the backward reads them
-  fo.routing_replay = &replay;
+  fo.routing_replay = o.routing_replay ? &tr.routing : nullptr;
   const ForwardResult r = model.forward(row.tokens, row.targets, fo);
   const float* nll = r.token_nll.data<float>();
   float* wd = w.data<float>();
@@ -117,10 +101,7 @@ double policy_loss_backward(const Transformer& model, const Trajectory& tr, doub
 double policy_objective(const Transformer& model, const Trajectory& tr, double A, double agg,
                         const PolicyLossOptions& o, const Transformer* reference) {
   const Row row = make_row(tr);
-  const std::vector<Tensor> replay = o.routing_replay
-                                         ? replay_of(tr, row.tokens.numel(), model.config().num_experts_per_token)
-                                         : std::vector<Tensor>{};
-  const std::vector<float> nll = token_nll(model, row, o.kda_chunk, &replay);
+  const std::vector<float> nll = token_nll(model, row, o.kda_chunk, o.routing_replay ? &tr.routing : nullptr);
   std::vector<float> ref_nll;
   if (reference) ref_nll = token_nll(*reference, row, o.kda_chunk);
   double objective = 0;

@@ -73,7 +73,7 @@ std::vector<Trajectory> rollout_groups(std::shared_ptr<const InferenceModel> mod
       r.stop = turn_markers;
       r.stop_at_eos = true;
       r.record_routing = record_routing;
-      engine.submit(std::move(r), [&l](const TokenEvent& e) {
+      engine.submit(std::move(r), [&l](TokenEvent& e) {
         if (e.token >= 0) {
           l.reply.push_back(e.token);
           l.reply_lp.push_back(e.logprob);
@@ -83,7 +83,7 @@ std::vector<Trajectory> rollout_groups(std::shared_ptr<const InferenceModel> mod
           l.end_token = e.end_token;
           l.end_logprob = e.end_logprob;
           l.error = e.error;
-          l.routing = e.routing;
+          l.routing = std::move(e.routing);
         }
       });
       ++submitted;
@@ -140,7 +140,14 @@ std::vector<Trajectory> rollout_groups(std::shared_ptr<const InferenceModel> mod
     t.policy = l.episode.policy_mask();
     t.old_logprobs = std::move(l.logprobs);
     t.outcome = l.episode.outcome();
-    t.routing = std::move(l.routing);
+    const int64_t k = model->config().num_experts_per_token, rows = int64_t(t.tokens.size()) - 1;
+    t.routing.resize(l.routing.size());
+    for (size_t layer = 0; layer < l.routing.size(); ++layer) {
+      const int64_t R = std::min<int64_t>(int64_t(l.routing[layer].size()) / k, rows);
+      if (R == 0) continue;
+      t.routing[layer] = Tensor::empty({R, k}, DType::kI32);
+      std::copy_n(l.routing[layer].begin(), R * k, t.routing[layer].data<int32_t>());
+    }
     t.text = tok.decode(std::span<const int32_t>(t.tokens));
     out.push_back(std::move(t));
   }

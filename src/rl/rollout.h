@@ -25,9 +25,10 @@ struct Trajectory {
   std::vector<float> old_logprobs;  // per token, 0 where policy is 0
   EpisodeOutcome outcome;
   std::string text;  // the decoded trajectory (for samples in the metrics)
-  // With record_routing (routing replay): per layer, the experts the engine sent the first tokens' copies to (k per
-  // token, in token order; the last token, never fed back, has none; empty on layers without MoE).
-  std::vector<std::vector<int32_t>> routing;
+  // With record_routing (routing replay): per layer, the experts the engine sent the tokens' copies to, as
+  // ForwardOptions::routing_replay takes them ([tokens - 1, k] I32: the last token, never fed back, has none;
+  // undefined on layers without MoE). Built once here; every PPO epoch's forward reads it.
+  std::vector<Tensor> routing;
 };
 
 struct RolloutStats {

@@ -130,13 +130,12 @@ struct Engine::PrefixEntry {
   }
   // A copy that stays valid after this entry is evicted: KDA states cloned, MLA pages shared (a snapshot's pages
   // are never written again) but for a partial last page, which is cloned.
-  PrefixEntry copy() const {
+  // What a state file holds (Engine::save_prefix): the tokens, images and states; not the routing.
+  PrefixEntry copy_for_file() const {
     PrefixEntry c;
     c.hash = hash;
     c.images = images;
     c.tokens = tokens;
-    c.has_routing = has_routing;
-    c.routing = routing;
     c.bytes = bytes;
     for (size_t l = 0; l < kda.size(); ++l) {
       c.kda.push_back(kda[l].S.defined() ? kda[l].clone() : KdaState{});
@@ -405,7 +404,7 @@ int64_t Engine::save_prefix(const std::vector<int32_t>& prompt, const std::strin
     for (const auto& e : pinned_) consider(*e);
     for (const auto& e : prefix_lru_) consider(*e);
     if (!best) return 0;
-    snapshot = best->copy();
+    snapshot = best->copy_for_file();
   }
   save_sequence_file(path, *model_, snapshot.tokens, snapshot.images, snapshot.kda, snapshot.mla, fingerprint());
   return int64_t(snapshot.tokens.size());

@@ -114,7 +114,9 @@ struct TokenEvent {
   // (SequenceState::routing: k per token; empty on layers without MoE).
   std::vector<std::vector<int32_t>> routing;
 };
-using EventSink = std::function<void(const TokenEvent&)>;
+// The event is the sink's to take from (a sink may move TokenEvent::routing out); sinks that only read it take a
+// const reference.
+using EventSink = std::function<void(TokenEvent&)>;
 
 // Prometheus-style histogram (cumulative buckets, seconds).
 struct LatencyHistogram {
