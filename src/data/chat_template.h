@@ -102,6 +102,9 @@ struct ToolSpec {
   // This tool's entry of the "tools" list as written (compact JSON, keys in their order; keep_declared_order), for
   // the formats that render the list (kimi, k3); empty: built from the fields above
   std::string declaration = {};
+  // OpenAI's function "strict": the arguments follow the schema exactly; served with constrained decoding
+  // (data/tool_call_grammar.h). Not rendered.
+  bool strict = false;
   // The entry {"type": "function", "function": {...}}: `declaration` when set, else from the fields.
   nlohmann::ordered_json entry() const;
   std::vector<std::string> argument_names() const;

@@ -164,6 +164,10 @@ std::vector<ToolSpec> tool_specs_from_json(const json& v) {
     if (!names.insert(spec.name).second)
       throw FieldError(at + ".function.name", str("'", at, ".function.name': '", spec.name, "' is defined twice"));
     if (const json* d = member(*fn, "description")) spec.description = string_at(*d, at + ".function.description");
+    if (const json* st = member(*fn, "strict")) {
+      if (!st->is_boolean() && !st->is_null()) type_error(at + ".function.strict", "a boolean", *st);
+      spec.strict = st->is_boolean() && st->get<bool>();
+    }
     if (const json* p = member(*fn, "parameters")) {
       if (!p->is_object()) type_error(at + ".function.parameters", "an object (a JSON schema)", *p);
       spec.parameters = *p;

@@ -184,10 +184,16 @@ void validate(const SamplingParams& p) {
   for (const auto& [t, b] : p.logit_bias)
     MYRIAD_REQUIRE(t >= 0 && t < kMaxVocab && b >= -100 && b <= 100, kValue, "sampling: logit_bias entry (", t, ", ", b,
                    ") needs a token id in [0, 2^24) and a bias in [-100, 100]");
+  MYRIAD_REQUIRE(p.tool_grammar || p.tool_grammar_start.empty(), kValue,
+                 "sampling: tool_grammar_start without a tool_grammar");
 }
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {
   validate(p_);
+  if (p_.tool_grammar) {
+    grammar_.emplace(p_.tool_grammar);
+    for (int32_t t : p_.tool_grammar_start) grammar_->accept(t);
+  }
 }
 
 void Sampler::observe(int32_t token) {
@@ -195,6 +201,7 @@ void Sampler::observe(int32_t token) {
                  " must be in [0, 2^24)");
   if (size_t(token) >= out_count_.size()) out_count_.resize(size_t(token) + 1, 0);
   if (out_count_[size_t(token)]++ == 0) out_tokens_.push_back(token);
+  if (grammar_) grammar_->accept(token);
 }
 
 SampledToken Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt) {
@@ -206,6 +213,7 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const int32_t> p
   for (const auto& [t, b] : p_.logit_bias)
     MYRIAD_REQUIRE(t < V, kValue, "sampling: logit_bias token id ", t, " is outside the vocabulary [0, ", V, ")");
   for (const auto& [t, b] : p_.logit_bias) x[t] += b;
+  if (grammar_) grammar_->mask(logits);
 
   // 1. Penalties. Every id is checked before any mark is set, so that an error leaves mark_ all zero.
   const float r = p_.repetition_penalty;

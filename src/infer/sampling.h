@@ -3,6 +3,8 @@
 //
 // Order of operations on the logits of one position (the order vLLM and llama.cpp use, written out here so that
 // a user can predict the result):
+//   0. logit_bias added to the model's logits; then, with a tool-call grammar, -inf on every token it does not
+//      allow here (data/tool_call_grammar.h).
 //   1. penalties on the raw logits:
 //        repetition_penalty r (CTRL, Keskar et al. 2019), for every token seen in the prompt or the output:
 //          logit > 0 ? logit / r : logit * r
@@ -25,9 +27,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <vector>
+
+#include "data/tool_call_grammar.h"
 
 namespace myriad {
 
@@ -44,6 +50,12 @@ struct SamplingParams {
   // OpenAI's logit_bias: (token id, bias) added to the model's logits before anything else (-100 bans a token,
   // +100 all but forces it). Ids in [0, vocab), biases in [-100, 100].
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // Constrained tool calls (data/tool_call_grammar.h): the grammar's mask follows logit_bias (step 0), so the
+  // reported logprobs are those of the masked distribution. tool_grammar_start: the forced start of the reply
+  // (tokens the prompt ends with, read as the reply's first ones: tool_choice required or a named function), fed
+  // to the grammar before the first draw. Every chosen token (observe()) moves the grammar on.
+  std::shared_ptr<const ToolCallGrammar> tool_grammar;
+  std::vector<int32_t> tool_grammar_start;
 };
 
 // Throws kValue naming the field and the rule: temperature finite and >= 0; top_k >= 0; top_p in (0, 1];
@@ -75,11 +87,12 @@ class Sampler {
  private:
   SamplingParams p_;
   std::mt19937_64 rng_;
-  std::vector<int32_t> out_count_;   // per token id, grown on demand
-  std::vector<int32_t> out_tokens_;  // the distinct ids of the output, in order of first appearance
-  std::vector<uint8_t> mark_;        // scratch per token id (repetition penalty applied); all zero between calls
-  std::vector<float> probs_;         // scratch
-  std::vector<int32_t> order_;       // scratch
+  std::vector<int32_t> out_count_;          // per token id, grown on demand
+  std::vector<int32_t> out_tokens_;         // the distinct ids of the output, in order of first appearance
+  std::optional<ToolCallMatcher> grammar_;  // with tool_grammar
+  std::vector<uint8_t> mark_;               // scratch per token id (repetition penalty applied); all zero between calls
+  std::vector<float> probs_;                // scratch
+  std::vector<int32_t> order_;              // scratch
 };
 
 }  // namespace myriad
