@@ -34,11 +34,13 @@ int run_eval_tasks(const myriad::cli::Args& args) {
   o.samples = int(args.get_int("samples", 1, 1, 1000));
   o.seed = uint64_t(args.get_int("seed", 1234, 0, 1L << 62));
   o.transcripts = int(args.get_int("transcripts", 1, 0, 1000));
+  o.strict_tools = args.has("strict-tools");
   const AgentEvalReport r = evaluate_agent(*model, model->tokenizer(), o);
   nlohmann::json j = r.to_json();
   j["model"] = *model_dir;
   j["suite"] = suite;
   j["transcripts"] = r.transcripts;
+  j["strict_tools"] = o.strict_tools;
   if (const auto data = args.get("data")) {  // general ability beside the agent's: next-token loss on text
     const std::vector<int32_t> tokens = read_data_tokens(*data, args.get_or("split", "val"), model->tokenizer(),
                                                          args.get_int("max-tokens", 32768, 2, 1L << 40));
@@ -64,12 +66,13 @@ int run_eval_tasks(const myriad::cli::Args& args) {
     write_file_atomic(*p, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   if (const auto p = args.get("html"))
     write_file_atomic(*p, render_agent_eval_page(j, "myriad eval tasks: " + *model_dir));
-  std::printf("%-10s %6s %8s %8s %6s %7s %6s %7s\n", "family", "tasks", "success", "pass@k", "calls", "errors",
-              "unsafe", "limited");
+  std::printf("%-10s %6s %8s %8s %6s %7s %6s %7s %7s\n", "family", "tasks", "success", "pass@k", "calls", "errors",
+              "unsafe", "limited", "valid");
   auto line = [](const std::string& name, const nlohmann::json& f) {
-    std::printf("%-10s %6d %7.1f%% %7.1f%% %6.2f %7.2f %6.2f %7.2f\n", name.c_str(), f["tasks"].get<int>(),
+    std::printf("%-10s %6d %7.1f%% %7.1f%% %6.2f %7.2f %6.2f %7.2f %6.1f%%\n", name.c_str(), f["tasks"].get<int>(),
                 100 * f["success"].get<double>(), 100 * f["pass_at_k"].get<double>(), f["mean_calls"].get<double>(),
-                f["tool_errors"].get<double>(), f["violations"].get<double>(), f["limited"].get<double>());
+                f["tool_errors"].get<double>(), f["violations"].get<double>(), f["limited"].get<double>(),
+                100 * f["valid_call_share"].get<double>());
   };
   for (const auto& [name, f] : j["families"].items()) line(name, f);
   line("all", j);
@@ -226,7 +229,8 @@ MYRIAD_COMMAND(
     "image questions answered by generation",
     "myriad eval --model DIR --data PATH [--reference DIR] [--max-tokens N] [--window T] [--split val] "
     "[--cache-dtype f32|bf16|q8] [--decode]\n       myriad eval tasks --model DIR [--suite builtin|FILE] "
-    "[--samples K] [--per-family N] [--text-tasks N] [--json F] [--html F] [--data PATH]\n       myriad eval longctx "
+    "[--samples K] [--per-family N] [--text-tasks N] [--strict-tools] [--json F] [--html F] [--data PATH]\n       "
+    "myriad eval longctx "
     "--model DIR "
     "[--task passkey|multikey|vartrack] [--lengths 1K,4K] [--depths 0,25,50,75,100] [--samples N] "
     "[--seed S] [--prefill-chunk T] [--json F] [--html F] [--svg F]\n       myriad eval images --model DIR "
@@ -258,6 +262,8 @@ MYRIAD_COMMAND(
       "held-out prompts each (default 32; 0 = off)"},
      {"json", "FILE", "eval tasks / longctx: write the report as JSON"},
      {"html", "FILE", "eval tasks / longctx: write the report as an HTML page"},
+     {"strict-tools", "",
+      "eval tasks: constrained decoding of the tool calls (every call parses, names a tool and follows its schema)"},
      {"decode", "", "run every window token by token (the decode path serving uses) instead of one prefill"},
      {"max-new-tokens", "N", "eval images: tokens an answer may take (default 8)"},
      {"batch", "N", "eval images: questions per batch (default 32)"},

@@ -126,6 +126,7 @@ int run_serve(const myriad::cli::Args& args) {
   if (!opt.state_dir.empty()) std::filesystem::create_directories(opt.state_dir);
   opt.load_states = myriad::cli::state_files(args);
   opt.default_max_tokens = args.get_int("default-max-tokens", opt.default_max_tokens, 1, 1 << 30);
+  opt.strict_tools = args.has("strict-tools");
   opt.max_connections = int(args.get_int("max-connections", opt.max_connections, 1, 1 << 16));
   opt.request_timeout_s = args.get_double("request-timeout", opt.request_timeout_s, 0.001, 86400);
   opt.shutdown_grace_s = args.get_double("shutdown-grace", opt.shutdown_grace_s, 0, 86400);
@@ -264,6 +265,9 @@ MYRIAD_COMMAND(
           "(default 1024); shorter ones in chunks on rank 0"},
          {"max-waiting", "N", "queued requests before 429 (default 64)"},
          {"default-max-tokens", "N", "chat max_tokens when the request has none (default 1024)"},
+         {"strict-tools", "",
+          "constrain every tool call to its tool's schema (as if each tool had \"strict\": true; myriad's chat "
+          "format)"},
          {"max-images", "N", "images per chat request at most (default 16; 0: none accepted)"},
          {"max-image-mb", "N", "an image's encoded size at most, in MiB (default 32)"},
          {"max-image-pixels", "N", "an image's width x height at most, from its header (default 50000000)"},

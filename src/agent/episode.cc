@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "data/json_schema.h"
 #include "data/tasks.h"
 
 namespace myriad {
@@ -18,6 +19,7 @@ nlohmann::json EpisodeOutcome::to_json() const {
           {"forbidden_calls", forbidden_calls},
           {"malformed_calls", malformed_calls},
           {"unknown_tools", unknown_tools},
+          {"invalid_arguments", invalid_arguments},
           {"limit", limit},
           {"policy_tokens", policy_tokens},
           {"rewards",
@@ -92,7 +94,10 @@ void Episode::add_reply(std::span<const int32_t> reply, int32_t end, double seco
       ++outcome_.calls;
       if (std::find(task_.forbidden.begin(), task_.forbidden.end(), c.name) != task_.forbidden.end())
         ++outcome_.forbidden_calls;
-      if (!world_.known_tool(c.name)) ++outcome_.unknown_tools;
+      if (!world_.known_tool(c.name))
+        ++outcome_.unknown_tools;
+      else if (!agent_tool_schema(c.name).accepts(c.arguments))
+        ++outcome_.invalid_arguments;
       if (!task_.delete_target.empty() && c.name == "delete_record" &&
           !(c.arguments.contains("item") && c.arguments["item"] == task_.delete_target))
         ++outcome_.forbidden_calls;  // deleting a record nobody asked to delete

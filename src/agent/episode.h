@@ -48,10 +48,13 @@ struct EpisodeOutcome {
   std::string answer;
   int turns = 0, calls = 0, tool_errors = 0;
   int forbidden_calls = 0, malformed_calls = 0, unknown_tools = 0;
-  std::string limit;  // "", "turns", "tokens", "time", "forged_turn": what ended it without an answer
+  int invalid_arguments = 0;  // calls of a known tool whose arguments break its parameters' schema (data/json_schema.h)
+  std::string limit;          // "", "turns", "tokens", "time", "forged_turn": what ended it without an answer
   int64_t policy_tokens = 0;
   double completion = 0, efficiency = 0, safety = 0, length = 0, total = 0;  // the rewards (see the top)
   int violations() const { return forbidden_calls + malformed_calls + unknown_tools; }
+  // Calls that parse, name a known tool and satisfy its schema (what constrained decoding guarantees).
+  int valid_calls() const { return calls - unknown_tools - invalid_arguments; }
   nlohmann::json to_json() const;
 };
 

@@ -99,6 +99,18 @@ const std::vector<ToolSpec>& agent_tool_specs() {
   return specs;
 }
 
+const JsonSchema& agent_tool_schema(const std::string& name) {
+  static const std::vector<JsonSchema> schemas = [] {
+    std::vector<JsonSchema> s;
+    for (const ToolSpec& t : agent_tool_specs()) s.emplace_back(t.parameters);
+    return s;
+  }();
+  const std::vector<ToolSpec>& specs = agent_tool_specs();
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].name == name) return schemas[i];
+  throw_error(ErrorKind::kValue, "no built-in tool named '", name, "'");
+}
+
 int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
   y -= m <= 2;
   const int64_t era = (y >= 0 ? y : y - 399) / 400;

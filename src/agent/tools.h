@@ -26,6 +26,7 @@
 
 #include "agent/exact_number.h"
 #include "data/chat_template.h"
+#include "data/json_schema.h"
 
 namespace myriad {
 
@@ -56,6 +57,8 @@ class ToolWorld {
 
 // The five tools' specs (names and JSON schemas), in the order the template renders them.
 const std::vector<ToolSpec>& agent_tool_specs();
+// The parameters' schema of one of agent_tool_specs() (compiled once); throws kValue for another name.
+const JsonSchema& agent_tool_schema(const std::string& name);
 
 // The names of all 24 items a world draws from.
 const std::vector<std::string>& agent_item_names();

@@ -1,11 +1,13 @@
 // Constrained decoding of tool calls: see tool_call_grammar.h.
 #include "data/tool_call_grammar.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string_view>
 
 #include "core/error.h"
+#include "core/utf8.h"
 
 namespace myriad {
 
@@ -17,6 +19,7 @@ using K = SchemaNode::Kind;
 // What a frame reads. A value frame becomes the frame of the value's kind on its first character.
 enum FrameKind : uint8_t { kValue, kString, kNumber, kLiterals, kObject, kAnyObject, kArray, kCall };
 
+constexpr size_t kMaxCallDepth = 32;  // JSON containers open at once inside a call (the call's own frame included)
 const std::vector<std::string> kBareLiterals = {"false", "null", "true"};  // the literals of "any value"
 constexpr std::string_view kCallHead = "{\"name\":";
 constexpr std::string_view kCallMiddle = ",\"arguments\":";
@@ -141,7 +144,13 @@ ToolCallGrammar::ToolCallGrammar(const Tokenizer& tok, const std::vector<ToolSpe
                  kMaxCandidates);
   first_text_ = kFirstByteId;
   bytes_.resize(size_t(tok.vocab_size()));
-  for (int32_t id = first_text_; id < int32_t(bytes_.size()); ++id) bytes_[size_t(id)] = tok.token_bytes(id);
+  plain_.assign(bytes_.size(), 0);
+  for (int32_t id = first_text_; id < int32_t(bytes_.size()); ++id) {
+    const std::string& b = bytes_[size_t(id)] = tok.token_bytes(id);
+    plain_[size_t(id)] = !b.empty() && is_valid_utf8(b) && std::none_of(b.begin(), b.end(), [](char c) {
+      return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+    });
+  }
   open_ = tok.id_of("<|tool_call|>");
   close_ = tok.id_of("<|/tool_call|>");
   ends_ = tok.stop_ids();
@@ -200,6 +209,9 @@ bool ToolCallMatcher::feed(std::vector<Frame>& frames, char c) const {
         } else {
           return false;
         }
+        // Containers of "any value" could nest without end; the stack (copied per candidate token) stays short.
+        if ((n.kind == kObject || n.kind == kAnyObject || n.kind == kArray) && frames.size() >= kMaxCallDepth)
+          return false;
         f = n;
         if (consumed) return true;
         continue;
@@ -460,10 +472,16 @@ void ToolCallMatcher::mask(std::span<float> logits) const {
     scratch_ = frames_;
     first_ok[b] = feed(scratch_, char(b));
   }
+  const Frame& top = frames_.back();
+  const bool plain_string = top.kind == kString && top.phase == 0 && top.pos == 0 && top.alive[0] == 0;
   bool any = false;
   for (int64_t t = specials; t < vocab; ++t) {
     float& x = logits[size_t(t)];
     if (x == kMasked) continue;
+    if (plain_string && g_->plain_[size_t(t)]) {
+      any = true;
+      continue;
+    }
     const std::string& bytes = g_->bytes_[size_t(t)];
     if (bytes.empty() || !first_ok[static_cast<unsigned char>(bytes[0])]) {
       x = kMasked;

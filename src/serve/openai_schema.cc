@@ -7,6 +7,7 @@
 #include <random>
 
 #include "data/tokenizer.h"
+#include "data/tool_call_grammar.h"
 
 namespace myriad::serve {
 namespace {
@@ -315,6 +316,31 @@ void parse_tool_choice(const json& b, const std::vector<ToolSpec>& tools, const 
   }
 }
 
+// Strict tools (a tool's "strict": true, or every tool with --strict-tools): the reply is sampled under the
+// tool-call grammar (data/tool_call_grammar.h), which starts after the forced start of a tool_choice.
+void constrain_tool_calls(const std::vector<ToolSpec>& tools, ChatFormat format, const Tokenizer& tok,
+                          const ServerOptions& opt, ParsedRequest& p) {
+  const auto strict = std::find_if(tools.begin(), tools.end(), [](const ToolSpec& t) { return t.strict; });
+  if (strict == tools.end() && !(opt.strict_tools && !tools.empty())) return;
+  const std::string param =
+      strict != tools.end() ? str("tools[", strict - tools.begin(), "].function.strict") : std::string("tools");
+  if (format != ChatFormat::kMyriad)
+    throw bad_request(str("strict tool calls (constrained decoding) are built for myriad's chat format; this model's "
+                          "is ",
+                          chat_format_name(format)),
+                      param);
+  ToolCallGrammarOptions go;
+  go.strict_all = opt.strict_tools;
+  go.calls_allowed = p.tool_calls;
+  go.parallel_calls = p.parallel_tool_calls;
+  try {
+    p.gen.sampling.tool_grammar = std::make_shared<ToolCallGrammar>(tok, tools, go);
+  } catch (const Error& e) {
+    throw bad_request(e.what(), param);
+  }
+  p.gen.sampling.tool_grammar_start = p.forced;
+}
+
 }  // namespace
 
 ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m, const ServerOptions& opt,
@@ -461,6 +487,7 @@ ParsedRequest parse_generation(const json& b, bool chat, const InferenceModel& m
       throw bad_request(e.what(), "messages");
     }
     p.gen.prompt.insert(p.gen.prompt.end(), p.forced.begin(), p.forced.end());
+    constrain_tool_calls(tools, format, tok, opt, p);
     for (std::string& s : chat_stop_strings(format)) p.gen.stop.push_back(std::move(s));
     // the model must not write the results itself (a kimi result is a new turn: its stop strings end it already)
     if (const char* results = tool_results_marker(format); p.tool_calls && results) p.gen.stop.push_back(results);

@@ -81,6 +81,9 @@ struct ServerOptions {
   double shutdown_grace_s = 10;
   size_t max_body_bytes = 16u << 20;  // larger request bodies get 413
   int64_t default_max_tokens = 1024;  // chat requests without max_tokens get min(this, context left)
+  // Constrained decoding of tool calls for every request with tools (data/tool_call_grammar.h), as if each tool
+  // said "strict": true; without it only requests with a strict tool are constrained.
+  bool strict_tools = false;
   // Images in chat requests (image_url parts with data: URIs): at most max_images per request, each within
   // image_limits (encoded bytes; width x height checked from the header before decoding); more is a 400.
   int64_t max_images = 16;

@@ -21,6 +21,8 @@ nlohmann::json AgentEvalReport::to_json() const {
                           {"mean_calls", double(s.calls) / e},
                           {"tool_errors", double(s.tool_errors) / e},
                           {"violations", double(s.violations) / e},
+                          {"call_attempts", s.call_attempts},
+                          {"valid_call_share", s.valid_call_share()},
                           {"limited", double(s.limited) / e},
                           {"mean_reward", s.reward / e},
                           {"mean_policy_tokens", double(s.policy_tokens) / e}};
@@ -77,6 +79,12 @@ AgentEvalReport evaluate_agent(const InferenceModel& model, const Tokenizer& tok
   for (AgentFamily f : kAgentFamilies) r.families.push_back({agent_family_name(f)});
   const int n = int(std::size(kAgentFamilies)) * o.per_family;
   const std::vector<AgentTask> tasks = o.tasks.empty() ? agent_tasks(o.seed, n, AgentSplit::kHeldOut) : o.tasks;
+  std::shared_ptr<const ToolCallGrammar> grammar;
+  if (o.strict_tools) {
+    ToolCallGrammarOptions go;
+    go.strict_all = true;
+    grammar = std::make_shared<ToolCallGrammar>(tok, agent_tool_specs(), go);
+  }
   std::vector<int> kept(r.families.size(), 0);
   for (size_t i = 0; i < tasks.size(); ++i) {
     const AgentTask& task = tasks[i];
@@ -88,6 +96,7 @@ AgentEvalReport evaluate_agent(const InferenceModel& model, const Tokenizer& tok
       SamplingParams sp;
       sp.temperature = o.samples == 1 ? 0.0f : o.temperature;
       sp.seed = mix_seed(o.seed, uint64_t(i) * 1000 + uint64_t(s));
+      sp.tool_grammar = grammar;
       Episode ep(tok, task, o.limits, o.weights);
       r.generated_tokens += run_episode(model, tok, ep, sp);
       const EpisodeOutcome& out = ep.outcome();
@@ -97,6 +106,8 @@ AgentEvalReport evaluate_agent(const InferenceModel& model, const Tokenizer& tok
         x->calls += out.calls;
         x->tool_errors += out.tool_errors;
         x->violations += out.violations();
+        x->call_attempts += out.calls + out.malformed_calls;
+        x->valid_calls += out.valid_calls();
         x->limited += !out.limit.empty();
         x->policy_tokens += out.policy_tokens;
         x->reward += out.total;

@@ -29,7 +29,9 @@ struct AgentEvalOptions {
   uint64_t seed = 1234;
   EpisodeLimits limits;
   RewardWeights weights;
-  int transcripts = 1;           // episodes per family kept as text in the report
+  int transcripts = 1;  // episodes per family kept as text in the report
+  // Constrained decoding of the calls (data/tool_call_grammar.h: every tool strict), greedy or sampled alike.
+  bool strict_tools = false;
   std::vector<AgentTask> tasks;  // a suite of its own (read_agent_suite); empty: the built-in held-out tasks
 };
 
@@ -37,9 +39,13 @@ struct AgentFamilyScore {
   std::string family;
   int tasks = 0, episodes = 0, successes = 0, solved_tasks = 0;  // solved: any of the task's samples
   int64_t calls = 0, tool_errors = 0, violations = 0, limited = 0, policy_tokens = 0;
+  // Calls attempted (parsed ones and malformed replies, forged turns included) and the valid ones among them
+  // (EpisodeOutcome::valid_calls: a known tool, arguments of its schema).
+  int64_t call_attempts = 0, valid_calls = 0;
   double reward = 0;  // summed total reward
   double success_rate() const { return episodes ? double(successes) / episodes : 0.0; }
   double pass_at_k() const { return tasks ? double(solved_tasks) / tasks : 0.0; }
+  double valid_call_share() const { return call_attempts ? double(valid_calls) / double(call_attempts) : 0.0; }
 };
 
 struct AgentEvalReport {

@@ -523,6 +523,69 @@ TEST_F(ServerTest, ToolsAreRenderedAndForcedCallsNeverFail) {
   EXPECT_EQ(r["choices"][0]["message"]["content"].get<std::string>().find("<|tool_call|>"), std::string::npos);
 }
 
+// A strict tool (OpenAI's "strict": true) is served under the tool-call grammar: even this random model's calls
+// parse and follow the schema (item from the enum, an integer qty), streamed or not; the same requests without
+// "strict" give no valid call.
+TEST_F(ServerTest, StrictToolsGiveCallsThatFollowTheSchema) {
+  json tool = json::parse(R"({"type": "function", "function": {"name": "lookup_price", "strict": true,
+      "parameters": {"type": "object", "required": ["item", "qty"], "additionalProperties": false,
+                     "properties": {"item": {"enum": ["apple", "fig"]}, "qty": {"type": "integer"}}}}})");
+  const json messages = json::array({json{{"role", "user"}, {"content", "Price of 2 figs?"}}});
+  auto valid = [](const json& call) {
+    if (call["function"]["name"] != "lookup_price") return false;
+    const json a = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+    return a.is_object() && a.size() == 2 && (a["item"] == "apple" || a["item"] == "fig") &&
+           a["qty"].is_number_integer();
+  };
+  for (const bool strict : {true, false}) {
+    tool["function"]["strict"] = strict;
+    int valid_calls = 0;
+    for (int seed = 0; seed < 6; ++seed) {
+      json body = {{"messages", messages},      {"tools", json::array({tool})},
+                   {"tool_choice", "required"}, {"parallel_tool_calls", false},
+                   {"max_tokens", 200},         {"seed", seed}};
+      const json r = post_json("/v1/chat/completions", body);
+      const json& choice = r["choices"][0];
+      if (choice["finish_reason"] == "tool_calls" && valid(choice["message"]["tool_calls"][0])) ++valid_calls;
+      if (strict) {
+        EXPECT_EQ(choice["finish_reason"], "tool_calls") << r.dump();
+        ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << r.dump();
+      }
+    }
+    if (strict) {
+      EXPECT_EQ(valid_calls, 6);
+    } else {
+      EXPECT_EQ(valid_calls, 0);
+    }
+  }
+  // Streamed: the argument deltas add up to a valid call.
+  tool["function"]["strict"] = true;
+  json body = {{"messages", messages},
+               {"tools", json::array({tool})},
+               {"tool_choice", "required"},
+               {"max_tokens", 200},
+               {"seed", 3},
+               {"stream", true}};
+  const httplib::Result s = post("/v1/chat/completions", body.dump());
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->status, 200);
+  std::string name, arguments;
+  for (const std::string& d : sse_data(s->body)) {
+    if (d == "[DONE]") continue;
+    const json c = json::parse(d);
+    if (c["choices"].empty() || !c["choices"][0]["delta"].contains("tool_calls")) continue;
+    const json& f = c["choices"][0]["delta"]["tool_calls"][0]["function"];
+    if (f.contains("name")) name += f["name"].get<std::string>();
+    if (f.contains("arguments")) arguments += f["arguments"].get<std::string>();
+  }
+  EXPECT_TRUE(valid(json{{"function", {{"name", name}, {"arguments", arguments}}}})) << name << " " << arguments;
+  // "strict" must be a boolean.
+  tool["function"]["strict"] = "yes";
+  body = {{"messages", messages}, {"tools", json::array({tool})}};
+  const json e = post_json("/v1/chat/completions", body, 400);
+  EXPECT_EQ(e["error"]["param"], "tools[0].function.strict") << e.dump();
+}
+
 TEST_F(ServerTest, BadInputsGiveOpenAIErrors) {
   const std::string chat = "/v1/chat/completions", text = "/v1/completions";
   const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
