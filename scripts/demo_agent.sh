@@ -22,13 +22,17 @@ eval_stage sft "$out/sft"
 "$bin" grpo --model "$out/sft" --out "$out/grpo" --force --train-config configs/agent.grpo.json \
   --pretrain-data runs/demo/data
 eval_stage grpo "$out/grpo"
+# The same model with its calls sampled under the tool-call grammar (constrained decoding).
+"$bin" eval tasks --model "$out/grpo" --per-family 16 --strict-tools --text-tasks 0 \
+  --json "$out/eval-grpo-strict.json" --html "$out/eval-grpo-strict.html" >"$out/eval-grpo-strict.txt"
 python3 - "$out" <<'PY'
 import json, sys
 out = sys.argv[1]
-rows = [(s, json.load(open(f"{out}/eval-{s}.json"))) for s in ("pretrained", "sft", "grpo")]
-print("\nstage        success  violations  mean calls  text loss (nats)")
+rows = [(s, json.load(open(f"{out}/eval-{s}.json"))) for s in ("pretrained", "sft", "grpo", "grpo-strict")]
+print("\nstage        success  violations  mean calls  valid calls  text loss (nats)")
 for name, j in rows:
-    print(f"{name:<12} {100 * j['success']:6.1f}%  {j['violations']:10.2f}  {j['mean_calls']:10.2f}  {j.get('val_loss', float('nan')):.4f}")
+    print(f"{name:<12} {100 * j['success']:6.1f}%  {j['violations']:10.2f}  {j['mean_calls']:10.2f}  "
+          f"{100 * j['valid_call_share']:10.1f}%  {j.get('val_loss', float('nan')):.4f}")
 PY
 # The GRPO model behind `myriad serve`, through the official openai client (when build/pyenv has it).
 if [[ -x build/pyenv/bin/python ]] && build/pyenv/bin/python -c "import openai" 2>/dev/null; then

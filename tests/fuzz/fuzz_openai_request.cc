@@ -1,7 +1,8 @@
 // Fuzz target: an HTTP request body (any bytes) as every endpoint with a body reads it: /v1/chat/completions and
 // /v1/completions (validated into a generation request against a tiny model, then its sampler built as the engine
-// builds it), /tokenize and /detokenize. A bad body must be an ApiError with a 4xx status (the server's 400, 404,
-// 413 family) or a myriad::Error the server maps; never another exception, never a 5xx.
+// builds it, and with strict tools 24 draws under the tool-call grammar), /tokenize and /detokenize. A bad body must be
+// an ApiError with a 4xx status (the server's 400, 404, 413 family) or a myriad::Error the server maps; never another
+// exception, never a 5xx.
 #include <cstdint>
 
 #include "fuzz/support.h"
@@ -51,8 +52,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     expect_accept_or_4xx([&] {
       const ParsedRequest p = parse_generation(parse_body(body), chat, *model, options);
       for (int32_t id : p.gen.prompt) MYRIAD_CHECK(id >= 0 && id < model->vocab_size(), "prompt id ", id);
-      const Sampler sampler(p.gen.sampling);
-      (void)sampler;
+      Sampler sampler(p.gen.sampling);
+      // Under a tool-call grammar (strict tools): a few draws from logits made of the body's bytes; every token
+      // drawn must be one the grammar allows, and moving past it must not throw.
+      if (p.gen.sampling.tool_grammar) {
+        std::vector<float> logits(size_t(model->vocab_size()));
+        for (size_t step = 0; step < 24; ++step) {
+          for (size_t v = 0; v < logits.size(); ++v)
+            logits[v] = size == 0 ? 0.0f : float(data[(v * 31 + step * 7) % size] % 17) * 0.5f;
+          const int32_t t = sampler.sample(logits, p.gen.prompt).token;
+          sampler.observe(t);
+        }
+      }
     });
   }
   expect_accept_or_4xx([&] { (void)parse_tokenize(parse_body(body), *model, options); });

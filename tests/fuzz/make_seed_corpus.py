@@ -111,6 +111,12 @@ def main():
         {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {
             "name": "calculator", "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}}],
          "tool_choice": {"type": "function", "function": {"name": "calculator"}}, "parallel_tool_calls": False},
+        {"messages": [{"role": "user", "content": "2 figs?"}], "tool_choice": "required", "tools": [
+            {"type": "function", "function": {"name": "lookup_price", "strict": True, "parameters": {
+                "type": "object", "required": ["item", "qty"], "properties": {
+                    "item": {"enum": ["apple", "fig", 3, None]}, "qty": {"type": "integer"},
+                    "tags": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "number"}}}},
+                    "any": {"anyOf": [{"type": "string"}]}}}}}]},
     ]:
         put("openai_request", json.dumps(body))
 
