@@ -1,6 +1,9 @@
 // `myriad data prepare --tokenizer DIR --data PATH... --out DIR [--val-fraction F] [--split-by position|document]
-// [--shard-tokens N] [--force]`: tokenizes text / JSONL files into token shards + meta.json (train/shards.h).
+// [--shard-tokens N] [--force]`: tokenizes text / JSONL files into token shards + meta.json (train/shards.h);
+// `myriad data prepare --data RECORDS.jsonl --out DIR` with image-text records decodes their images once into an
+// image store beside the rewritten records (data/image_store.h).
 // A progress bar goes to stderr when it is a terminal; the summary to stdout.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -10,20 +13,38 @@
 #include "cli.h"
 #include "core/error.h"
 #include "data/image_datasets.h"
+#include "data/image_store.h"
+#include "data/image_text_records.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
 
 namespace {
 
+// Image-text records: their images decoded once into a store beside the rewritten records (data/image_store.h).
+int run_prepare_images(const std::string& records, const std::string& out, bool force) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const myriad::ImageTextPrepareResult r = myriad::prepare_image_text(records, out, force);
+  std::printf("wrote %s: %lld records, %lld images (%lld references), %.1f MB of pixels, in %.1f s\n", out.c_str(),
+              static_cast<long long>(r.records), static_cast<long long>(r.images), static_cast<long long>(r.references),
+              double(r.pixel_bytes) / 1e6,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return 0;
+}
+
 int run_prepare(const myriad::cli::Args& args) {
-  const auto tok = args.get("tokenizer");
-  MYRIAD_REQUIRE(tok.has_value(), kValue, "data prepare needs --tokenizer DIR (make one with myriad tokenizer train)");
   std::vector<std::string> paths;
   if (auto d = args.get("data")) paths.push_back(*d);
   for (size_t i = 1; i < args.positional().size(); ++i) paths.push_back(args.positional()[i]);
   MYRIAD_REQUIRE(!paths.empty(), kValue, "data prepare needs --data PATH... (text files, JSONL or directories)");
   const auto out = args.get("out");
   MYRIAD_REQUIRE(out.has_value(), kValue, "data prepare needs --out DIR");
+  if (std::filesystem::is_regular_file(paths[0]) && myriad::is_image_text_file(paths[0])) {
+    MYRIAD_REQUIRE(paths.size() == 1, kValue, "data prepare: image-text records (", paths[0],
+                   ") are prepared alone (one file)");
+    return run_prepare_images(paths[0], *out, args.has("force"));
+  }
+  const auto tok = args.get("tokenizer");
+  MYRIAD_REQUIRE(tok.has_value(), kValue, "data prepare needs --tokenizer DIR (make one with myriad tokenizer train)");
   myriad::PrepareOptions opt;
   opt.val_fraction = args.get_double("val-fraction", 0.1, 0, 1, false, /*open_max=*/true);
   opt.split_by = myriad::parse_split_by(args.get_or("split-by", "position"));
@@ -108,13 +129,15 @@ int run_data(const myriad::cli::Args& args) {
 
 MYRIAD_COMMAND(
     "data",
-    "tokenize text / JSONL into token shards for training (train-*.bin, val-*.bin, meta.json); write "
-    "image-question sets (shapes, MNIST) as image-text JSONL",
+    "tokenize text / JSONL into token shards for training (train-*.bin, val-*.bin, meta.json); decode image-text "
+    "records' images once into an image store (images.safetensors + image_text.jsonl); write image-question sets "
+    "(shapes, MNIST) as image-text JSONL",
     "myriad data prepare --tokenizer DIR --data PATH... --out DIR [--val-fraction F] "
     "[--split-by position|document] [--shard-tokens N] [--force] | "
+    "myriad data prepare --data RECORDS.jsonl --out DIR [--force] | "
     "myriad data shapes --out DIR [--train N] [--test N] [--size PX] | "
     "myriad data mnist --idx DIR | --images FILE --labels FILE --out DIR [--train N] [--test N]",
-    {{"tokenizer", "DIR", "tokenizer directory (myriad tokenizer train)"},
+    {{"tokenizer", "DIR", "tokenizer directory (myriad tokenizer train); not for image-text records"},
      {"data", "PATH...", "text files (one document each), JSONL files (\"text\" per line) or directories"},
      {"out", "DIR", "output directory (created atomically; an existing non-empty one needs --force)"},
      {"val-fraction", "F", "fraction of the data for validation, in [0, 1) (default 0.1)"},

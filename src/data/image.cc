@@ -70,7 +70,7 @@ std::string first_bytes(std::string_view b) {
 
 }  // namespace
 
-Image decode_image(std::string_view bytes, const std::string& what, const ImageLimits& limits) {
+ImageSize probe_image(std::string_view bytes, const std::string& what, const ImageLimits& limits) {
   MYRIAD_REQUIRE(!bytes.empty(), kValue, what, ": empty image data");
   MYRIAD_REQUIRE(int64_t(bytes.size()) <= limits.max_bytes, kValue, what, ": image of ", bytes.size(),
                  " bytes is over the limit of ", limits.max_bytes, " bytes");
@@ -94,6 +94,15 @@ Image decode_image(std::string_view bytes, const std::string& what, const ImageL
   MYRIAD_REQUIRE(w > 0 && h > 0, kValue, what, ": ", format, " image has a zero size (", w, " x ", h, ")");
   MYRIAD_REQUIRE(int64_t(w) * int64_t(h) <= limits.max_pixels, kValue, what, ": ", format, " image of ", w, " x ", h,
                  " = ", int64_t(w) * int64_t(h), " pixels is over the limit of ", limits.max_pixels, " pixels");
+  return {w, h, format};
+}
+
+Image decode_image(std::string_view bytes, const std::string& what, const ImageLimits& limits) {
+  const ImageSize size = probe_image(bytes, what, limits);
+  const int w = int(size.width), h = int(size.height);
+  const char* format = size.format;
+  const auto* data = reinterpret_cast<const stbi_uc*>(bytes.data());
+  const int len = int(bytes.size());
   int dw = 0, dh = 0, dc = 0;
   std::unique_ptr<stbi_uc, void (*)(void*)> px(stbi_load_from_memory(data, len, &dw, &dh, &dc, 3), stbi_image_free);
   MYRIAD_REQUIRE(px != nullptr, kValue, what, ": corrupt or truncated ", format, " image (", stbi_failure_reason(),
@@ -153,7 +162,7 @@ std::string png_data_uri(const Image& image) {
   return "data:image/png;base64," + base64_encode(encode_png(image));
 }
 
-Image read_image_file(const std::string& path, const ImageLimits& limits) {
+std::string read_image_bytes(const std::string& path, const ImageLimits& limits) {
   // A device or a pipe (/dev/stdin, a FIFO) could block or never end: image files are regular files.
   std::error_code ec;
   const std::filesystem::file_status st = std::filesystem::status(path, ec);
@@ -171,7 +180,11 @@ Image read_image_file(const std::string& path, const ImageLimits& limits) {
   in.seekg(0);
   in.read(bytes.data(), size);
   MYRIAD_REQUIRE(in.good() || size == 0, kIo, path, ": cannot read image file");
-  return decode_image(bytes, path, limits);
+  return bytes;
+}
+
+Image read_image_file(const std::string& path, const ImageLimits& limits) {
+  return decode_image(read_image_bytes(path, limits), path, limits);
 }
 
 void patch_grid_for(int64_t width, int64_t height, const PatchOptions& o, int64_t* grid_h, int64_t* grid_w) {

@@ -25,6 +25,14 @@ struct ImageLimits {
 // Decodes PNG, JPEG, BMP or GIF (the first frame). `what` names the source in errors (a path, a request field).
 // One kValue error for an empty, oversized, unsupported, truncated or corrupt input, or dimensions over the cap.
 Image decode_image(std::string_view bytes, const std::string& what, const ImageLimits& limits = {});
+
+// The checks of decode_image up to the header (format, declared size, the pixel cap), and the size: what an image
+// will decode to, without decoding it.
+struct ImageSize {
+  int64_t width = 0, height = 0;
+  const char* format = "";  // "PNG", "JPEG", "GIF", "BMP"
+};
+ImageSize probe_image(std::string_view bytes, const std::string& what, const ImageLimits& limits = {});
 // The encoded bytes of an image given by URL as OpenAI's image_url content parts carry it: a data: URI with base64
 // data (RFC 2397, "data:image/png;base64,iVBOR..."), its media type an image/ type. Remote URLs (http, https) and
 // every other scheme are refused: nothing is ever fetched (a server that fetches URLs for its clients is an SSRF
@@ -38,6 +46,8 @@ std::string png_data_uri(const Image& image);
 
 // Reads and decodes a file (kIo when it cannot be read).
 Image read_image_file(const std::string& path, const ImageLimits& limits = {});
+// A regular file's bytes, at most limits.max_bytes (kIo when it cannot be read, kValue when it is larger).
+std::string read_image_bytes(const std::string& path, const ImageLimits& limits = {});
 
 // How an image becomes patch rows (docs/vision.md "Input").
 struct PatchOptions {

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "data/conversation.h"
+#include "data/image_store.h"
 
 namespace myriad {
 
@@ -21,9 +22,10 @@ const std::string& string_field(const json& j, const char* key, const std::strin
   return it->get_ref<const std::string&>();
 }
 
-// A path relative to the file's folder; data: URIs as they are; remote URLs refused.
+// A path relative to the file's folder; data: URIs and stored images (data/image_store.h) as they are; remote URLs
+// refused.
 std::string resolve_image(const std::string& ref, const std::filesystem::path& folder, const std::string& what) {
-  if (ref.rfind("data:", 0) == 0) return ref;
+  if (ref.rfind("data:", 0) == 0 || stored_image_index(ref, what) >= 0) return ref;
   MYRIAD_REQUIRE(ref.rfind("http://", 0) != 0 && ref.rfind("https://", 0) != 0, kFormat, what,
                  ": remote image URLs are not fetched: give a path or a data: URI");
   MYRIAD_REQUIRE(!ref.empty(), kFormat, what, ": empty image path");
@@ -127,7 +129,13 @@ bool is_image_text_file(const std::string& path) {
   return false;
 }
 
-Image load_record_image(const std::string& ref, const std::string& what, const ImageLimits& limits) {
+Image load_record_image(const std::string& ref, const std::string& what, const ImageLimits& limits,
+                        const ImageStore* store) {
+  if (const int64_t stored = stored_image_index(ref, what); stored >= 0) {
+    MYRIAD_REQUIRE(store != nullptr, kFormat, what, ": '", ref,
+                   "' is a prepared image: train on its directory (the one holding ", kImageStoreFile, ")");
+    return store->image(stored, what);
+  }
   if (ref.rfind("data:", 0) == 0) return decode_image(image_bytes_from_url(ref, what, limits), what, limits);
   return read_image_file(ref, limits);
 }

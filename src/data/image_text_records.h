@@ -7,7 +7,8 @@
 //                 {"type": "text", "text": "what is it?"}]}, {"role": "assistant", "content": "a square"}]}  chat
 //
 // An image is a path (relative to the JSONL file's folder) or a data: URI (data/image.h); http(s) URLs are
-// refused (nothing is fetched). In "text" and "prompt" the image marker (the model's image_placeholder, "<|image|>"
+// refused (nothing is fetched). `myriad data prepare` writes records whose images are "stored:N" (an image of its
+// store, data/image_store.h). In "text" and "prompt" the image marker (the model's image_placeholder, "<|image|>"
 // by default) stands where the next image goes; without markers the images come first; otherwise the markers and
 // the images must agree in number. "type" (optional) names the question's family for per-type accuracy. What a
 // record trains (train/image_text_source.h): a caption's text, a question's answer, a chat's assistant turns.
@@ -41,8 +42,11 @@ std::vector<ImageTextRecord> read_image_text_records(const std::string& path, co
 // `myriad train --data` tells image-text JSONL from text JSONL. False for anything unreadable.
 bool is_image_text_file(const std::string& path);
 
-// A record's image: decoded from its path or data: URI (kValue naming `what` for a bad one).
-Image load_record_image(const std::string& ref, const std::string& what, const ImageLimits& limits = {});
+// A record's image: decoded from its path or data: URI (kValue naming `what` for a bad one), or a prepared one
+// ("stored:N") copied out of `store` (kFormat without one).
+class ImageStore;
+Image load_record_image(const std::string& ref, const std::string& what, const ImageLimits& limits = {},
+                        const ImageStore* store = nullptr);
 
 // The text split at each marker: pieces.size() == markers + 1.
 std::vector<std::string> split_at_markers(const std::string& text, const std::string& marker);

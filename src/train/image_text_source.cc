@@ -2,6 +2,7 @@
 #include "train/image_text_source.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -87,12 +88,12 @@ Image shifted_image(const Image& image, int64_t dx, int64_t dy) {
 }
 
 ImageTextExample record_example(const ImageTextRecord& r, const ModelConfig& config, const Tokenizer& tok,
-                                std::vector<Image>* decoded) {
+                                std::vector<Image>* decoded, const ImageStore* store) {
   const int32_t ph = placeholder_of(config);
   std::vector<Image> images;
   for (size_t k = 0; k < r.images.size(); ++k) {
     try {
-      images.push_back(load_record_image(r.images[k], str(r.where, ": image ", k)));
+      images.push_back(load_record_image(r.images[k], str(r.where, ": image ", k), {}, store));
     } catch (const Error& e) {
       throw_error(ErrorKind::kFormat, r.where, ": image ", k, ": ", e.what());
     }
@@ -220,15 +221,38 @@ ImageTextFileSource::ImageTextFileSource(const std::string& path, const ModelCon
   MYRIAD_REQUIRE(shift >= 0, kValue, "image training: shift ", shift, " must be >= 0");
   end_of_text_ = end_of_text(tok);
   patch_row_ = 3 * config.vision_config->patch_size * config.vision_config->patch_size;
-  std::vector<ImageTextExample> all;
-  for (const ImageTextRecord& r : read_image_text_records(path, image_marker(config))) {
-    if (shift_ > 0) train_images_.emplace_back();
-    all.push_back(record_example(r, config, tok, shift_ > 0 ? &train_images_.back() : nullptr));
+  std::string records_path = path;
+  if (is_prepared_image_text(path)) {
+    store_.emplace(ImageStore::open(path));
+    records_path = (std::filesystem::path(path) / kImageTextRecordsFile).string();
   }
-  const size_t held = all.size() >= 20 ? std::min<size_t>(256, all.size() / 20) : 0;
-  if (shift_ > 0) train_images_.resize(all.size() - held);
+  const std::vector<ImageTextRecord> records = read_image_text_records(records_path, image_marker(config));
+  const size_t held = records.size() >= 20 ? std::min<size_t>(256, records.size() / 20) : 0;
+  const size_t n_train = records.size() - held;
+  std::vector<ImageTextExample> all;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const ImageTextRecord& r = records[i];
+    const bool train = i < n_train;
+    if (store_) {
+      // A training example keeps its images' places in the store; its patches are made when it is drawn.
+      if (train) {
+        stored_.emplace_back();
+        for (size_t k = 0; k < r.images.size(); ++k) {
+          const int64_t s = stored_image_index(r.images[k], str(r.where, ": image ", k));
+          MYRIAD_REQUIRE(s >= 0, kFormat, r.where, ": image ", k, ": a prepared directory's records refer to its store",
+                         " only (stored:N), got '", r.images[k], "'");
+          stored_.back().push_back(s);
+        }
+      }
+    } else if (shift_ > 0 && train) {
+      train_images_.emplace_back();
+    }
+    all.push_back(record_example(r, config, tok, !store_ && shift_ > 0 && train ? &train_images_.back() : nullptr,
+                                 store_ ? &*store_ : nullptr));
+    if (store_ && train) all.back().images.values = std::vector<float>();  // released: memory stays O(tokens)
+  }
   held_out_.assign(std::make_move_iterator(all.end() - ptrdiff_t(held)), std::make_move_iterator(all.end()));
-  all.resize(all.size() - held);
+  all.resize(n_train);
   train_ = std::move(all);
   shuffle_epoch();
 }
@@ -249,17 +273,27 @@ TrainBatch ImageTextFileSource::next(int64_t seq_len) {
     }
     const size_t k = order_[position_];
     const ImageTextExample* e = &train_[k];
-    if (shift_ > 0 && !train_images_[k].empty() && augmented_at_ != std::make_pair(epoch_, position_)) {
-      // The drawn example with its images moved, made once per draw (a peek and the take share it).
+    // Patches made at the draw: images from the store, or moved ones (shift).
+    const bool remade = store_ ? !stored_[k].empty() : shift_ > 0 && !train_images_[k].empty();
+    if (remade && augmented_at_ != std::make_pair(epoch_, position_)) {
+      // The drawn example with its images made, once per draw (a peek and the take share it).
       augmented_at_ = {epoch_, position_};
       std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull ^ (epoch_ << 32) ^ position_);
       std::uniform_int_distribution<int64_t> offset(-shift_, shift_);
       augmented_ = *e;
       augmented_.images = ImageInput();
-      for (const Image& im : train_images_[k])
-        add_image(augmented_.images, vision_, shifted_image(im, offset(rng), offset(rng)));
+      const size_t count = store_ ? stored_[k].size() : train_images_[k].size();
+      for (size_t j = 0; j < count; ++j) {
+        const Image im = store_ ? store_->image(stored_[k][j], "image training") : train_images_[k][j];
+        if (shift_ > 0) {
+          const int64_t dx = offset(rng), dy = offset(rng);
+          add_image(augmented_.images, vision_, shifted_image(im, dx, dy));
+        } else {
+          add_image(augmented_.images, vision_, im);
+        }
+      }
     }
-    if (shift_ > 0 && !train_images_[k].empty()) e = &augmented_;
+    if (remade) e = &augmented_;
     if (!peek) ++position_;
     return e;
   });

@@ -14,7 +14,9 @@
 //                         its families; train and held-out scenes from disjoint seeds (split_seed); state: the
 //                         next train scene.
 //   ImageTextFileSource   the records of an image-text JSONL file (data/image_text_records.h), every image decoded
-//                         and patched once when the source is made (held in memory, never decoded per step); the
+//                         and patched once when the source is made (held in memory, never decoded per step); or
+//                         of a prepared directory (data/image_store.h), whose images are never decoded: a training
+//                         example's patches are made from the mapped store when it is drawn; the
 //                         last records are held out for validation (1 in 20, at most 256, none under 20 records);
 //                         each epoch in its own order from the seed; state: epoch and position. With shift > 0
 //                         each training image is moved by a random offset of up to shift pixels per axis each
@@ -25,9 +27,11 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "data/image_store.h"
 #include "data/image_text_records.h"
 #include "data/shape_images.h"
 #include "data/tokenizer.h"
@@ -55,7 +59,7 @@ ImageTextExample question_example(const std::vector<Image>& images, const std::s
 // A record as an example, its images read (load_record_image) and patched (the decoded images also into `images`
 // when given). kFormat naming the record's place for an image that cannot be read.
 ImageTextExample record_example(const ImageTextRecord& r, const ModelConfig& config, const Tokenizer& tok,
-                                std::vector<Image>* images = nullptr);
+                                std::vector<Image>* images = nullptr, const ImageStore* store = nullptr);
 
 // The image moved by (dx, dy) pixels, the same size: out(x, y) = in(x - dx, y - dy), edge pixels repeated.
 Image shifted_image(const Image& image, int64_t dx, int64_t dy);
@@ -106,8 +110,10 @@ class ImageTextFileSource final : public BatchSource {
   const Tokenizer& tok_;
   const VisionConfig vision_;
   int64_t shift_ = 0;
-  std::vector<std::vector<Image>> train_images_;                 // with shift: each training example's decoded images
-  ImageTextExample augmented_;                                   // with shift: the example drawn last, its images moved
+  std::vector<std::vector<Image>> train_images_;  // with shift (and no store): each training example's decoded images
+  std::optional<ImageStore> store_;               // a prepared directory's images (data/image_store.h)
+  std::vector<std::vector<int64_t>> stored_;      // with store_: each training example's images in it
+  ImageTextExample augmented_;                    // with shift: the example drawn last, its images moved
   std::pair<uint64_t, uint64_t> augmented_at_ = {~0ull, ~0ull};  // its (epoch, position)
   int64_t patch_row_ = 0;
   int32_t end_of_text_ = 0;

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "data/corpus.h"
+#include "data/image_store.h"
 #include "data/image_text_records.h"
 #include "data/loader.h"
 #include "data/longctx_tasks.h"
@@ -72,9 +73,16 @@ bool is_shard_dir(const std::string& p) {
   return fs::is_directory(p) && fs::exists(fs::path(p) / "meta.json");
 }
 
-// Image-text training data (data/image_text_records.h): one JSONL file whose records have images.
+// Image-text training data (data/image_text_records.h): one JSONL file whose records have images, or a directory
+// `myriad data prepare` made of one (data/image_store.h).
 bool is_image_data(const std::vector<std::string>& data) {
-  return data.size() == 1 && fs::is_regular_file(data[0]) && is_image_text_file(data[0]);
+  return data.size() == 1 &&
+         ((fs::is_regular_file(data[0]) && is_image_text_file(data[0])) || is_prepared_image_text(data[0]));
+}
+
+// The records file of image-text data: the file itself, or a prepared directory's.
+std::string image_records_file(const std::string& data) {
+  return is_prepared_image_text(data) ? (fs::path(data) / kImageTextRecordsFile).string() : data;
 }
 
 // The text of image-text records, one line each, for training a tokenizer on (captions, questions and answers,
@@ -121,7 +129,7 @@ PreparedRun prepare_run(const RunRequest& req, const ModelConfig& mc, Tokenizer&
   std::vector<ImageTextRecord> image_records;
   if (images) {
     require_vision(mc, "--data " + req.data[0] + " (image-text records)");
-    image_records = read_image_text_records(req.data[0], image_marker(mc));
+    image_records = read_image_text_records(image_records_file(req.data[0]), image_marker(mc));
   } else if (!req.data.empty() && !prepared) {
     for (const std::string& p : req.data)
       MYRIAD_REQUIRE(!fs::is_regular_file(p) || !is_image_text_file(p), kValue, "--data ", p,

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "autograd/functions.h"
+#include "data/image_store.h"
 #include "data/image_text_records.h"
 #include "infer/decode_weights.h"
 #include "io/atomic_file.h"
@@ -323,6 +324,116 @@ TEST(ImageText, FileRecordsBecomeTheirKindsOfExamplesAndResumeExactly) {
   std::ofstream(dir + "/text.jsonl") << R"({"text": "plain"})"
                                      << "\n";
   EXPECT_FALSE(is_image_text_file(dir + "/text.jsonl"));
+  std::filesystem::remove_all(dir);
+}
+
+// A prepared directory (data/image_store.h: images decoded once into a store, the records rewritten to refer to
+// it) trains exactly as its records do: the same batches (tokens, targets, patches, grids), with augmentation too,
+// the same validation, the same resume; the stored pixels are the decoder's. Bad input is one clear error and
+// leaves no directory behind.
+TEST(ImageText, PreparedDirectoryTrainsExactlyAsItsRecords) {
+  const ModelConfig c = vlm_config();
+  const Tokenizer& tok = qa_tokenizer();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("myriad_itp_" + std::to_string(getpid()))).string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/img");
+  std::vector<std::string> files;
+  for (int i = 0; i < 3; ++i) {
+    files.push_back("img/" + std::to_string(i) + ".png");
+    write_file_atomic(dir + "/" + files.back(), encode_png(random_image(28 + 7 * i, 28, uint64_t(10 + i))));
+  }
+  const std::string uri = png_data_uri(random_image(56, 21, 7));
+  {
+    std::ofstream f(dir + "/data.jsonl");
+    for (int i = 0; i < 40; ++i) {
+      const std::string& file = files[size_t(i) % files.size()];
+      if (i % 3 == 0)
+        f << R"({"images": [")" << file << R"(", ")" << uri << R"("], "text": "two <|image|> and <|image|> )" << i
+          << R"("})";
+      else if (i % 3 == 1)
+        f << R"({"images": [")" << file << R"("], "prompt": "what )" << i << R"(?", "answer": ")" << i % 7 << R"("})";
+      else
+        f << R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": ")" << file
+          << R"("}}, {"type": "text", "text": "q"}]}, {"role": "assistant", "content": "a )" << i << R"("}]})";
+      f << "\n" << (i == 5 ? "\n" : "");  // a blank line, skipped as the reader skips it
+    }
+  }
+  const ImageTextPrepareResult r = prepare_image_text(dir + "/data.jsonl", dir + "/prepared", false);
+  EXPECT_EQ(r.records, 40);
+  EXPECT_EQ(r.images, 4) << "three files and one data: URI, each stored once";
+  EXPECT_EQ(r.references, 40 + 14);
+  ASSERT_TRUE(is_prepared_image_text(dir + "/prepared"));
+  const ImageStore store = ImageStore::open(dir + "/prepared");
+  ASSERT_EQ(store.size(), 4);
+  // In order of first use: file 0 and the URI (record 0), then files 1 and 2.
+  const Image expect[] = {read_image_file(dir + "/" + files[0]), decode_image(image_bytes_from_url(uri, "uri"), "uri"),
+                          read_image_file(dir + "/" + files[1]), read_image_file(dir + "/" + files[2])};
+  for (int64_t i = 0; i < 4; ++i) {
+    const Image got = store.image(i, "test");
+    EXPECT_EQ(got.width, expect[i].width);
+    EXPECT_EQ(got.height, expect[i].height);
+    EXPECT_EQ(got.rgb, expect[i].rgb) << "image " << i;
+  }
+  EXPECT_THROW(store.image(4, "test"), Error);
+
+  for (const int64_t shift : {int64_t(0), int64_t(2)}) {
+    ImageTextFileSource from_records(dir + "/data.jsonl", c, tok, 9, shift);
+    ImageTextFileSource from_store(dir + "/prepared", c, tok, 9, shift);
+    ASSERT_EQ(from_store.train_examples(), from_records.train_examples());
+    for (int i = 0; i < 14; ++i) {  // past an epoch's end
+      const TrainBatch a = from_records.next(96), b = from_store.next(96);
+      ASSERT_EQ(a.tokens.to_vector(), b.tokens.to_vector()) << "batch " << i << " shift " << shift;
+      EXPECT_EQ(a.targets.to_vector(), b.targets.to_vector()) << "batch " << i;
+      EXPECT_EQ(a.patches.to_vector(), b.patches.to_vector()) << "batch " << i << " shift " << shift;
+      ASSERT_EQ(a.grids.size(), b.grids.size());
+      for (size_t g = 0; g < a.grids.size(); ++g) EXPECT_EQ(a.grids[g].patches(), b.grids[g].patches());
+    }
+    const std::vector<TrainBatch> va = from_records.validation(96, 4), vb = from_store.validation(96, 4);
+    ASSERT_EQ(va.size(), vb.size());
+    for (size_t v = 0; v < va.size(); ++v) EXPECT_EQ(va[v].patches.to_vector(), vb[v].patches.to_vector());
+    ImageTextFileSource resumed(dir + "/prepared", c, tok, 9, shift);
+    resumed.restore(from_store.state());
+    EXPECT_EQ(resumed.next(96).patches.to_vector(), from_records.next(96).patches.to_vector());
+  }
+
+  // Bad input.
+  EXPECT_THROW(prepare_image_text(dir + "/data.jsonl", dir + "/prepared", false), Error) << "not empty, no force";
+  EXPECT_NO_THROW(prepare_image_text(dir + "/data.jsonl", dir + "/prepared", true));
+  const std::string stored_records = dir + "/prepared/" + kImageTextRecordsFile;
+  try {
+    prepare_image_text(stored_records, dir + "/again", false);
+    ADD_FAILURE() << "prepared records prepared again";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("already a stored image"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/again"));
+  try {  // the records without their store
+    record_example(read_image_text_records(stored_records)[0], c, tok);
+    ADD_FAILURE() << "a stored image without its store";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("prepared image"), std::string::npos) << e.what();
+  }
+  std::ofstream(dir + "/broken.jsonl") << R"({"images": ["img/0.png"], "text": "fine"})"
+                                       << "\n"
+                                       << R"({"images": ["img/none.png"], "text": "missing"})"
+                                       << "\n";
+  try {
+    prepare_image_text(dir + "/broken.jsonl", dir + "/broken", false);
+    ADD_FAILURE() << "a missing image";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("broken.jsonl:2: image 0"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/broken"));
+  std::ofstream(dir + "/corrupt.png") << "\x89PNG\r\n\x1a\n but nothing more";
+  std::ofstream(dir + "/corrupt.jsonl") << R"({"images": ["corrupt.png"], "text": "x"})"
+                                        << "\n";
+  EXPECT_THROW(prepare_image_text(dir + "/corrupt.jsonl", dir + "/corrupt", false), Error);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/corrupt"));
+  // A store whose tensor is not an image.
+  save_safetensors(dir + "/prepared/" + kImageStoreFile, {{"image.0", Tensor::zeros({2, 2})}},
+                   {{"format", "myriad-image-store"}});
+  EXPECT_THROW(ImageStore::open(dir + "/prepared"), Error);
   std::filesystem::remove_all(dir);
 }
 
