@@ -163,6 +163,16 @@ check "train a VLM: stop after 2 steps" 0 "$bin" train --config "$root/configs/t
 check "resume the VLM run without --data (its records file is recorded)" 0 "$bin" train \
   --config "$root/configs/tiny-vl.json" --resume "$work/vl2" --quiet
 [[ -d "$work/vl2/checkpoints/step-000004" ]] || { echo "FAIL: the resumed VLM run did not reach step 4"; fails=$((fails + 1)); }
+# The same records prepared (images decoded once into a store): a run on the directory, stopped and resumed.
+check "data prepare: image-text records" 0 "$bin" data prepare --data "$work/shapes/train.jsonl" --out "$work/shapes-p"
+[[ -f "$work/shapes-p/images.safetensors" && $(wc -l <"$work/shapes-p/image_text.jsonl") == 60 ]] ||
+  { echo "FAIL: data prepare wrote no image store"; fails=$((fails + 1)); }
+check "data prepare: the output exists" 1 "$bin" data prepare --data "$work/shapes/train.jsonl" --out "$work/shapes-p"
+one_error_line "--force"
+check "train a VLM on a prepared directory: stop after 2 steps" 0 "$bin" train --config "$root/configs/tiny-vl.json" \
+  --train-config "$work/vl.train.json" --data "$work/shapes-p" --out "$work/vl3" --quiet --stop-after 2
+check "resume the prepared-directory run" 0 "$bin" train --config "$root/configs/tiny-vl.json" --resume "$work/vl3" --quiet
+[[ -d "$work/vl3/checkpoints/step-000004" ]] || { echo "FAIL: the prepared run did not reach step 4"; fails=$((fails + 1)); }
 check "eval images" 0 "$bin" eval images --model "$work/vl" --data "$work/shapes/test.jsonl" --json "$work/vl.json"
 grep -q '"questions": 12' "$work/vl.json" || { echo "FAIL: eval images did not score 12 questions"; fails=$((fails + 1)); }
 check "train: image records for a text-only model" 1 "$bin" train --config "$root/configs/tiny.json" \
