@@ -9,6 +9,7 @@
 #include <set>
 
 #include "agent/agent_tasks.h"
+#include "agent/agent_tokenizer.h"
 #include "agent/episode.h"
 #include "agent/exact_number.h"
 #include "agent/tools.h"
@@ -145,17 +146,7 @@ TEST(Tools, ResultsAndErrors) {
 
 class EpisodeTest : public testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    std::vector<std::string> texts;
-    for (int i = 0; i < 80; ++i)
-      texts.push_back("What is the total price of 3 plum and 2 fig in dollars? lookup_price calculator convert " +
-                      std::to_string(i) + " {\"name\":\"item\",\"arguments\":{\"expression\":\"3*0.5\"}} 2026-03-14");
-    tok_ = new Tokenizer(Tokenizer::train_from_texts(texts, 400));
-  }
-  static void TearDownTestSuite() {
-    delete tok_;
-    tok_ = nullptr;
-  }
+  static void SetUpTestSuite() { tok_ = &test::agent_tokenizer(); }
   // An assistant message's reply tokens: between its <|assistant|> and its <|endoftext|>.
   static std::vector<int32_t> reply(const ChatMessage& m) {
     const std::vector<int32_t> ids = encode_chat(*tok_, std::vector<ChatMessage>{m}, {}, false).ids;
@@ -167,9 +158,9 @@ class EpisodeTest : public testing::Test {
     return m;
   }
   static int32_t eos() { return tok_->id_of("<|endoftext|>"); }
-  static Tokenizer* tok_;
+  static const Tokenizer* tok_;
 };
-Tokenizer* EpisodeTest::tok_ = nullptr;
+const Tokenizer* EpisodeTest::tok_ = nullptr;
 
 TEST_F(EpisodeTest, ReferenceSolutionsScoreFullMarksInEveryFamily) {
   for (const AgentSplit split : {AgentSplit::kTrain, AgentSplit::kHeldOut}) {

@@ -9,6 +9,7 @@
 
 #include <random>
 
+#include "agent/agent_tokenizer.h"
 #include "agent/tools.h"
 #include "core/error.h"
 #include "data/chat_template.h"
@@ -22,17 +23,7 @@ using json = nlohmann::json;
 
 class ToolGrammarTest : public testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    std::vector<std::string> texts;
-    for (int i = 0; i < 80; ++i)
-      texts.push_back("What is the total price of 3 plum and 2 fig in dollars? lookup_price calculator convert " +
-                      std::to_string(i) + " {\"name\":\"item\",\"arguments\":{\"expression\":\"3*0.5\"}} 2026-03-14");
-    tok_ = new Tokenizer(Tokenizer::train_from_texts(texts, 400));
-  }
-  static void TearDownTestSuite() {
-    delete tok_;
-    tok_ = nullptr;
-  }
+  static void SetUpTestSuite() { tok_ = &test::agent_tokenizer(); }
   static std::shared_ptr<const ToolCallGrammar> grammar(const std::vector<ToolSpec>& tools,
                                                         ToolCallGrammarOptions o = {}) {
     o.strict_all = true;
@@ -53,9 +44,9 @@ class ToolGrammarTest : public testing::Test {
     m.accept(tok_->id_of("<|tool_call|>"));
     return feed_text(m, call_text) && m.allows(tok_->id_of("<|/tool_call|>"));
   }
-  static Tokenizer* tok_;
+  static const Tokenizer* tok_;
 };
-Tokenizer* ToolGrammarTest::tok_ = nullptr;
+const Tokenizer* ToolGrammarTest::tok_ = nullptr;
 
 // A schema with every kind the subset knows, nested.
 json rich_schema() {
