@@ -77,6 +77,7 @@ GrpoConfig parse_grpo_config(const nlohmann::json& j, const std::string& source)
   c.seed = o.uint_or("seed", c.seed);
   c.kda_chunk = o.int_or("kda_chunk", c.kda_chunk);
   c.routing_replay = o.bool_or("routing_replay", c.routing_replay);
+  c.refill_rounds = int(o.int_or("refill_rounds", c.refill_rounds));
   o.finish();
   const std::pair<const char*, int64_t> positive[] = {{"steps", c.steps},
                                                       {"prompts_per_step", c.prompts_per_step},
@@ -100,6 +101,7 @@ GrpoConfig parse_grpo_config(const nlohmann::json& j, const std::string& source)
   if (!(c.kl_coef >= 0)) o.fail("kl_coef", c.kl_coef, "must be >= 0");
   if (!(c.clip >= 0)) o.fail("clip", c.clip, "must be >= 0 (0 = off)");
   if (c.warmup_steps < 0) o.fail("warmup_steps", c.warmup_steps, "must be >= 0");
+  if (c.refill_rounds < 0 || c.refill_rounds > 16) o.fail("refill_rounds", c.refill_rounds, "must lie in 0..16");
   return c;
 }
 
@@ -137,7 +139,8 @@ nlohmann::json grpo_config_to_json(const GrpoConfig& c) {
           {"keep_checkpoints", c.keep_checkpoints},
           {"seed", c.seed},
           {"kda_chunk", c.kda_chunk},
-          {"routing_replay", c.routing_replay}};
+          {"routing_replay", c.routing_replay},
+          {"refill_rounds", c.refill_rounds}};
 }
 
 namespace {
@@ -274,35 +277,48 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
   while (step < end) {
     const auto t_step = std::chrono::steady_clock::now();
     // Rollouts on the weights as they are (views: the engine is gone before the update).
-    const std::vector<AgentTask> all_tasks =
-        agent_tasks(mix_seed(cfg.seed, uint64_t(step)), cfg.prompts_per_step, AgentSplit::kTrain);
-    const std::vector<AgentTask> tasks(all_tasks.begin() + first_group, all_tasks.begin() + first_group + per_rank);
+    // Advantages within each group; groups of equal rewards are dropped. With refill_rounds (dynamic sampling),
+    // each round rolls out new prompts in place of the dropped groups, until the step has its groups or the rounds
+    // run out; round r's prompts and draws come from (seed, step, r), so a resumed run repeats them exactly.
     RolloutStats rs;
     std::vector<Trajectory> trajs;
+    std::vector<double> advantage;
+    std::vector<size_t> kept;
+    int dropped = 0, kept_groups = 0, rounds = 0;
     {
       auto inference = std::make_shared<const InferenceModel>(mc, DecodeWeights::from_model(model.weights()), tok);
-      trajs =
-          rollout_groups(inference, tok, tasks, cfg.group_size, sampling, mix_seed(cfg.seed ^ 0x6770u, uint64_t(step)),
-                         cfg.limits, cfg.rewards, &rs, first_group, cfg.routing_replay);
-    }
-    // Advantages within each group; groups of equal rewards are dropped.
-    std::vector<double> advantage(trajs.size(), 0.0);
-    std::vector<size_t> kept;
-    int dropped = 0;
-    for (int g = 0; g < per_rank; ++g) {
-      double mean = 0, var = 0;
-      const size_t a = size_t(g) * size_t(cfg.group_size), b = a + size_t(cfg.group_size);
-      for (size_t i = a; i < b; ++i) mean += trajs[i].outcome.total;
-      mean /= cfg.group_size;
-      for (size_t i = a; i < b; ++i) var += (trajs[i].outcome.total - mean) * (trajs[i].outcome.total - mean);
-      const double sd = std::sqrt(var / cfg.group_size);
-      if (sd < 1e-9) {
-        ++dropped;
-        continue;
-      }
-      for (size_t i = a; i < b; ++i) {
-        advantage[i] = (trajs[i].outcome.total - mean) / sd;
-        kept.push_back(i);
+      for (int round = 0;; ++round) {
+        const uint64_t round_seed =
+            round == 0 ? uint64_t(step) : mix_seed(uint64_t(step), 0x72656669ull + uint64_t(round));
+        const std::vector<AgentTask> all_tasks =
+            agent_tasks(mix_seed(cfg.seed, round_seed), cfg.prompts_per_step, AgentSplit::kTrain);
+        const int want = per_rank - kept_groups;
+        const std::vector<AgentTask> tasks(all_tasks.begin() + first_group, all_tasks.begin() + first_group + want);
+        std::vector<Trajectory> got =
+            rollout_groups(inference, tok, tasks, cfg.group_size, sampling, mix_seed(cfg.seed ^ 0x6770u, round_seed),
+                           cfg.limits, cfg.rewards, &rs, first_group, cfg.routing_replay);
+        const size_t base = trajs.size();
+        for (Trajectory& t : got) trajs.push_back(std::move(t));
+        advantage.resize(trajs.size(), 0.0);
+        for (int g = 0; g < want; ++g) {
+          double mean = 0, var = 0;
+          const size_t a = base + size_t(g) * size_t(cfg.group_size), b = a + size_t(cfg.group_size);
+          for (size_t i = a; i < b; ++i) mean += trajs[i].outcome.total;
+          mean /= cfg.group_size;
+          for (size_t i = a; i < b; ++i) var += (trajs[i].outcome.total - mean) * (trajs[i].outcome.total - mean);
+          const double sd = std::sqrt(var / cfg.group_size);
+          if (sd < 1e-9) {
+            ++dropped;
+            continue;
+          }
+          ++kept_groups;
+          for (size_t i = a; i < b; ++i) {
+            advantage[i] = (trajs[i].outcome.total - mean) / sd;
+            kept.push_back(i);
+          }
+        }
+        rounds = round + 1;
+        if (kept_groups == per_rank || round >= cfg.refill_rounds) break;
       }
     }
     int64_t policy_tokens = 0;
@@ -359,15 +375,18 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
                        all.kl_sum,
                        double(trained_tokens),
                        double(dropped),
+                       double(kept_groups),
+                       double(rounds),
                        double(rs.generated_tokens),
                        double(rs.prompt_tokens),
                        double(rs.prefix_tokens_reused)};
       world.all_reduce_f64(sums, int64_t(std::size(sums)), ReduceOp::kSum);
       first.tokens = sums[0], all.tokens = sums[1], first.clipped = sums[2], all.clipped = sums[3];
       first.mismatch_sum = sums[4], first.kl_sum = sums[5], all.kl_sum = sums[6];
-      trained_tokens = int64_t(sums[7]), dropped = int(sums[8]);
-      rs.generated_tokens = int64_t(sums[9]), rs.prompt_tokens = int64_t(sums[10]);
-      rs.prefix_tokens_reused = int64_t(sums[11]);
+      trained_tokens = int64_t(sums[7]), dropped = int(sums[8]), kept_groups = int(sums[9]);
+      rs.generated_tokens = int64_t(sums[11]), rs.prompt_tokens = int64_t(sums[12]);
+      rs.prefix_tokens_reused = int64_t(sums[13]);
+      rounds = int(sums[10] / world.size() + 0.5);  // (a mean over the ranks, each refills its own groups)
       double maxes[] = {first.mismatch_max, rs.seconds};
       world.all_reduce_f64(maxes, 2, ReduceOp::kMax);
       first.mismatch_max = maxes[0], rs.seconds = maxes[1];
@@ -423,6 +442,8 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
                           {"limited", limited / n},
                           {"groups_dropped", dropped},
                           {"groups", cfg.prompts_per_step},
+                          {"groups_kept", kept_groups},
+                          {"rollout_rounds", rounds},
                           {"policy_tokens", policy_tokens},
                           {"clip_fraction", counted > 0 ? clipped / counted : 0.0},
                           {"logprob_mismatch_mean", mismatch_mean},
@@ -437,13 +458,12 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     if (reference) rec["kl"] = counted > 0 ? kl_sum / counted : 0.0;
     log(rec);
     if (!req.quiet && root)
-      std::fprintf(
-          stderr,
-          "step %lld/%lld  reward %.3f  success %.0f%%  calls %.2f  violations %.2f  dropped %d/%d  clip %.3f  "
-          "mismatch %.1e  rollout %.0f tok/s  train %.0f tok/s\n",
-          (long long)step, (long long)end, rw[4] / n, 100 * success / n, calls / n, violations / n, dropped,
-          cfg.prompts_per_step, counted > 0 ? clipped / counted : 0.0, mismatch_mean,
-          rs.generated_tokens / std::max(rs.seconds, 1e-9), double(trained_tokens) / std::max(train_s, 1e-9));
+      std::fprintf(stderr,
+                   "step %lld/%lld  reward %.3f  success %.0f%%  calls %.2f  violations %.2f  kept %d/%d (dropped %d)  "
+                   "clip %.3f  mismatch %.1e  rollout %.0f tok/s  train %.0f tok/s\n",
+                   (long long)step, (long long)end, rw[4] / n, 100 * success / n, calls / n, violations / n,
+                   kept_groups, cfg.prompts_per_step, dropped, counted > 0 ? clipped / counted : 0.0, mismatch_mean,
+                   rs.generated_tokens / std::max(rs.seconds, 1e-9), double(trained_tokens) / std::max(train_s, 1e-9));
     if (step % cfg.eval_every == 0 || step == end) {
       const nlohmann::json e = evaluate();
       summary.last_success = e.value("agent", nlohmann::json::object()).value("success", 0.0);

@@ -65,6 +65,9 @@ struct GrpoConfig {
   uint64_t seed = 0;
   int64_t kda_chunk = 64;
   bool routing_replay = false;
+  // Dynamic sampling (DAPO): rounds of new prompts rolled out in place of the groups dropped for equal rewards,
+  // until prompts_per_step groups have a signal or the rounds run out (0: off; at most 16).
+  int refill_rounds = 0;
 };
 
 GrpoConfig parse_grpo_config(const nlohmann::json& j, const std::string& source);

@@ -6,7 +6,8 @@
 #     directory is left behind; a model directory that is not a run is refused;
 #  4. eval tasks writes its JSON (every family, rates in [0, 1]) and HTML;
 #  5. GRPO on run A: 4 steps uninterrupted (C) and 2 + --resume 2 (D) give the same losses and rewards bit for bit;
-#     a bad GRPO config is one error naming the field.
+#     with refill_rounds (dynamic sampling) runs F and G the same, refills only adding groups; a bad GRPO config
+#     is one error naming the field.
 # usage: sft_test.sh MYRIAD REPO_ROOT WORK_DIR
 set -uo pipefail
 bin="$1"; root="$2"; work="$3"
@@ -138,8 +139,38 @@ for r in steps:
     assert r["groups_dropped"] <= r["groups"], r
 assert any(r["type"] == "eval" and "agent" in r for r in recs)
 PY
+# Dynamic sampling: refill_rounds rolls out new prompts in place of dropped groups; still resumed bit for bit.
+python3 -c "
+import json, sys
+c = json.load(open(sys.argv[1])); c['refill_rounds'] = 2
+json.dump(c, open(sys.argv[2], 'w'))" "$work/grpo.json" "$work/grpo-refill.json"
+grpo_refill() { "$bin" grpo --train-config "$work/grpo-refill.json" --quiet "$@"; }
+grpo_refill --model "$work/A" --out "$work/F" >"$work/F.log" 2>&1 || { tail -5 "$work/F.log"; fail "GRPO run F failed"; }
+grpo_refill --model "$work/A" --out "$work/G" --stop-after 2 >/dev/null 2>&1 || fail "GRPO run G (2 steps)"
+grpo_refill --resume "$work/G" >"$work/G.log" 2>&1 || { tail -5 "$work/G.log"; fail "resume of GRPO run G failed"; }
+diff <(grpo_steps "$work/F") <(grpo_steps "$work/G") >/dev/null || {
+  diff <(grpo_steps "$work/F") <(grpo_steps "$work/G"); fail "resumed GRPO with refills differs"; }
+python3 - "$work/C" "$work/F" <<'PY' || fail "GRPO refill records"
+import json, sys
+def steps(d):
+    return {r["step"]: r for r in map(json.loads, open(d + "/metrics.jsonl")) if r["type"] == "step"}
+plain, refill = steps(sys.argv[1]), steps(sys.argv[2])
+for s, r in refill.items():
+    assert 1 <= r["rollout_rounds"] <= 3, r
+    assert r["groups_kept"] <= r["groups"], r
+    # another round only after a dropped group; fewer groups than asked only when the rounds ran out
+    assert r["groups_dropped"] >= r["rollout_rounds"] - 1, r
+    assert r["groups_kept"] == r["groups"] or r["rollout_rounds"] == 3, r
+    assert "groups_kept" in plain[s] and plain[s]["rollout_rounds"] == 1, plain[s]
+# Step 1 starts from the same weights and its first round is the plain run's: refills only add groups.
+assert refill[1]["groups_kept"] >= plain[1]["groups_kept"], (refill[1], plain[1])
+assert refill[1]["groups_kept"] == plain[1]["groups_kept"] or refill[1]["rollout_rounds"] > 1
+PY
+echo '{"refill_rounds": 17}' >"$work/bad_grpo.json"
+out=$("$bin" grpo --model "$work/A" --out "$work/E" --train-config "$work/bad_grpo.json" 2>&1); rc=$?
+[[ $rc != 0 && "$out" == *"refill_rounds"* ]] || fail "a bad GRPO refill_rounds: $out"
 echo '{"group_size": 1}' >"$work/bad_grpo.json"
 out=$("$bin" grpo --model "$work/A" --out "$work/E" --train-config "$work/bad_grpo.json" 2>&1); rc=$?
 [[ $rc != 0 && "$out" == *"group_size"* ]] || fail "a bad GRPO config: $out"
-echo "ok: GRPO resumes bit for bit; bad config refused"
+echo "ok: GRPO resumes bit for bit (with refills too); refills only add groups; bad configs refused"
 rm -rf "$work"
