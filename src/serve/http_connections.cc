@@ -241,7 +241,12 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
     strm.start_request(Clock::now() + request_timeout_, kMaxHeaderBytes);
     bool connection_closed = false;
     ok = process_request(strm, count == 1, connection_closed, nullptr);
-    if (strm.deadline_passed()) ++timed_out_;  // still reading when the time was up: what ended it
+    // Still reading when the time was up: the connection ends here, whatever httplib answered (past the request
+    // line it answers 400 and would keep the connection for another slow request and another full deadline).
+    if (strm.deadline_passed()) {
+      ++timed_out_;
+      break;
+    }
     strm.clear_deadline();
     if (!ok || connection_closed) break;
   }
