@@ -181,12 +181,16 @@ void add_vision(SpecList& s, const VisionConfig& v) {
   s.at(Component::kVision, -1, "vision_tower.encoder.");
   norm("final_layernorm");
   s.at(Component::kProjector, -1, "mm_projector.");
-  s.rmsnorm("pre_norm.weight", Dv);  // a LayerNorm (weight 1, bias 0 at init)
-  s.add("pre_norm.bias", {Dv}, ParamInit::kZeros, /*decay=*/false);
+  const bool v1 = v.mm_projector_type == "patchmerger";  // Kimi-VL / K2.5: pre-LayerNorm and biases
+  if (v1) {
+    s.rmsnorm("pre_norm.weight", Dv);  // a LayerNorm (weight 1, bias 0 at init)
+    s.add("pre_norm.bias", {Dv}, ParamInit::kZeros, /*decay=*/false);
+  }
   s.linear("proj.0.weight", {merged, merged});
-  s.add("proj.0.bias", {merged}, ParamInit::kZeros, /*decay=*/false);
+  bias("proj.0", merged, v1);
   s.linear("proj.2.weight", {*v.text_hidden_size, merged});
-  s.add("proj.2.bias", {*v.text_hidden_size}, ParamInit::kZeros, /*decay=*/false);
+  bias("proj.2", *v.text_hidden_size, v1);
+  if (!v1) s.rmsnorm("post_norm.weight", *v.text_hidden_size);  // K3's patchmergerv2: RMSNorm after the MLP
 }
 
 }  // namespace

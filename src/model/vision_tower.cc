@@ -15,8 +15,10 @@ namespace {
 
 using ag::Var;
 
-// The tower's norms have no eps in K3's config; 1e-5 is nn.LayerNorm's default, which MoonViT's blocks use.
-constexpr float kTowerNormEps = 1e-5f;
+// The tower's norms have no eps in the config: K3's reference builds them as nn.RMSNorm(D), whose eps defaults to
+// float32's machine epsilon (2^-23), and the LayerNorm variant (Kimi-VL, K2.5) as nn.LayerNorm(D), 1e-5.
+constexpr float kTowerLayerNormEps = 1e-5f;
+constexpr float kTowerRmsNormEps = 1.1920929e-07f;
 
 // LayerNorm over the last dim of x [n, D] as RMSNorm of the centred row (the same formula: the mean square of
 // x - mean is the variance), so its backward is the existing ops'. The mean is x times a constant [D, 1] column.
@@ -41,8 +43,8 @@ class Tower {
   }
 
   Var norm(const Var& x, const std::string& name) const {
-    if (v_.norm_type == "layernorm") return layer_norm(x, p(name + ".weight"), p(name + ".bias"), kTowerNormEps);
-    return ag::rmsnorm(x, p(name + ".weight"), kTowerNormEps);
+    if (v_.norm_type == "layernorm") return layer_norm(x, p(name + ".weight"), p(name + ".bias"), kTowerLayerNormEps);
+    return ag::rmsnorm(x, p(name + ".weight"), kTowerRmsNormEps);
   }
 
   Var act(const Var& x, const std::string& which) const {
@@ -152,13 +154,19 @@ class Tower {
     for (int64_t l = 0; l < v_.vt_num_hidden_layers; ++l) x = block(l, x, grids, cos, sin);
     x = norm(x, "vision_tower.encoder.final_layernorm");
 
-    // Projector (patch merger): LayerNorm per patch, the window's patches side by side, MLP to the text width.
+    // Projector: the window's patches side by side, an MLP to the text width. patchmergerv2 (K3): bias-free,
+    // RMSNorm after; patchmerger (Kimi-VL, K2.5): LayerNorm of each patch before, biases.
     const Var merged = ag::gather_rows(x, merge_order(grids, L));
-    const Var normed = layer_norm(merged, p("mm_projector.pre_norm.weight"), p("mm_projector.pre_norm.bias"),
-                                  float(v_.projector_ln_eps));
     const int64_t window = v_.merge_kernel_size[0] * v_.merge_kernel_size[1];
-    const Var rows = ag::reshape(normed, {L / window, window * Dv});
-    return linear(act(linear(rows, "mm_projector.proj.0"), v_.projector_hidden_act), "mm_projector.proj.2");
+    const float eps = float(v_.projector_ln_eps);
+    if (v_.mm_projector_type == "patchmerger") {
+      const Var normed = layer_norm(merged, p("mm_projector.pre_norm.weight"), p("mm_projector.pre_norm.bias"), eps);
+      const Var rows = ag::reshape(normed, {L / window, window * Dv});
+      return linear(act(linear(rows, "mm_projector.proj.0"), v_.projector_hidden_act), "mm_projector.proj.2");
+    }
+    const Var rows = ag::reshape(merged, {L / window, window * Dv});
+    const Var y = linear(act(linear(rows, "mm_projector.proj.0"), v_.projector_hidden_act), "mm_projector.proj.2");
+    return ag::rmsnorm(y, p("mm_projector.post_norm.weight"), eps);
   }
 
  private:

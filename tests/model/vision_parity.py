@@ -40,11 +40,12 @@ VARIANTS = {
     "k3": {"patch_size": 4, "vt_hidden_size": 32, "vt_intermediate_size": 48, "vt_num_attention_heads": 2,
            "qkv_hidden_size": 48, "vt_num_hidden_layers": 2, "merge_kernel_size": [2, 2],
            "init_pos_emb_height": 4, "init_pos_emb_width": 6, "norm_type": "rmsnorm"},
-    # LayerNorm and every bias, exact GELU in the MLP, a 1 x 2 merge window.
+    # LayerNorm and every bias, exact GELU in the MLP, a 1 x 2 merge window, Kimi-VL's / K2.5's projector.
     "biases": {"patch_size": 3, "vt_hidden_size": 24, "vt_intermediate_size": 40, "vt_num_attention_heads": 3,
                "vt_num_hidden_layers": 2, "merge_kernel_size": [1, 2], "init_pos_emb_height": 4,
                "init_pos_emb_width": 4, "norm_type": "layernorm", "attn_bias": True, "linear_bias": True,
-               "patch_embed_proj_bias": True, "activation_func": "gelu", "projector_hidden_act": "gelu_pytorch_tanh"},
+               "patch_embed_proj_bias": True, "activation_func": "gelu", "projector_hidden_act": "gelu_pytorch_tanh",
+               "mm_projector_type": "patchmerger"},
 }
 
 PLACEHOLDER = text["media_placeholder_token_id"]  # tiny.json's

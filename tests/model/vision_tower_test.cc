@@ -35,8 +35,8 @@ TEST(VisionTower, K3TowerHasThePublishedSize) {
   const int64_t projector = a.components[size_t(Component::kProjector)].params;
   // K3's vision encoder is MoonViT-400M ("about 0.4B"): within 3% of 400M.
   EXPECT_NEAR(double(tower), 400e6, 12e6);
-  // The projector: LayerNorm over 1024, then 4096 -> 4096 -> 7168 with biases.
-  EXPECT_EQ(projector, 2 * 1024 + 4096 * 4096 + 4096 + 7168 * 4096 + 7168);
+  // The projector (patchmergerv2): 4096 -> 4096 -> 7168 without biases, then an RMSNorm over 7168.
+  EXPECT_EQ(projector, 4096 * 4096 + 7168 * 4096 + 7168);
   // Neither counts as activated per text token.
   EXPECT_EQ(a.components[size_t(Component::kVision)].active, 0);
   EXPECT_EQ(a.components[size_t(Component::kProjector)].active, 0);

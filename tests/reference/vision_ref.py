@@ -15,7 +15,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-NORM_EPS = 1e-5  # the tower's norms (docs/vision.md: K3's config names none; nn.LayerNorm's default)
+# The tower's norms (docs/vision.md: the config names none): nn.LayerNorm's default, and nn.RMSNorm's, which is
+# float32's machine epsilon.
+LAYER_NORM_EPS = 1e-5
+RMS_NORM_EPS = torch.finfo(torch.float32).eps
 
 
 def fill_defaults(v, text_hidden):
@@ -29,6 +32,7 @@ def fill_defaults(v, text_hidden):
     v.setdefault("projector_hidden_act", "gelu")
     v.setdefault("projector_ln_eps", 1e-5)
     v.setdefault("norm_type", "rmsnorm")
+    v.setdefault("mm_projector_type", "patchmergerv2")
     return v
 
 
@@ -38,8 +42,12 @@ def act(x, name):
 
 def tower_norm(v, W, x, name):
     if v["norm_type"] == "layernorm":
-        return F.layer_norm(x, (x.shape[-1],), W[name + ".weight"], W[name + ".bias"], NORM_EPS)
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + NORM_EPS) * W[name + ".weight"]
+        return F.layer_norm(x, (x.shape[-1],), W[name + ".weight"], W[name + ".bias"], LAYER_NORM_EPS)
+    return rms_norm(x, W[name + ".weight"], RMS_NORM_EPS)
+
+
+def rms_norm(x, weight, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
 
 def lin(W, x, name):
@@ -102,7 +110,11 @@ def encode(v, W, patches, grids):
         merged.append(img.reshape((h // kh) * (w // kw), kh * kw, D))
         start += h * w
     m = torch.cat(merged)
-    m = F.layer_norm(m, (D,), W["mm_projector.pre_norm.weight"], W["mm_projector.pre_norm.bias"],
-                     v["projector_ln_eps"])
+    if v["mm_projector_type"] == "patchmerger":  # Kimi-VL / K2.5: LayerNorm of each patch first
+        m = F.layer_norm(m, (D,), W["mm_projector.pre_norm.weight"], W["mm_projector.pre_norm.bias"],
+                         v["projector_ln_eps"])
     m = m.reshape(m.shape[0], kh * kw * D)
-    return lin(W, act(lin(W, m, "mm_projector.proj.0"), v["projector_hidden_act"]), "mm_projector.proj.2")
+    y = lin(W, act(lin(W, m, "mm_projector.proj.0"), v["projector_hidden_act"]), "mm_projector.proj.2")
+    if v["mm_projector_type"] == "patchmerger":
+        return y
+    return rms_norm(y, W["mm_projector.post_norm.weight"], v["projector_ln_eps"])  # K3's patchmergerv2

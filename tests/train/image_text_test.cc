@@ -473,7 +473,7 @@ TEST(ImageText, GeneratedAnswersAreTheEnginesAndScoredByExactMatch) {
   // The truth: the engine's answer for questions 0, 2, 4 (when not blank), something else for the rest.
   int64_t expect_right = 0;
   for (size_t i = 0; i < examples.size(); ++i) {
-    const size_t b = engine_text[i].find_first_not_of(" \t"), e = engine_text[i].find_last_not_of(" \t");
+    const size_t b = engine_text[i].find_first_not_of(" \t\r"), e = engine_text[i].find_last_not_of(" \t\r");
     const std::string trimmed = b == std::string::npos ? "" : engine_text[i].substr(b, e - b + 1);
     const bool use = i % 2 == 0 && !trimmed.empty();
     examples[i].answer = use ? trimmed : "\x01never";
@@ -486,7 +486,7 @@ TEST(ImageText, GeneratedAnswersAreTheEnginesAndScoredByExactMatch) {
   const ImageQuestionReport r = evaluate_image_questions(*model, tok, examples, o);
   ASSERT_EQ(r.samples.size(), 6u);
   for (size_t i = 0; i < 6; ++i) {
-    const size_t b = engine_text[i].find_first_not_of(" \t"), e = engine_text[i].find_last_not_of(" \t");
+    const size_t b = engine_text[i].find_first_not_of(" \t\r"), e = engine_text[i].find_last_not_of(" \t\r");
     EXPECT_EQ(r.samples[i].got, b == std::string::npos ? "" : engine_text[i].substr(b, e - b + 1)) << i;
     EXPECT_EQ(r.samples[i].prompt, prompts[i]);
   }
