@@ -31,23 +31,32 @@ float parse_float(const myriad::cli::Args& args, const std::string& name, float 
   return fallback;
 }
 
-// --image a.png,b.jpg: each image decoded, patched at the model's patch size and encoded by its vision tower;
-// the prompt's image markers (media_placeholder_token_id, e.g. <|image|>) expand to each image's tokens, or,
-// when the prompt has none, one marker per image goes before it.
-void attach_images(const myriad::InferenceModel& model, const std::string& list, myriad::GenerationRequest* req) {
+// --image a.png,b.jpg and --video c.gif: each image decoded, patched at the model's patch size and encoded by its
+// vision tower, each video's frames (an animated GIF's) in chunks; the prompt's image markers
+// (media_placeholder_token_id, e.g. <|image|>) expand to each image's and then each video's tokens, or, when the
+// prompt has none, one marker per image and video goes before it.
+void attach_media(const myriad::InferenceModel& model, const myriad::cli::Args& args, myriad::GenerationRequest* req) {
   using namespace myriad;
   const ModelConfig& c = model.config();
-  require_vision(c, "--image (the model in " + model.source() + ")");
-  ImageInput images;
-  std::stringstream ss(list);
-  for (std::string path; std::getline(ss, path, ',');) add_image(images, *c.vision_config, read_image_file(path));
-  MYRIAD_REQUIRE(!images.empty(), kValue, "--image: no image paths given");
+  const std::string flag = args.has("image") ? "--image" : "--video";
+  require_vision(c, flag + " (the model in " + model.source() + ")");
+  ImageInput media;
+  auto each = [](const std::string& list, const auto& fn) {
+    std::stringstream ss(list);
+    for (std::string path; std::getline(ss, path, ',');)
+      if (!path.empty()) fn(path);
+  };
+  if (const auto images = args.get("image"))
+    each(*images, [&](const std::string& path) { add_image(media, *c.vision_config, read_image_file(path)); });
+  if (const auto videos = args.get("video"))
+    each(*videos, [&](const std::string& path) { add_video(media, *c.vision_config, read_video_file(path)); });
+  MYRIAD_REQUIRE(!media.empty(), kValue, flag, ": no paths given");
   const auto ph = int32_t(*c.media_placeholder_token_id);
   if (std::find(req->prompt.begin(), req->prompt.end(), ph) == req->prompt.end())
-    req->prompt.insert(req->prompt.begin(), images.grids.size(), ph);
-  req->prompt = expand_image_placeholders(req->prompt, ph, images.tokens);
-  req->image_patches = images.patches(*c.vision_config);
-  req->image_grids = images.grids;
+    req->prompt.insert(req->prompt.begin(), media.tokens.size(), ph);
+  req->prompt = expand_image_placeholders(req->prompt, ph, media.tokens);
+  req->image_patches = media.patches(*c.vision_config);
+  req->image_grids = media.grids;
 }
 
 int run_generate(const myriad::cli::Args& args) {
@@ -68,7 +77,7 @@ int run_generate(const myriad::cli::Args& args) {
   GenerationRequest req;
   req.prompt = model->tokenizer().encode(prompt);
   MYRIAD_REQUIRE(!req.prompt.empty(), kValue, "generate: the prompt is empty");
-  if (const auto images = args.get("image")) attach_images(*model, *images, &req);
+  if (args.has("image") || args.has("video")) attach_media(*model, args, &req);
   req.max_tokens = args.get_int("max-tokens", 64, 1, 1 << 24);
   req.sampling.temperature = parse_float(args, "temperature", 0.0f);
   req.sampling.top_k = args.get_int("top-k", 0, 0, 1 << 30);
@@ -138,7 +147,8 @@ int run_generate(const myriad::cli::Args& args) {
 MYRIAD_COMMAND(
     "generate", "generate text from a model, streamed as it comes (the serving engine)",
     "myriad generate --model DIR (--prompt TEXT | --prompt-file FILE) [--max-tokens N] [--temperature T] "
-    "[--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] [--seed S] [--stop TEXT] [--image PATHS] "
+    "[--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] [--seed S] [--stop TEXT] [--image PATHS] [--video "
+    "PATHS] "
     "[--save-state FILE] [--load-state FILES]",
     myriad::cli::with_engine_options(
         {{"model", "DIR", "a model directory (plain or quantized), a run (its latest checkpoint)"},
@@ -153,6 +163,9 @@ MYRIAD_COMMAND(
           "images (PNG, JPEG, BMP, GIF; comma-separated) for a model with a vision tower: "
           "each <|image|> marker of the prompt (media_placeholder_token_id) takes the "
           "next; without markers the images go before the prompt"},
+         {"video", "PATHS",
+          "short videos (animated GIFs; comma-separated): up to 4 x init_pos_emb_time frames spread over each, "
+          "encoded in chunks of init_pos_emb_time frames; each takes the <|image|> marker after the images'"},
          {"max-tokens", "N", "tokens to generate (default 64)"},
          {"temperature", "T", "0 = greedy (default)"},
          {"top-k", "K", "keep the K most likely tokens (0 = off)"},

@@ -1,5 +1,6 @@
 // The patch file `myriad vision encode` and `myriad logits --images` read: a safetensors file holding
-// patches f32 [L, 3 p p] and grids i64 [images, 2] (h, w in patches), plus optional tensors the caller asks for.
+// patches f32 [L, 3 p p] and grids i64 [images, 2] (h, w in patches) or [images, 3] (t, h, w: video chunks of t
+// frames), plus optional tensors the caller asks for.
 #pragma once
 
 #include <string>
@@ -23,10 +24,16 @@ inline Tensor patch_file_tensor(const SafetensorsFile& f, const std::string& nam
 // The grids of the file's `grids` tensor.
 inline std::vector<PatchGrid> patch_file_grids(const SafetensorsFile& f) {
   const Tensor g = patch_file_tensor(f, "grids", DType::kI64, 2);
-  MYRIAD_REQUIRE(g.shape()[1] == 2, kValue, f.path(), ": 'grids' must be [images, 2] (h, w in patches), got ",
+  const int64_t cols = g.shape()[1];
+  MYRIAD_REQUIRE(cols == 2 || cols == 3, kValue, f.path(),
+                 ": 'grids' must be [images, 2] (h, w in patches) or [images, 3] (t, h, w), got ",
                  shape_str(g.shape()));
   std::vector<PatchGrid> grids;
-  for (int64_t i = 0; i < g.shape()[0]; ++i) grids.push_back({g.data<int64_t>()[2 * i], g.data<int64_t>()[2 * i + 1]});
+  const int64_t* d = g.data<int64_t>();
+  for (int64_t i = 0; i < g.shape()[0]; ++i) {
+    const int64_t* r = d + cols * i;
+    grids.push_back(cols == 2 ? PatchGrid{r[0], r[1]} : PatchGrid{r[1], r[2], r[0]});
+  }
   return grids;
 }
 

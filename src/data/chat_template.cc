@@ -46,7 +46,8 @@ void append_content(std::vector<ChatPiece>& out, const ChatMessage& m, bool assi
     }
     out.push_back({"<|media_begin|>", true, assistant});
     const bool sized = wrap == MediaWrap::kK3 && image.width > 0 && image.height > 0;
-    out.push_back({sized ? str("image ", image.width, "x", image.height) : std::string("image"), false, assistant});
+    const char* kind = image.video ? "video" : "image";
+    out.push_back({sized ? str(kind, " ", image.width, "x", image.height) : std::string(kind), false, assistant});
     out.push_back({"<|media_content|>", true, assistant});
     out.push_back({"<|media_pad|>", true, assistant, true});
     out.push_back({"<|media_end|>", true, assistant});

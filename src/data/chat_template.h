@@ -81,6 +81,7 @@ struct ChatImage {
   std::string field = {};  // where it was read ("messages[0].content[1].image_url.url"), for errors; not rendered
   // The decoded image's size in pixels, once known (0: not decoded): the k3 format writes it ("image 320x240").
   int64_t width = 0, height = 0;
+  bool video = false;  // a video_url part (frames in chunks; the kimi and k3 formats write "video")
 };
 
 struct ChatMessage {

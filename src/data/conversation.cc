@@ -48,20 +48,23 @@ void read_content(const json& c, const std::string& at, ChatMessage& msg) {
     if (!part.is_object()) type_error(pat, "an object", part);
     const json* type = member(part, "type");
     const std::string t = type ? string_at(*type, pat + ".type") : "";
-    if (t == "image_url") {
+    if (t == "image_url" || t == "video_url") {
       if (msg.role != "user")
-        throw FieldError(pat + ".type",
-                         str("'", pat, ".type' = 'image_url': images go in user messages only, not ", msg.role));
-      const json* image = member(part, "image_url");
-      if (!image) throw FieldError(pat + ".image_url", str("'", pat, ".image_url' is missing"));
-      if (!image->is_object()) type_error(pat + ".image_url", "an object {\"url\": ...}", *image);
-      const json* url = member(*image, "url");
-      if (!url) throw FieldError(pat + ".image_url.url", str("'", pat, ".image_url.url' is missing"));
-      msg.images.push_back({msg.content.size(), string_at(*url, pat + ".image_url.url"), pat + ".image_url.url"});
+        throw FieldError(pat + ".type", str("'", pat, ".type' = '", t,
+                                            "': images and videos go in user messages only, not ", msg.role));
+      const json* media = member(part, t.c_str());
+      if (!media) throw FieldError(pat + "." + t, str("'", pat, ".", t, "' is missing"));
+      if (!media->is_object()) type_error(pat + "." + t, "an object {\"url\": ...}", *media);
+      const json* url = member(*media, "url");
+      if (!url) throw FieldError(pat + "." + t + ".url", str("'", pat, ".", t, ".url' is missing"));
+      ChatImage image{msg.content.size(), string_at(*url, pat + "." + t + ".url"), pat + "." + t + ".url"};
+      image.video = t == "video_url";
+      msg.images.push_back(std::move(image));
       continue;
     }
     if (t != "text")
-      throw FieldError(pat + ".type", str("'", pat, ".type' = '", t, "': content parts are of type text or image_url"));
+      throw FieldError(pat + ".type",
+                       str("'", pat, ".type' = '", t, "': content parts are of type text, image_url or video_url"));
     const json* text = member(part, "text");
     if (!text) throw FieldError(pat + ".text", str("'", pat, ".text' is missing"));
     msg.content += string_at(*text, pat + ".text");
@@ -190,7 +193,8 @@ json chat_messages_to_json(const std::vector<ChatMessage>& messages) {
       };
       for (const ChatImage& image : m.images) {
         text(std::min(image.at, m.content.size()));
-        parts.push_back({{"type", "image_url"}, {"image_url", {{"url", image.url}}}});
+        const char* type = image.video ? "video_url" : "image_url";
+        parts.push_back({{"type", type}, {type, {{"url", image.url}}}});
       }
       text(m.content.size());
       j["content"] = std::move(parts);

@@ -1,5 +1,7 @@
 #include "infer/image_input.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace myriad {
@@ -29,6 +31,31 @@ void add_image(ImageInput& in, const VisionConfig& v, const Image& image) {
   in.values.insert(in.values.end(), p.values.begin(), p.values.end());
   in.grids.push_back({p.grid_h, p.grid_w});
   in.tokens.push_back(vision_tokens(v, in.grids.back()));
+}
+
+int64_t max_video_frames(const VisionConfig& v) {
+  return 4 * v.init_pos_emb_time.value_or(4);
+}
+
+void add_video(ImageInput& in, const VisionConfig& v, const Video& video) {
+  MYRIAD_REQUIRE(!video.frames.empty(), kValue, "a video without frames");
+  const int64_t chunk = v.init_pos_emb_time.value_or(4);
+  PatchOptions o = patch_options_for(v);
+  o.max_patches = std::max(o.max_patches / chunk, o.merge_h * o.merge_w);
+  const std::vector<int64_t> keep = sample_frames(int64_t(video.frames.size()), max_video_frames(v));
+  int64_t tokens = 0;
+  for (size_t first = 0; first < keep.size(); first += size_t(chunk)) {
+    const size_t end = std::min(keep.size(), first + size_t(chunk));
+    PatchGrid g;
+    for (size_t i = first; i < end; ++i) {
+      const ImagePatches p = image_to_patches(video.frames[size_t(keep[i])], o);
+      in.values.insert(in.values.end(), p.values.begin(), p.values.end());
+      g = {p.grid_h, p.grid_w, int64_t(end - first)};
+    }
+    in.grids.push_back(g);
+    tokens += vision_tokens(v, g);
+  }
+  in.tokens.push_back(tokens);
 }
 
 }  // namespace myriad

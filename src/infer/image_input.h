@@ -10,6 +10,7 @@
 
 #include "core/tensor.h"
 #include "data/image.h"
+#include "data/video.h"
 #include "model/config.h"
 #include "model/vision_tower.h"
 
@@ -24,8 +25,8 @@ void require_vision(const ModelConfig& c, const std::string& what);
 
 struct ImageInput {
   std::vector<float> values;     // every image's patches, [patch rows, 3 p p] row-major, images in order
-  std::vector<PatchGrid> grids;  // per image
-  std::vector<int64_t> tokens;   // per image: the placeholder run it takes (vision_tokens)
+  std::vector<PatchGrid> grids;  // per image, and per chunk of a video
+  std::vector<int64_t> tokens;   // per image or video: the placeholder run it takes (its grids' vision_tokens)
   bool empty() const { return grids.empty(); }
   // The patches as the vision tower takes them: f32 [patch rows, 3 p p].
   Tensor patches(const VisionConfig& v) const;
@@ -33,5 +34,14 @@ struct ImageInput {
 
 // Appends an image, patched for the model's tower.
 void add_image(ImageInput& in, const VisionConfig& v, const Image& image);
+
+// Frames of a video the tower sees at most: four chunks of init_pos_emb_time frames (16 for K3).
+int64_t max_video_frames(const VisionConfig& v);
+
+// Appends a video: at most max_video_frames frames spread over it (sample_frames), each patched at
+// 1 / init_pos_emb_time of the image budget so that a chunk holds no more patches than one image, in chunks of
+// init_pos_emb_time frames (the last may be shorter; a chunk of one frame is an image). Its placeholder run is
+// its chunks' tokens together.
+void add_video(ImageInput& in, const VisionConfig& v, const Video& video);
 
 }  // namespace myriad

@@ -52,7 +52,8 @@ class Tower {
   }
 
   // Bilinear interpolation of the [H0, W0, D] position table to each grid (PyTorch's F.interpolate,
-  // align_corners false): four gathered rows per patch, weighted.
+  // align_corners false): four gathered rows per patch, weighted; every frame of a chunk the same, plus the fixed
+  // temporal embedding of its frame when the chunk has several.
   Var position_embedding(const std::vector<PatchGrid>& grids, int64_t L) const {
     const Var& table = p("vision_tower.patch_embed.pos_emb.weight");
     const int64_t H0 = table.shape()[0], W0 = table.shape()[1], D = table.shape()[2];
@@ -66,7 +67,10 @@ class Tower {
       *i1 = std::min<int64_t>(*i0 + 1, in_n - 1);
       *frac = s - double(*i0);
     };
-    for (const PatchGrid& g : grids)
+    int64_t max_t = 1;
+    for (const PatchGrid& g : grids) {
+      max_t = std::max(max_t, g.t);
+      const size_t frame_start = idx[0].size();
       for (int64_t r = 0; r < g.h; ++r) {
         int64_t y0, y1;
         double fy;
@@ -83,6 +87,15 @@ class Tower {
           }
         }
       }
+      for (int64_t f = 1; f < g.t; ++f)  // the later frames repeat the first's rows
+        for (int k = 0; k < 4; ++k)
+          for (size_t i = frame_start; i < frame_start + size_t(g.h * g.w); ++i) {
+            const int32_t row = idx[k][i];
+            const float weight = wt[k][i];
+            idx[k].push_back(row);
+            wt[k].push_back(weight);
+          }
+    }
     const Var flat = ag::reshape(table, {H0 * W0, D});
     Var out;
     for (int k = 0; k < 4; ++k) {
@@ -90,7 +103,19 @@ class Tower {
           ag::mul(ag::gather_rows(flat, Tensor::from_vector(idx[k], {L})), Var(Tensor::from_vector(wt[k], {L, 1})));
       out = k == 0 ? term : ag::add(out, term);
     }
-    return out;
+    if (max_t == 1) return out;
+    // A chunk of t > 1 frames adds row f of the temporal table to frame f; a single frame (an image) adds none.
+    const Tensor time = vision_time_embedding(max_t, D);
+    Tensor rows = Tensor::zeros({L, D});
+    int64_t at = 0;
+    for (const PatchGrid& g : grids) {
+      if (g.t > 1)
+        for (int64_t f = 0; f < g.t; ++f)
+          for (int64_t i = 0; i < g.h * g.w; ++i)
+            std::copy_n(time.data<float>() + f * D, D, rows.data<float>() + (at + f * g.h * g.w + i) * D);
+      at += g.patches();
+    }
+    return ag::add(out, Var(rows));
   }
 
   // One encoder block: x + wo(attention(rope(q), rope(k), v) per image), then x + fc1(act(fc0(norm1 x))).
@@ -121,20 +146,39 @@ class Tower {
     return ag::add(h, mlp);
   }
 
-  // sd2_tpool with one frame: each kh x kw window of patches becomes one row of kh kw D values, (a, b) order.
-  Tensor merge_order(const std::vector<PatchGrid>& grids, int64_t L) const {
+  // sd2_tpool: each kh x kw window of patches becomes one row of kh kw D values, (a, b) order; a chunk's patch
+  // positions are first averaged over its frames. Returns the merged rows [windows kh kw, D].
+  Var merge(const Var& x, const std::vector<PatchGrid>& grids) const {
     const int64_t kh = v_.merge_kernel_size[0], kw = v_.merge_kernel_size[1];
-    std::vector<int32_t> order;
-    order.reserve(size_t(L));
-    int64_t offset = 0;
+    int64_t max_t = 1, rows = 0;
     for (const PatchGrid& g : grids) {
-      for (int64_t R = 0; R < g.h / kh; ++R)
-        for (int64_t C = 0; C < g.w / kw; ++C)
-          for (int64_t a = 0; a < kh; ++a)
-            for (int64_t b = 0; b < kw; ++b) order.push_back(int32_t(offset + (R * kh + a) * g.w + C * kw + b));
-      offset += g.patches();
+      max_t = std::max(max_t, g.t);
+      rows += g.h * g.w;
     }
-    return Tensor::from_vector(order, {L});
+    Var out;
+    for (int64_t f = 0; f < max_t; ++f) {  // frame f of every chunk (a chunk with fewer frames: weight 0)
+      std::vector<int32_t> order;
+      std::vector<float> weight;
+      order.reserve(size_t(rows));
+      weight.reserve(size_t(rows));
+      int64_t offset = 0;
+      for (const PatchGrid& g : grids) {
+        const int64_t frame = f < g.t ? f : 0;
+        for (int64_t R = 0; R < g.h / kh; ++R)
+          for (int64_t C = 0; C < g.w / kw; ++C)
+            for (int64_t a = 0; a < kh; ++a)
+              for (int64_t b = 0; b < kw; ++b) {
+                order.push_back(int32_t(offset + frame * g.h * g.w + (R * kh + a) * g.w + C * kw + b));
+                weight.push_back(f < g.t ? 1.0f / float(g.t) : 0.0f);
+              }
+        offset += g.patches();
+      }
+      const Var frame_rows = ag::gather_rows(x, Tensor::from_vector(order, {rows}));
+      if (max_t == 1) return frame_rows;  // images only: the gather alone
+      const Var term = ag::mul(frame_rows, Var(Tensor::from_vector(weight, {rows, 1})));
+      out = f == 0 ? term : ag::add(out, term);
+    }
+    return out;
   }
 
   Var encode(const Var& patches, const std::vector<PatchGrid>& grids) const {
@@ -156,15 +200,15 @@ class Tower {
 
     // Projector: the window's patches side by side, an MLP to the text width. patchmergerv2 (K3): bias-free,
     // RMSNorm after; patchmerger (Kimi-VL, K2.5): LayerNorm of each patch before, biases.
-    const Var merged = ag::gather_rows(x, merge_order(grids, L));
-    const int64_t window = v_.merge_kernel_size[0] * v_.merge_kernel_size[1];
+    const Var merged = merge(x, grids);
+    const int64_t window = v_.merge_kernel_size[0] * v_.merge_kernel_size[1], tokens = merged.shape()[0] / window;
     const float eps = float(v_.projector_ln_eps);
     if (v_.mm_projector_type == "patchmerger") {
       const Var normed = layer_norm(merged, p("mm_projector.pre_norm.weight"), p("mm_projector.pre_norm.bias"), eps);
-      const Var rows = ag::reshape(normed, {L / window, window * Dv});
+      const Var rows = ag::reshape(normed, {tokens, window * Dv});
       return linear(act(linear(rows, "mm_projector.proj.0"), v_.projector_hidden_act), "mm_projector.proj.2");
     }
-    const Var rows = ag::reshape(merged, {L / window, window * Dv});
+    const Var rows = ag::reshape(merged, {tokens, window * Dv});
     const Var y = linear(act(linear(rows, "mm_projector.proj.0"), v_.projector_hidden_act), "mm_projector.proj.2");
     return ag::rmsnorm(y, p("mm_projector.post_norm.weight"), eps);
   }
@@ -193,6 +237,12 @@ void check_patch_grids(const VisionConfig& v, const std::vector<PatchGrid>& grid
                    kh, ", ", kw, "]");
     MYRIAD_REQUIRE(g.h <= (int64_t(1) << 20) && g.w <= (int64_t(1) << 20), kShape, "vision tower: image ", i, " grid ",
                    g.h, " x ", g.w, " is too large");
+    const int64_t frames = v.init_pos_emb_time.value_or(4);
+    MYRIAD_REQUIRE(g.t >= 1 && g.t <= frames, kShape, "vision tower: image ", i, " has ", g.t,
+                   " frames; a video chunk holds 1 to init_pos_emb_time (", frames, ") frames");
+    MYRIAD_REQUIRE(g.t == 1 || v.vt_hidden_size % 2 == 0, kShape,
+                   "vision tower: frames need an even vt_hidden_size for the temporal embedding, got ",
+                   v.vt_hidden_size);
     total += g.patches();
   }
   MYRIAD_REQUIRE(total == patch_rows, kShape, "vision tower: the grids hold ", total, " patches but ", patch_rows,
@@ -211,7 +261,8 @@ void vision_rope_tables(int64_t head_dim, const std::vector<PatchGrid>& grids, T
   std::vector<double> freq(size_t(head_dim / 4));
   for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0, -4.0 * double(i) / double(head_dim));
   int64_t t = 0;
-  for (const PatchGrid& g : grids)
+  for (const PatchGrid& g : grids) {
+    const int64_t first = t;
     for (int64_t r = 0; r < g.h; ++r)
       for (int64_t col = 0; col < g.w; ++col, ++t)
         for (size_t i = 0; i < freq.size(); ++i) {
@@ -221,6 +272,26 @@ void vision_rope_tables(int64_t head_dim, const std::vector<PatchGrid>& grids, T
           c[t * half + 2 * int64_t(i) + 1] = float(std::cos(ay));
           s[t * half + 2 * int64_t(i) + 1] = float(std::sin(ay));
         }
+    for (int64_t f = 1; f < g.t; ++f, t += g.h * g.w) {  // later frames: the first frame's angles
+      std::copy_n(c + first * half, g.h * g.w * half, c + t * half);
+      std::copy_n(s + first * half, g.h * g.w * half, s + t * half);
+    }
+  }
+}
+
+Tensor vision_time_embedding(int64_t frames, int64_t dim) {
+  MYRIAD_REQUIRE(frames >= 1 && dim >= 2 && dim % 2 == 0, kShape, "vision time embedding: ", frames,
+                 " frames of width ", dim, " (needs an even width)");
+  Tensor out = Tensor::empty({frames, dim});
+  float* o = out.data<float>();
+  const int64_t half = dim / 2;
+  for (int64_t f = 0; f < frames; ++f)
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = double(f) * std::pow(10000.0, -double(i) / double(half));
+      o[f * dim + i] = float(std::sin(angle));
+      o[f * dim + half + i] = float(std::cos(angle));
+    }
+  return out;
 }
 
 ag::Var encode_images(const VisionConfig& v, const ModelWeights& w, const ag::Var& patches,

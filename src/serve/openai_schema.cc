@@ -167,8 +167,15 @@ ImageInput chat_images(std::vector<ChatMessage>& messages, const InferenceModel&
         throw bad_request(str(image.field, ": more than ", opt.max_images, " images in one request"), image.field);
       try {
         require_vision(m.config(), image.field);
-        Image decoded =
-            decode_image(image_bytes_from_url(image.url, image.field, opt.image_limits), image.field, opt.image_limits);
+        const std::string bytes = image_bytes_from_url(image.url, image.field, opt.image_limits);
+        if (image.video) {
+          const Video video = decode_video(bytes, image.field, {.image = opt.image_limits});
+          image.width = video.width;
+          image.height = video.height;
+          add_video(out, *m.config().vision_config, video);
+          continue;
+        }
+        Image decoded = decode_image(bytes, image.field, opt.image_limits);
         image.width = decoded.width;  // the k3 chat format writes the size
         image.height = decoded.height;
         add_image(out, *m.config().vision_config, std::move(decoded));

@@ -1,10 +1,13 @@
 // Fuzz target: image bytes (any) decoded as a request's or a data file's image would be (PNG, JPEG, BMP, GIF via
 // stb_image, the pixel cap from the header first), then resized and cut into patches under a small budget.
 // Limits are lowered (256K pixels, 64 patches of 14 x 14) so every input stays fast and within the memory cap; the
-// decoded image must hold exactly width x height x 3 bytes and the patches grid x 3 x 14 x 14 values.
+// decoded image must hold exactly width x height x 3 bytes and the patches grid x 3 x 14 x 14 values. The same
+// bytes as a video (data/video.h: an animated GIF's frames, counted from its blocks before decoding; 64 frames
+// and the same pixels over all of them at most): every frame of the video's size.
 #include <cstdint>
 
 #include "data/image.h"
+#include "data/video.h"
 #include "fuzz/support.h"
 
 using namespace myriad;
@@ -22,6 +25,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     MYRIAD_CHECK(p.grid_h > 0 && p.grid_w > 0 && p.grid_h * p.grid_w <= 64 && p.grid_h % 2 == 0 && p.grid_w % 2 == 0,
                  "grid ", p.grid_h, " x ", p.grid_w);
     MYRIAD_CHECK(int64_t(p.values.size()) == p.grid_h * p.grid_w * 3 * 14 * 14, "patch values ", p.values.size());
+  });
+  fuzz::expect_accept_or_error([&] {
+    VideoLimits limits;
+    limits.image.max_pixels = 1 << 18;
+    limits.max_frames = 64;
+    const Video v = decode_video(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz", limits);
+    MYRIAD_CHECK(!v.frames.empty() && int64_t(v.frames.size()) <= limits.max_frames, v.frames.size(), " frames");
+    for (const Image& f : v.frames)
+      MYRIAD_CHECK(f.width == v.width && f.height == v.height && int64_t(f.rgb.size()) == f.width * f.height * 3,
+                   "frame ", f.width, " x ", f.height, " of a ", v.width, " x ", v.height, " video");
   });
   return 0;
 }

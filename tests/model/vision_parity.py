@@ -3,7 +3,7 @@
 For each config variant: `myriad init` writes a model with a vision tower; its vision tensors are replaced by
 random values large enough to exercise every path (std 0.1-0.3, norm weights around 1, non-zero biases); random
 patches of several images of different grids (one equal to the position table's size, so the table is used
-as is; one up-sampled and non-square; one down-sampled) and a random cotangent go to `myriad vision encode
+as is; one up-sampled and non-square; one down-sampled) and two video chunks (4 and 2 frames) and a random cotangent go to `myriad vision encode
 --grads` and to the reference. Compared: the features, grad.patches and grad.<name> of every vision tensor.
 
 Then the same images placed at runs of media_placeholder_token_id inside text, through the whole model
@@ -99,9 +99,10 @@ for name, vis in VARIANTS.items():
     v = R.fill_defaults(vis, text["hidden_size"])
     kh, kw = v["merge_kernel_size"]
     H0, W0 = v["init_pos_emb_height"], v["init_pos_emb_width"]
-    grids = [(H0, W0), (3 * kh, 5 * kw), (kh, kw), (2 * kh, 1 * kw)]
-    L = sum(h * w for h, w in grids)
-    tokens = sum((h // kh) * (w // kw) for h, w in grids)
+    # (t, h, w): four images, then video chunks of 4 (init_pos_emb_time, K3's default) and 2 frames.
+    grids = [(1, H0, W0), (1, 3 * kh, 5 * kw), (1, kh, kw), (1, 2 * kh, 1 * kw), (4, 2 * kh, 3 * kw), (2, kh, 2 * kw)]
+    L = sum(t * h * w for t, h, w in grids)
+    tokens = sum((h // kh) * (w // kw) for t, h, w in grids)
     patches = torch.randn(L, 3 * v["patch_size"] ** 2)
     cot = torch.randn(tokens, text["hidden_size"])
     inp = os.path.join(d, "input.safetensors")
@@ -120,15 +121,15 @@ for name, vis in VARIANTS.items():
     want.update({"grad." + k: t.grad for k, t in W.items()})
 
     worst = compare(name, got, want, 2e-5, 1e-7)
-    print(f"{name}: {len(want)} tensors ({len(grids)} images, {L} patches -> {tokens} tokens), "
+    print(f"{name}: {len(want)} tensors ({len(grids)} images and video chunks, {L} patches -> {tokens} tokens), "
           f"worst relative error {worst:.2e}")
 
     # Placement: the images' tokens at their placeholder runs inside text, through the whole text model, the loss
     # on text targets only; logits, loss and the gradient of every tensor (text and vision) against kimi_ref.py
     # fed the same embeddings. Tolerance as tests/model/parity.py's for the text model (1e-3 * max |ref| + 1e-6:
     # float32 through KDA chunks, MoE routing and AttnRes reads).
-    sizes = [(h // kh) * (w // kw) for h, w in grids]
-    ids, text_ids = [], [5, 17, 300, 9, 44, 45, 100, 8, 99, 17, 300, 13, 42]
+    sizes = [(h // kh) * (w // kw) for t, h, w in grids]
+    ids, text_ids = [], [5, 17, 300, 9, 44, 45, 100, 8, 99, 17, 300, 13, 42, 7, 61, 250, 33, 18]
     for i, n in enumerate(sizes):
         ids += text_ids[i * 3:i * 3 + 3] + [PLACEHOLDER] * n
     ids += [2, 12]

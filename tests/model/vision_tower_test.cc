@@ -77,6 +77,26 @@ TEST(VisionTower, MergedTokensAndGridErrors) {
   EXPECT_NE(message({{6, 4}, {3, 2}}, 30).find("image 1 has a grid of 3 x 2 patches"), std::string::npos);
   EXPECT_NE(message({{6, 4}}, 25).find("the grids hold 24 patches but 25 patch rows"), std::string::npos);
   EXPECT_NE(message({}, 0).find("no images"), std::string::npos);
+  // Video chunks: 1 to init_pos_emb_time frames, the tokens of one frame (sd2_tpool averages over the frames).
+  const int64_t frames = v.init_pos_emb_time.value_or(4);
+  EXPECT_EQ(vision_tokens(v, {6, 4, frames}), 6);
+  EXPECT_NO_THROW(check_patch_grids(v, {{6, 4, frames}, {2, 2}}, 24 * frames + 4));
+  EXPECT_NE(message({{2, 2, frames + 1}}, 4 * (frames + 1)).find("a video chunk holds 1 to init_pos_emb_time"),
+            std::string::npos);
+  EXPECT_NE(message({{2, 2, 0}}, 0).find("has 0 frames"), std::string::npos);
+}
+
+TEST(VisionTower, FramesOfAChunkShareTheirImagesRotaryAngles) {
+  Tensor cos, sin, cos1, sin1;
+  vision_rope_tables(8, {{2, 3, 3}, {2, 2}}, &cos, &sin);
+  vision_rope_tables(8, {{2, 3}, {2, 2}}, &cos1, &sin1);
+  ASSERT_EQ(cos.shape(), (Shape{22, 4}));
+  for (int64_t f = 0; f < 3; ++f)
+    for (int64_t i = 0; i < 6 * 4; ++i) {
+      EXPECT_EQ(cos.data<float>()[f * 24 + i], cos1.data<float>()[i]);
+      EXPECT_EQ(sin.data<float>()[f * 24 + i], sin1.data<float>()[i]);
+    }
+  for (int64_t i = 0; i < 4 * 4; ++i) EXPECT_EQ(cos.data<float>()[72 + i], cos1.data<float>()[24 + i]);
 }
 
 TEST(VisionTower, PatchesOfTheWrongWidthAreRefused) {
