@@ -3,9 +3,10 @@
 // (serve/chat_template.h: the same as the server's), and streams the reply as the engine produces it. The history
 // is kept; when it no longer fits the context (with room for --max-tokens), the oldest turns are dropped (the
 // system message stays). "/image PATH" attaches an image (PNG, JPEG, BMP, GIF) to the next message, for a model with
-// a vision tower (kept in the history with its message). "/reset" clears the history, "/quit" (or end of input) exits.
-// With a terminal a "> " prompt is shown; with piped input only the replies are printed, one line each (a reply's own
-// newlines kept). Ctrl-C while a reply streams ends that reply; at the prompt it exits.
+// a vision tower (kept in the history with its message); "/video PATH" a short video (an animated GIF). "/reset" clears
+// the history, "/quit" (or end of input) exits. With a terminal a "> " prompt is shown; with piped input only the
+// replies are printed, one line each (a reply's own newlines kept). Ctrl-C while a reply streams ends that reply; at
+// the prompt it exits.
 #include <signal.h>
 #include <unistd.h>
 
@@ -42,15 +43,21 @@ void on_sigint(int) {
 }
 
 // The history as a request: the chat template's tokens, each image's marker expanded to its run of placeholders,
-// and the images' patches (decoded once, when attached: `images` by path).
+// and the images' and videos' patches (decoded once, when attached: `images` and `videos` by path).
 myriad::GenerationRequest chat_request(const myriad::InferenceModel& model,
                                        const std::vector<myriad::ChatMessage>& history,
-                                       const std::map<std::string, myriad::Image>& images) {
+                                       const std::map<std::string, myriad::Image>& images,
+                                       const std::map<std::string, myriad::Video>& videos) {
   using namespace myriad;
   const ModelConfig& c = model.config();
   ImageInput in;
   for (const ChatMessage& m : history)
-    for (const ChatImage& im : m.images) add_image(in, *c.vision_config, images.at(im.url));
+    for (const ChatImage& im : m.images) {
+      if (im.video)
+        add_video(in, *c.vision_config, videos.at(im.url));
+      else
+        add_image(in, *c.vision_config, images.at(im.url));
+    }
   GenerationRequest req;
   if (in.empty()) {
     req.prompt = encode_chat(model.tokenizer(), history).ids;
@@ -100,7 +107,8 @@ int run_chat(const myriad::cli::Args& args) {
   ::signal(SIGINT, on_sigint);
 
   std::map<std::string, myriad::Image> images;  // by path, as attached
-  std::vector<myriad::ChatImage> pending;       // for the next message
+  std::map<std::string, myriad::Video> videos;
+  std::vector<myriad::ChatImage> pending;  // for the next message
   std::string line;
   for (;;) {
     if (tty) {
@@ -115,16 +123,30 @@ int run_chat(const myriad::cli::Args& args) {
       if (tty) std::fprintf(stderr, "(conversation cleared)\n");
       continue;
     }
-    if (line.rfind("/image", 0) == 0 && (line.size() == 6 || line[6] == ' ')) {
+    const bool image = line.rfind("/image", 0) == 0 && (line.size() == 6 || line[6] == ' ');
+    const bool video = line.rfind("/video", 0) == 0 && (line.size() == 6 || line[6] == ' ');
+    if (image || video) {
       const std::string path = line.size() > 7 ? line.substr(7) : "";
+      const std::string command = image ? "/image" : "/video";
       try {
-        MYRIAD_REQUIRE(!path.empty(), kValue, "/image needs a path: /image PATH");
-        myriad::require_vision(model->config(), "/image");
-        images[path] = myriad::read_image_file(path);
-        pending.push_back({0, path});
-        pending.back().width = images[path].width;  // the k3 chat format writes the size
-        pending.back().height = images[path].height;
-        if (tty) std::fprintf(stderr, "(image %s attached to the next message)\n", path.c_str());
+        MYRIAD_REQUIRE(!path.empty(), kValue, command, " needs a path: ", command, " PATH");
+        myriad::require_vision(model->config(), command);
+        myriad::ChatImage attached{0, path};
+        if (image) {
+          myriad::Image decoded = myriad::read_image_file(path);
+          attached.width = decoded.width;  // the k3 chat format writes the size
+          attached.height = decoded.height;
+          images[path] = std::move(decoded);
+        } else {
+          myriad::Video decoded = myriad::read_video_file(path);
+          attached.width = decoded.width;
+          attached.height = decoded.height;
+          attached.video = true;
+          videos[path] = std::move(decoded);
+        }
+        pending.push_back(std::move(attached));
+        if (tty)
+          std::fprintf(stderr, "(%s %s attached to the next message)\n", image ? "image" : "video", path.c_str());
       } catch (const myriad::Error& e) {
         std::fprintf(stderr, "myriad chat: %s\n", e.what());
       }
@@ -135,10 +157,10 @@ int run_chat(const myriad::cli::Args& args) {
     history.back().images = std::exchange(pending, {});
 
     // The prompt: the history, its oldest turns dropped until it fits with room for the reply.
-    myriad::GenerationRequest req = chat_request(*model, history, images);
+    myriad::GenerationRequest req = chat_request(*model, history, images, videos);
     while (int64_t(req.prompt.size()) + max_tokens > context && history.size() > kept + 1) {
       history.erase(history.begin() + ptrdiff_t(kept));
-      req = chat_request(*model, history, images);
+      req = chat_request(*model, history, images, videos);
     }
     const size_t prompt_size = req.prompt.size();
     req.max_tokens = std::min(max_tokens, context - int64_t(prompt_size));
@@ -213,7 +235,7 @@ int run_chat(const myriad::cli::Args& args) {
 MYRIAD_COMMAND(
     "chat", "talk with a model in the terminal (chat template, history, streamed replies)",
     "myriad chat --model DIR [--system TEXT] [--max-tokens N] [--temperature T] [--seed S]; in the chat: "
-    "/image PATH, /reset, /quit",
+    "/image PATH, /video PATH, /reset, /quit",
     myriad::cli::with_engine_options(
         {{"model", "DIR", "model directory (config.json, safetensors, tokenizer/) or a training run"},
          {"tokenizer", "DIR|FILE",

@@ -16,6 +16,11 @@ fetched), a non-image media type, bad base64, a truncated PNG, more images than 
 (its message names the missing vision tower); the server still answers afterwards. `myriad chat` with piped stdin:
 "/image PATH" then a message replies what the server replies to the same conversation.
 
+Videos: an animated GIF (written here: 4-colour frames, 3-bit LZW codes all literals) in a video_url part: 5 frames
+of 56 x 56 are chunks of 4 and 1 frames, one run of 4 + 4 placeholders; the reply is the same streamed; a changed
+frame changes the reply's cache key (`myriad chat`'s /video replies the same) (no prefix reuse past the text before it); a GIF of 20 one-pixel frames on a
+4000 x 4000 canvas (320M pixels in all, over the 50M cap) is a 400 at once, before any frame is decoded.
+
 usage: openai_vision_test.py MYRIAD_BINARY REPO_ROOT WORK_DIR
 """
 import base64
@@ -56,6 +61,38 @@ def png(width, height, seed):
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8 bits, RGB, no interlace
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+def gif(width, height, frames, canvas=None):
+    """A GIF89a: a 4-colour global table, each frame (palette indices, row-major, width x height) at the top left
+    of a canvas (default its own size), LZW minimum code size 2 with a clear code before every two pixels, so every
+    code is a 3-bit literal."""
+    cw, ch = canvas or (width, height)
+    out = b"GIF89a" + struct.pack("<HHBBB", cw, ch, 0x81, 0, 0) + bytes([255, 0, 0, 0, 255, 0, 0, 0, 255, 255, 255, 255])
+    for px in frames:
+        out += b"," + struct.pack("<HHHHB", 0, 0, width, height, 0) + b"\x02"
+        acc, bits, data = 0, 0, bytearray()
+        codes = []
+        for i, p in enumerate(px):
+            codes += ([4] if i % 2 == 0 else []) + [p]
+        for c in codes + [5]:
+            acc |= c << bits
+            bits += 3
+            while bits >= 8:
+                data.append(acc & 255)
+                acc >>= 8
+                bits -= 8
+        if bits:
+            data.append(acc & 255)
+        for at in range(0, len(data), 255):
+            block = data[at:at + 255]
+            out += bytes([len(block)]) + bytes(block)
+        out += b"\x00"
+    return out + b";"
+
+
+def video_part(data):
+    return {"type": "video_url", "video_url": {"url": data_uri(data, "image/gif")}}
 
 
 def data_uri(data, media="image/png"):
@@ -183,6 +220,27 @@ try:
         t.join()
     check(together == alone, "four requests with different images sent at once answer what each answers alone")
 
+    # ---- a video (an animated GIF) -----------------------------------------------------------------------------------
+    vr = random.Random(7)
+    frames = [[vr.randrange(4) for _ in range(56 * 56)] for _ in range(5)]
+    clip = gif(56, 56, frames)
+    video_content = [video_part(clip), {"type": "text", "text": "what moves?"}]
+    vids = tokenize(port, [{"role": "user", "content": video_content}])
+    answer = ask(video_content)
+    check(runs(vids) == [8] and answer.usage.prompt_tokens == len(vids) and answer.usage.completion_tokens > 0,
+          f"a video of 5 frames answers; its prompt has one run of 4 + 4 placeholders (chunks of 4 and 1 frames): "
+          f"runs {runs(vids)}")
+    streamed = "".join(c.choices[0].delta.content or "" for c in ask(video_content, stream=True) if c.choices)
+    check(streamed == answer.choices[0].message.content, "the video's reply streamed is the same (greedy)")
+    changed_frames = frames[:4] + [[(p + 1) % 4 for p in frames[4]]]
+    long_video = [video_part(clip), {"type": "text", "text": long_text}]
+    ask(long_video)
+    again = ask(long_video).usage.prompt_tokens_details.cached_tokens
+    other_clip = ask([video_part(gif(56, 56, changed_frames)), {"type": "text", "text": long_text}])
+    check(again >= 64 and other_clip.usage.prompt_tokens_details.cached_tokens == 0,
+          f"the same video reuses its cached prefix ({again} tokens), one changed frame does not "
+          f"({other_clip.usage.prompt_tokens_details.cached_tokens})")
+
     # ---- refusals ----------------------------------------------------------------------------------------------------
     def refused(content, param_part, words_in_message, client_=client, model="tiny-vl"):
         try:
@@ -201,10 +259,13 @@ try:
         ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@@"}}], "not valid base64", "bad base64"),
         ([image_part(truncated)], "corrupt or truncated", "a truncated PNG"),
         ([image_part(wide)] * 5, "more than 4 images", "5 images (--max-images 4)"),
+        ([video_part(gif(1, 1, [[1]] * 20, canvas=(4000, 4000)))], "over the limit of 50000000 pixels",
+         "a GIF of 20 frames on a 4000 x 4000 canvas (320M pixels over the 50M cap)"),
     ]
     for content_, words_, what in cases:
+        t0 = time.time()
         ok, why = refused(content_, "messages[0].content[", words_)
-        check(ok, f"{what}: 400 naming the part ({why})")
+        check(ok and time.time() - t0 < 5, f"{what}: 400 naming the part ({why}; {time.time() - t0:.2f} s)")
     check(ask("still there?").usage.completion_tokens > 0, "the server answers after the refusals")
     plain, plain_port = start_server(text_only)
     plain_client = openai.OpenAI(base_url=f"http://127.0.0.1:{plain_port}/v1", api_key=KEY, max_retries=0, timeout=60)
@@ -229,6 +290,14 @@ try:
     check(out.returncode == 0 and got == f"{r1}\n{r2}\n",
           f"myriad chat: /image then two turns reply as the server does ({got!r} vs {[r1, r2]!r}; "
           f"stderr {out.stderr.decode()[-300:]!r})")
+    clip_path = os.path.join(work, "clip.gif")
+    open(clip_path, "wb").write(clip)
+    out = subprocess.run([myriad, "chat", "--model", vlm, "--temperature", "0", "--max-tokens", "8"],
+                         input=f"/video {clip_path}\nwhat moves?\n/quit\n".encode(), capture_output=True,
+                         timeout=60, env=dict(os.environ, MYRIAD_THREADS="2"))
+    got = out.stdout.decode("utf-8", "replace")
+    check(out.returncode == 0 and got == f"{answer.choices[0].message.content}\n",
+          f"myriad chat: /video then a message replies as the server does to the video ({got!r})")
 finally:
     server.terminate()
     server.wait(timeout=30)
