@@ -185,6 +185,19 @@ check "train: a stage that freezes everything" 1 "$bin" train --config "$root/co
 one_error_line "nothing would train"
 check "eval images on a text-only model" 1 "$bin" eval images --model "$work/lc" --data "$work/shapes/test.jsonl"
 one_error_line "no vision tower"
+# Videos: motion clips (frames inline), a few steps of training on them, scored by generation; generate --video.
+check "data motion" 0 "$bin" data motion --out "$work/motion" --train 40 --test 8 --frames 5
+[[ $(wc -l <"$work/motion/train.jsonl") == 40 && $(grep -c '"videos"' "$work/motion/test.jsonl") == 8 ]] ||
+  { echo "FAIL: data motion wrote the wrong records"; fails=$((fails + 1)); }
+check "train a VLM on video records" 0 "$bin" train --config "$root/configs/tiny-vl.json" \
+  --train-config "$work/vl.train.json" --data "$work/motion/train.jsonl" --out "$work/vv" --quiet
+check "eval images on video questions" 0 "$bin" eval images --model "$work/vv" --data "$work/motion/test.jsonl" \
+  --json "$work/vv.json"
+grep -q '"questions": 8' "$work/vv.json" || { echo "FAIL: eval images did not score 8 video questions"; fails=$((fails + 1)); }
+check "data prepare: records with videos" 1 "$bin" data prepare --data "$work/motion/train.jsonl" --out "$work/motion-p"
+one_error_line "stores images only"
+check "generate --video on a text-only model" 1 "$bin" generate --model "$work/lc" --prompt hi --video "$work/x.gif"
+one_error_line "no vision tower"
 check "data mnist without files" 1 "$bin" data mnist --out "$work/mnist"
 one_error_line "--idx DIR"
 echo "$fails failure(s)"

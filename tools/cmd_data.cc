@@ -83,6 +83,18 @@ int run_shapes(const myriad::cli::Args& args) {
   return 0;
 }
 
+int run_motion(const myriad::cli::Args& args) {
+  const auto out = args.get("out");
+  MYRIAD_REQUIRE(out.has_value(), kValue, "data motion needs --out DIR");
+  const auto s =
+      myriad::write_motion_dataset(*out, args.get_int("train", 4000, 1, 1 << 24), args.get_int("test", 400, 1, 1 << 24),
+                                   args.get_int("size", 28, 16, 4096), args.get_int("frames", 4, 2, 64));
+  std::printf("wrote %s/train.jsonl (%lld questions) and %s/test.jsonl (%lld), %.1f MB, frames inline as PNG\n",
+              out->c_str(), static_cast<long long>(s.train), out->c_str(), static_cast<long long>(s.test),
+              double(s.bytes) / 1e6);
+  return 0;
+}
+
 // The IDX pair of a folder: its one *images-idx3-ubyte[.gz] and *labels-idx1-ubyte[.gz] file.
 std::string find_idx(const std::string& dir, const std::string& kind) {
   std::string found;
@@ -117,12 +129,14 @@ int run_mnist(const myriad::cli::Args& args) {
 
 int run_data(const myriad::cli::Args& args) {
   MYRIAD_REQUIRE(!args.positional().empty(), kValue,
-                 "data needs an action: prepare, shapes or mnist (see myriad data --help)");
+                 "data needs an action: prepare, shapes, motion or mnist (see myriad data --help)");
   const std::string& action = args.positional()[0];
   if (action == "prepare") return run_prepare(args);
   if (action == "shapes") return run_shapes(args);
+  if (action == "motion") return run_motion(args);
   if (action == "mnist") return run_mnist(args);
-  myriad::throw_error(myriad::ErrorKind::kValue, "data: unknown action '", action, "' (prepare, shapes, mnist)");
+  myriad::throw_error(myriad::ErrorKind::kValue, "data: unknown action '", action,
+                      "' (prepare, shapes, motion, mnist)");
 }
 
 }  // namespace
@@ -131,11 +145,12 @@ MYRIAD_COMMAND(
     "data",
     "tokenize text / JSONL into token shards for training (train-*.bin, val-*.bin, meta.json); decode image-text "
     "records' images once into an image store (images.safetensors + image_text.jsonl); write image-question sets "
-    "(shapes, MNIST) as image-text JSONL",
+    "(shapes, MNIST) and video-question sets (motion clips) as image-text JSONL",
     "myriad data prepare --tokenizer DIR --data PATH... --out DIR [--val-fraction F] "
     "[--split-by position|document] [--shard-tokens N] [--force] | "
     "myriad data prepare --data RECORDS.jsonl --out DIR [--force] | "
     "myriad data shapes --out DIR [--train N] [--test N] [--size PX] | "
+    "myriad data motion --out DIR [--train N] [--test N] [--size PX] [--frames N] | "
     "myriad data mnist --idx DIR | --images FILE --labels FILE --out DIR [--train N] [--test N]",
     {{"tokenizer", "DIR", "tokenizer directory (myriad tokenizer train); not for image-text records"},
      {"data", "PATH...", "text files (one document each), JSONL files (\"text\" per line) or directories"},
@@ -145,9 +160,12 @@ MYRIAD_COMMAND(
      {"shard-tokens", "N", "tokens per shard at most (default 67108864)"},
      {"force", "", "replace an existing non-empty output directory"},
      {"no-progress", "", "no progress bar on stderr"},
-     {"train", "N", "shapes: train scenes (default 4000); mnist: the first N images train (default 9000)"},
-     {"test", "N", "shapes: test scenes (default 400); mnist: test images after the train ones (default all)"},
-     {"size", "PX", "shapes: scene size in pixels (default 56)"},
+     {"train", "N",
+      "shapes, motion: train scenes / clips (default 4000); mnist: the first N images train (default 9000)"},
+     {"test", "N",
+      "shapes, motion: test scenes / clips (default 400); mnist: test images after the train ones (default all)"},
+     {"size", "PX", "shapes: scene size in pixels (default 56); motion: frame size (default 28)"},
+     {"frames", "N", "motion: frames per clip (default 4)"},
      {"idx", "DIR", "mnist: a folder with MNIST's *images-idx3-ubyte[.gz] and *labels-idx1-ubyte[.gz]"},
      {"images", "FILE", "mnist: the images IDX file"},
      {"labels", "FILE", "mnist: the labels IDX file"}},

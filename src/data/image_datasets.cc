@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "data/idx.h"
 #include "data/image.h"
+#include "data/motion_clips.h"
 #include "data/shape_images.h"
 #include "io/atomic_file.h"
 
@@ -36,6 +37,31 @@ ImageDatasetSummary write_shape_dataset(const std::string& dir, int64_t train_sc
       const ShapeScene scene = make_shape_scene(split_seed(test, uint64_t(i)), size);
       const ShapeQuestion& q = scene.questions[size_t(i) % scene.questions.size()];
       text += question_line(scene.image, q.question, q.answer, q.family);
+    }
+    write_file_atomic(dir + (test ? "/test.jsonl" : "/train.jsonl"), text);
+    (test ? s.test : s.train) = n;
+    s.bytes += int64_t(text.size());
+  }
+  return s;
+}
+
+ImageDatasetSummary write_motion_dataset(const std::string& dir, int64_t train_clips, int64_t test_clips, int64_t size,
+                                         int64_t frames) {
+  MYRIAD_REQUIRE(train_clips > 0 && test_clips > 0, kValue, "motion: the train and test clip counts (", train_clips,
+                 ", ", test_clips, ") must be positive");
+  std::filesystem::create_directories(dir);
+  ImageDatasetSummary s;
+  for (const bool test : {false, true}) {
+    std::string text;
+    const int64_t n = test ? test_clips : train_clips;
+    for (int64_t i = 0; i < n; ++i) {
+      const MotionClip clip = make_motion_clip(split_seed(test, uint64_t(i)), size, frames);
+      const ShapeQuestion& q = clip.questions[size_t(i) % clip.questions.size()];
+      nlohmann::json video = nlohmann::json::array();
+      for (const Image& f : clip.video.frames) video.push_back(png_data_uri(f));
+      text +=
+          nlohmann::json{{"videos", {video}}, {"prompt", q.question}, {"answer", q.answer}, {"type", q.family}}.dump() +
+          "\n";
     }
     write_file_atomic(dir + (test ? "/test.jsonl" : "/train.jsonl"), text);
     (test ? s.test : s.train) = n;

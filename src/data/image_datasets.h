@@ -4,6 +4,9 @@
 //   shapes  the built-in shape scenes (data/shape_images.h): scene i of a split asks its question i mod (its
 //           questions), type = the question's family (count, colour, shape, where); train and test scenes come
 //           from disjoint seeds.
+//   motion  the built-in motion clips (data/motion_clips.h): clip i asks "which way does the square move?" (type
+//           motion) when i is even, "what colour is the square?" (colour) when odd; its frames inline as a list of
+//           PNG data: URIs ("videos": [[...]]); train and test clips from disjoint seeds.
 //   mnist   MNIST's IDX files (images and labels): "which digit is this?" answered by the digit ("7"), type
 //           "digit"; the first `train` images for training, the rest for testing.
 #pragma once
@@ -21,6 +24,10 @@ struct ImageDatasetSummary {
 // DIR/train.jsonl and DIR/test.jsonl; scene images of size x size pixels.
 ImageDatasetSummary write_shape_dataset(const std::string& dir, int64_t train_scenes, int64_t test_scenes,
                                         int64_t size = 56);
+
+// DIR/train.jsonl and DIR/test.jsonl; clips of `frames` frames of size x size pixels.
+ImageDatasetSummary write_motion_dataset(const std::string& dir, int64_t train_clips, int64_t test_clips,
+                                         int64_t size = 28, int64_t frames = 4);
 
 // DIR/train.jsonl (the first `train` images) and DIR/test.jsonl (the rest, at most `test` of them; <0: all).
 // kValue when train is not below the number of images.

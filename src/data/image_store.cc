@@ -79,6 +79,9 @@ ImageTextPrepareResult prepare_image_text(const std::string& records_path, const
                                           const ImageLimits& limits) {
   // Every record checked before anything is read or written.
   const std::vector<ImageTextRecord> records = read_image_text_records(records_path);
+  for (const ImageTextRecord& rec : records)
+    MYRIAD_REQUIRE(rec.videos.empty(), kFormat, rec.where,
+                   ": a record with videos: data prepare stores images only; train on the records file itself");
   ImageTextPrepareResult r;
   r.records = int64_t(records.size());
   // Each distinct reference once, in order of first use; its size from its header (decoded once, while writing).

@@ -67,20 +67,45 @@ std::vector<ImageTextRecord> read_image_text_records(const std::string& path, co
       bool assistant = false;
       for (const ChatMessage& m : r.messages) {
         assistant = assistant || m.role == "assistant";
-        for (const ChatImage& im : m.images)
+        for (const ChatImage& im : m.images) {
+          MYRIAD_REQUIRE(!im.video, kFormat, r.where, ": ", im.field,
+                         ": video_url parts are not read from chat records; give the video in a caption or "
+                         "question record's \"videos\"");
           r.images.push_back(resolve_image(im.url, folder, r.where + ": " + im.field));
+        }
       }
       MYRIAD_REQUIRE(assistant, kFormat, r.where, ": messages: no assistant message: nothing to learn from");
       out.push_back(std::move(r));
       continue;
     }
-    const auto images = j.find("images");
-    MYRIAD_REQUIRE(images != j.end() && images->is_array(), kFormat, r.where,
-                   ": 'images' must be a list of image paths or data: URIs (or give 'messages')");
-    for (size_t k = 0; k < images->size(); ++k) {
-      const std::string what = str(r.where, ": images[", k, "]");
-      MYRIAD_REQUIRE((*images)[k].is_string(), kFormat, what, ": must be a string");
-      r.images.push_back(resolve_image((*images)[k].get<std::string>(), folder, what));
+    const auto images = j.find("images"), videos = j.find("videos");
+    MYRIAD_REQUIRE((images != j.end() && images->is_array()) || (videos != j.end() && images == j.end()), kFormat,
+                   r.where, ": 'images' must be a list of image paths or data: URIs (or give 'videos' or 'messages')");
+    if (images != j.end())
+      for (size_t k = 0; k < images->size(); ++k) {
+        const std::string what = str(r.where, ": images[", k, "]");
+        MYRIAD_REQUIRE((*images)[k].is_string(), kFormat, what, ": must be a string");
+        r.images.push_back(resolve_image((*images)[k].get<std::string>(), folder, what));
+      }
+    if (videos != j.end()) {
+      MYRIAD_REQUIRE(videos->is_array(), kFormat, r.where,
+                     ": 'videos' must be a list, each a GIF (path or data: URI) or a list of its frames");
+      for (size_t k = 0; k < videos->size(); ++k) {
+        const json& v = (*videos)[k];
+        const std::string what = str(r.where, ": videos[", k, "]");
+        std::vector<std::string> refs;
+        if (v.is_string()) {
+          refs.push_back(resolve_image(v.get<std::string>(), folder, what));
+        } else {
+          MYRIAD_REQUIRE(v.is_array() && !v.empty(), kFormat, what,
+                         ": must be a GIF (path or data: URI) or a non-empty list of its frames' images");
+          for (size_t f = 0; f < v.size(); ++f) {
+            MYRIAD_REQUIRE(v[f].is_string(), kFormat, what, "[", f, "]: must be a string");
+            refs.push_back(resolve_image(v[f].get<std::string>(), folder, str(what, "[", f, "]")));
+          }
+        }
+        r.videos.push_back(std::move(refs));
+      }
     }
     std::string marked;  // the text whose markers place the images
     if (j.contains("text")) {
@@ -97,10 +122,11 @@ std::vector<ImageTextRecord> read_image_text_records(const std::string& path, co
       if (j.contains("type")) r.type = string_field(j, "type", r.where);
       marked = r.prompt;
     }
-    const size_t markers = split_at_markers(marked, marker).size() - 1;
-    MYRIAD_REQUIRE(markers == 0 || markers == r.images.size(), kFormat, r.where, ": ", markers, " image marker",
+    const size_t markers = split_at_markers(marked, marker).size() - 1, media = r.images.size() + r.videos.size();
+    MYRIAD_REQUIRE(markers == 0 || markers == media, kFormat, r.where, ": ", markers, " image marker",
                    markers == 1 ? "" : "s", " (", marker, ") but ", r.images.size(), " image",
-                   r.images.size() == 1 ? "" : "s");
+                   r.images.size() == 1 ? "" : "s",
+                   r.videos.empty() ? "" : str(" and ", r.videos.size(), " video", r.videos.size() == 1 ? "" : "s"));
     MYRIAD_REQUIRE(r.answer.find(marker) == std::string::npos || marker.empty(), kFormat, r.where,
                    ": the answer holds an image marker (", marker, "): images go in the prompt");
     out.push_back(std::move(r));
@@ -117,7 +143,7 @@ bool is_image_text_file(const std::string& path) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object()) return false;
-    if (j.contains("images")) return true;
+    if (j.contains("images") || j.contains("videos")) return true;
     if (!j.contains("messages")) return false;
     try {
       for (const ChatMessage& m : chat_messages_from_json(j["messages"]))
@@ -138,6 +164,29 @@ Image load_record_image(const std::string& ref, const std::string& what, const I
   }
   if (ref.rfind("data:", 0) == 0) return decode_image(image_bytes_from_url(ref, what, limits), what, limits);
   return read_image_file(ref, limits);
+}
+
+Video load_record_video(const std::vector<std::string>& refs, const std::string& what, const ImageLimits& limits) {
+  MYRIAD_REQUIRE(!refs.empty(), kFormat, what, ": a video without frames");
+  for (const std::string& ref : refs)
+    MYRIAD_REQUIRE(stored_image_index(ref, what) < 0, kFormat, what, ": '", ref,
+                   "': videos are not kept in a prepared directory's store");
+  if (refs.size() == 1) {
+    const std::string bytes = refs[0].rfind("data:", 0) == 0 ? image_bytes_from_url(refs[0], what, limits)
+                                                             : read_image_bytes(refs[0], limits);
+    return decode_video(bytes, what, {.image = limits});
+  }
+  Video v;
+  for (size_t f = 0; f < refs.size(); ++f) {
+    Image im = load_record_image(refs[f], str(what, " frame ", f), limits);
+    MYRIAD_REQUIRE(f == 0 || (im.width == v.width && im.height == v.height), kFormat, what, ": frame ", f, " is ",
+                   im.width, " x ", im.height, " but frame 0 is ", v.width, " x ", v.height,
+                   " (a video's frames share one size)");
+    v.width = im.width;
+    v.height = im.height;
+    v.frames.push_back(std::move(im));
+  }
+  return v;
 }
 
 }  // namespace myriad

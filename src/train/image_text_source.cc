@@ -8,6 +8,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "data/motion_clips.h"
 
 namespace myriad {
 
@@ -37,7 +38,7 @@ void append_image(ImageTextExample& e, size_t image, int32_t placeholder) {
 void append_marked(ImageTextExample& e, const std::string& text, const std::string& marker, bool predicted,
                    int32_t placeholder, const Tokenizer& tok) {
   const std::vector<std::string> pieces = split_at_markers(text, marker);
-  const size_t images = e.images.grids.size();
+  const size_t images = e.images.tokens.size();  // images and videos (a video has several grids)
   MYRIAD_REQUIRE(pieces.size() == 1 || pieces.size() - 1 == images, kValue, pieces.size() - 1, " image marker",
                  pieces.size() == 2 ? "" : "s", " (", marker, ") but ", images, " image", images == 1 ? "" : "s");
   if (pieces.size() == 1)
@@ -62,9 +63,18 @@ std::string image_marker(const ModelConfig& config) {
 ImageTextExample question_example(const std::vector<Image>& images, const std::string& prompt,
                                   const std::string& answer, const std::string& type, const ModelConfig& config,
                                   const Tokenizer& tok, const std::string& marker) {
+  placeholder_of(config);
+  ImageInput media;
+  for (const Image& im : images) add_image(media, *config.vision_config, im);
+  return media_question_example(std::move(media), prompt, answer, type, config, tok, marker);
+}
+
+ImageTextExample media_question_example(ImageInput media, const std::string& prompt, const std::string& answer,
+                                        const std::string& type, const ModelConfig& config, const Tokenizer& tok,
+                                        const std::string& marker) {
   const int32_t ph = placeholder_of(config);
   ImageTextExample e;
-  for (const Image& im : images) add_image(e.images, *config.vision_config, im);
+  e.images = std::move(media);
   append_marked(e, prompt, marker, false, ph, tok);
   e.prompt_tokens = int64_t(e.tokens.size());
   append_text(e, " " + answer, true, tok);
@@ -99,10 +109,19 @@ ImageTextExample record_example(const ImageTextRecord& r, const ModelConfig& con
     }
   }
   if (decoded) *decoded = images;
+  ImageInput media;
+  for (const Image& im : images) add_image(media, *config.vision_config, im);
+  for (size_t k = 0; k < r.videos.size(); ++k) {
+    try {
+      add_video(media, *config.vision_config, load_record_video(r.videos[k], str(r.where, ": video ", k)));
+    } catch (const Error& e) {
+      throw_error(ErrorKind::kFormat, r.where, ": video ", k, ": ", e.what());
+    }
+  }
   if (r.kind == ImageTextRecord::Kind::kQuestion)
-    return question_example(images, r.prompt, r.answer, r.type, config, tok, image_marker(config));
+    return media_question_example(std::move(media), r.prompt, r.answer, r.type, config, tok, image_marker(config));
   ImageTextExample e;
-  for (const Image& im : images) add_image(e.images, *config.vision_config, im);
+  e.images = std::move(media);
   if (r.kind == ImageTextRecord::Kind::kCaption) {
     append_marked(e, r.text, image_marker(config), true, ph, tok);
     e.tokens.push_back(end_of_text(tok));
@@ -213,6 +232,48 @@ int64_t ShapeSceneSource::target_bytes(const TrainBatch& b) const {
   return target_token_bytes(b, tok_);
 }
 
+// ---- the built-in motion clips --------------------------------------------------------------------------------------
+
+MotionClipSource::MotionClipSource(const ModelConfig& config, const Tokenizer& tok, int64_t size, int64_t frames)
+    : config_(config), tok_(tok), size_(size), frames_(frames) {
+  placeholder_of(config);
+  end_of_text_ = end_of_text(tok);
+}
+
+ImageTextExample MotionClipSource::example(uint64_t clip_seed, uint64_t question) const {
+  const MotionClip clip = make_motion_clip(clip_seed, size_, frames_);
+  const ShapeQuestion& q = clip.questions[size_t(question % clip.questions.size())];
+  ImageInput media;
+  add_video(media, *config_.vision_config, clip.video);
+  return media_question_example(std::move(media), q.question, q.answer, q.family, config_, tok_);
+}
+
+TrainBatch MotionClipSource::next(int64_t seq_len) {
+  const int64_t row = 3 * config_.vision_config->patch_size * config_.vision_config->patch_size;
+  return pack_image_text(seq_len, end_of_text_, row,
+                         drawing(next_, [this](uint64_t i) { return example(split_seed(false, i), i); }));
+}
+
+void MotionClipSource::restore(const nlohmann::json& state) {
+  MYRIAD_REQUIRE(state.is_object() && state.contains("next_clip") && state["next_clip"].is_number_unsigned(), kFormat,
+                 "video training: the data state must be {\"next_clip\": N}, got ", state.dump());
+  next_ = state["next_clip"].get<uint64_t>();
+}
+
+std::vector<TrainBatch> MotionClipSource::validation(int64_t seq_len, int64_t max_batches) {
+  const int64_t row = 3 * config_.vision_config->patch_size * config_.vision_config->patch_size;
+  std::vector<TrainBatch> out;
+  uint64_t i = 0;
+  const auto draw = drawing(i, [this](uint64_t k) { return example(split_seed(true, k % kValidationScenes), k); });
+  for (int64_t k = 0; k < max_batches && i < kValidationScenes; ++k)
+    out.push_back(pack_image_text(seq_len, end_of_text_, row, draw));
+  return out;
+}
+
+int64_t MotionClipSource::target_bytes(const TrainBatch& b) const {
+  return target_token_bytes(b, tok_);
+}
+
 // ---- image-text files ---------------------------------------------------------------------------------------------
 
 ImageTextFileSource::ImageTextFileSource(const std::string& path, const ModelConfig& config, const Tokenizer& tok,
@@ -247,8 +308,10 @@ ImageTextFileSource::ImageTextFileSource(const std::string& path, const ModelCon
     } else if (shift_ > 0 && train) {
       train_images_.emplace_back();
     }
-    all.push_back(record_example(r, config, tok, !store_ && shift_ > 0 && train ? &train_images_.back() : nullptr,
-                                 store_ ? &*store_ : nullptr));
+    // Shifts move images only: an example with a video keeps its patches as made (train_images_ left empty).
+    const bool shifted = !store_ && shift_ > 0 && train && r.videos.empty();
+    all.push_back(
+        record_example(r, config, tok, shifted ? &train_images_.back() : nullptr, store_ ? &*store_ : nullptr));
     if (store_ && train) all.back().images.values = std::vector<float>();  // released: memory stays O(tokens)
   }
   held_out_.assign(std::make_move_iterator(all.end() - ptrdiff_t(held)), std::make_move_iterator(all.end()));

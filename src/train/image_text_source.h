@@ -58,6 +58,11 @@ ImageTextExample question_example(const std::vector<Image>& images, const std::s
 
 // A record as an example, its images read (load_record_image) and patched (the decoded images also into `images`
 // when given). kFormat naming the record's place for an image that cannot be read.
+// The same with the media already patched (images, videos: infer/image_input.h), one marker per image or video.
+ImageTextExample media_question_example(ImageInput media, const std::string& prompt, const std::string& answer,
+                                        const std::string& type, const ModelConfig& config, const Tokenizer& tok,
+                                        const std::string& marker = "<|image|>");
+
 ImageTextExample record_example(const ImageTextRecord& r, const ModelConfig& config, const Tokenizer& tok,
                                 std::vector<Image>* images = nullptr, const ImageStore* store = nullptr);
 
@@ -90,6 +95,28 @@ class ShapeSceneSource final : public BatchSource {
   int64_t image_size_;
   int32_t end_of_text_ = 0;
   uint64_t next_ = 0;  // train scenes used so far
+};
+
+// The built-in motion clips (data/motion_clips.h): each clip a video question ("which way does the square move?",
+// "what colour is the square?"), the clip's frames in chunks of init_pos_emb_time, packed as ShapeSceneSource packs
+// scenes; held-out clips are other seeds.
+class MotionClipSource final : public BatchSource {
+ public:
+  MotionClipSource(const ModelConfig& config, const Tokenizer& tok, int64_t size = 56, int64_t frames = 4);
+
+  ImageTextExample example(uint64_t clip_seed, uint64_t question) const;
+  TrainBatch next(int64_t seq_len) override;
+  nlohmann::json state() const override { return {{"next_clip", next_}}; }
+  void restore(const nlohmann::json& state) override;
+  std::vector<TrainBatch> validation(int64_t seq_len, int64_t max_batches) override;
+  int64_t target_bytes(const TrainBatch& b) const override;
+
+ private:
+  const ModelConfig& config_;
+  const Tokenizer& tok_;
+  int64_t size_, frames_;
+  int32_t end_of_text_ = 0;
+  uint64_t next_ = 0;
 };
 
 class ImageTextFileSource final : public BatchSource {

@@ -6,13 +6,27 @@
 #include "data/video.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "autograd/functions.h"
 #include "core/error.h"
+#include "data/image_store.h"
+#include "data/image_text_records.h"
+#include "data/motion_clips.h"
 #include "infer/image_input.h"
+#include "model/transformer.h"
 #include "model/vision_tower.h"
+#include "model/weights.h"
+#include "train/image_text_source.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
 #include "vision_fixture.h"
 
 namespace myriad {
@@ -176,6 +190,175 @@ TEST(Video, ChunksOfInitPosEmbTimeFramesTakeOnePlaceholderRun) {
   add_video(many, v, video);
   EXPECT_EQ(many.grids.size(), 4u);
   for (const PatchGrid& g : many.grids) EXPECT_EQ(g.t, 4);
+}
+
+TEST(Video, MotionClipsMoveTheSquareOneWay) {
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    const MotionClip c = make_motion_clip(seed, 32, 4);
+    ASSERT_EQ(c.video.frames.size(), 4u);
+    // The square's left and top edges per frame, from the pixels.
+    std::vector<int64_t> xs, ys;
+    for (const Image& f : c.video.frames) {
+      int64_t x0 = 99, y0 = 99;
+      for (int64_t y = 0; y < 32; ++y)
+        for (int64_t x = 0; x < 32; ++x)
+          if (f.rgb[size_t((y * 32 + x) * 3)] != 200 || f.rgb[size_t((y * 32 + x) * 3 + 1)] != 200) {
+            x0 = std::min(x0, x);
+            y0 = std::min(y0, y);
+          }
+      xs.push_back(x0);
+      ys.push_back(y0);
+    }
+    const bool horizontal = c.direction == "left" || c.direction == "right";
+    const auto& along = horizontal ? xs : ys;
+    const auto& across = horizontal ? ys : xs;
+    for (size_t f = 1; f < 4; ++f) {
+      EXPECT_EQ(across[f], across[0]) << seed;
+      const bool forward = c.direction == "right" || c.direction == "down";
+      EXPECT_TRUE(forward ? along[f] > along[f - 1] : along[f] < along[f - 1]) << seed << " " << c.direction;
+    }
+    EXPECT_EQ(c.questions[0].answer, c.direction);
+  }
+  EXPECT_THROW(make_motion_clip(1, 8, 4), Error);
+}
+
+// Training on video chunks reaches every part of the tower: 30 steps on motion clips (4 frames, one chunk each)
+// lower the held-out answer loss and move the blocks and the position table (their gradients flow through the
+// frames' attention, the temporal embedding and sd2_tpool's mean). How well a model learns the direction is a
+// benchmark (make demo-video, README), not a test.
+TEST(Video, TrainingOnClipsLowersTheLossAndReachesTheTower) {
+  ModelConfig c = load_model_config(MYRIAD_SOURCE_DIR "/configs/tiny.json", nullptr);
+  c.vision_config = test::small_vision_config(/*patch=*/7, /*width=*/32, /*mlp=*/64, c.hidden_size, /*pos_grid=*/4);
+  std::vector<std::string> texts;
+  for (uint64_t i = 0; i < 64; ++i)
+    for (const ShapeQuestion& q : make_motion_clip(i, 28).questions) texts.push_back(q.question + " " + q.answer);
+  const Tokenizer tok = Tokenizer::train_from_texts(texts, 300);
+  c.vocab_size = tok.vocab_size();
+  Transformer model(c, ModelWeights::random(c, 5));
+  const Tensor block_before = model.p("vision_tower.encoder.blocks.0.wqkv.weight").value().clone();
+  const Tensor pos_before = model.p("vision_tower.patch_embed.pos_emb.weight").value().clone();
+  MotionClipSource src(c, tok, /*size=*/28, /*frames=*/4);
+  const TrainBatch first = src.next(128);
+  ASSERT_FALSE(first.grids.empty());
+  for (const PatchGrid& g : first.grids) EXPECT_EQ(g.t, 4);
+  src.restore({{"next_clip", uint64_t(0)}});
+  const TrainConfig tc = parse_train_config({{"stages", {{{"seq_len", 128}, {"steps", 30}}}},
+                                             {"batch_tokens", 512},
+                                             {"lr", 0.003},
+                                             {"warmup_steps", 5},
+                                             {"eval_every", 1000},
+                                             {"eval_batches", 2},
+                                             {"checkpoint_every", 1000},
+                                             {"log_every", 1000},
+                                             {"kda_chunk", 32}},
+                                            "test", c);
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("myriad_video_" + std::to_string(getpid()))).string();
+  TrainerOptions to;
+  to.run_dir = dir;
+  to.model_config_json = "{}";
+  to.quiet = true;
+  auto val_loss = [&] {
+    ag::NoGradGuard ng;
+    double sum = 0;
+    const auto batches = src.validation(128, 2);
+    for (const TrainBatch& b : batches) {
+      ForwardOptions fo;
+      fo.kda_chunk = 32;
+      const ag::Var f = encode_images(*c.vision_config, model.weights(), ag::Var(b.patches), b.grids);
+      fo.image_features = &f;
+      sum += model.forward(b.tokens, b.targets, fo).loss.value().data<float>()[0];
+    }
+    return sum / double(batches.size());
+  };
+  const double before = val_loss();
+  Trainer(model, tc, src, to).run();
+  const double after = val_loss();
+  EXPECT_LT(after, 0.5 * before) << before << " -> " << after;
+  auto moved = [](const Tensor& a, const Tensor& b) {
+    double m = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, double(std::abs(a.data<float>()[i] - b.data<float>()[i])));
+    return m;
+  };
+  EXPECT_GT(moved(block_before, model.p("vision_tower.encoder.blocks.0.wqkv.weight").value()), 1e-4);
+  EXPECT_GT(moved(pos_before, model.p("vision_tower.patch_embed.pos_emb.weight").value()), 1e-5);
+  std::filesystem::remove_all(dir);
+}
+
+// Records with videos: a GIF (path) and a list of frames become chunks of frames in their marker's place; frames of
+// different sizes, video_url parts in chat records and data prepare get one clear error each.
+TEST(Video, RecordsCarryVideosAsGifsOrFrameLists) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("myriad_video_records_" + std::to_string(getpid()))).string();
+  std::filesystem::create_directories(dir);
+  std::vector<std::vector<uint8_t>> frames;
+  for (int f = 0; f < 6; ++f) frames.push_back(frame_pixels(28, 28, f));
+  std::ofstream(dir + "/clip.gif", std::ios::binary) << gif(28, 28, frames);
+  const MotionClip clip = make_motion_clip(3, 28, 3);
+  nlohmann::json list = nlohmann::json::array();
+  for (const Image& f : clip.video.frames) list.push_back(png_data_uri(f));
+  Image small;
+  small.width = small.height = 14;
+  small.rgb.assign(14 * 14 * 3, 9);
+  std::ofstream(dir + "/records.jsonl")
+      << nlohmann::json{{"videos", {"clip.gif"}}, {"prompt", "what is it? <|image|>"}, {"answer", "noise"}}.dump()
+      << "\n"
+      << nlohmann::json{{"images", {png_data_uri(small)}}, {"videos", {list}}, {"text", "<|image|> then <|image|>"}}
+             .dump()
+      << "\n";
+  const std::vector<ImageTextRecord> records = read_image_text_records(dir + "/records.jsonl");
+  ASSERT_EQ(records.size(), 2u);
+  ASSERT_EQ(records[0].videos.size(), 1u);
+  EXPECT_EQ(records[1].videos[0].size(), 3u);
+  ModelConfig c = load_model_config(MYRIAD_SOURCE_DIR "/configs/tiny.json", nullptr);
+  c.vision_config = test::small_vision_config(/*patch=*/7, /*width=*/32, /*mlp=*/64, c.hidden_size, /*pos_grid=*/4);
+  std::vector<std::string> texts = {"what is it? noise", "then"};
+  const Tokenizer tok = Tokenizer::train_from_texts(texts, 280);
+  c.vocab_size = tok.vocab_size();
+  const ImageTextExample gif_example = record_example(records[0], c, tok);
+  ASSERT_EQ(gif_example.images.grids.size(), 2u);  // 6 frames: chunks of 4 and 2
+  EXPECT_EQ(gif_example.images.grids[0].t, 4);
+  EXPECT_EQ(gif_example.images.grids[1].t, 2);
+  const int32_t ph = int32_t(*c.media_placeholder_token_id);
+  EXPECT_EQ(std::count(gif_example.tokens.begin(), gif_example.tokens.end(), ph), gif_example.images.tokens[0]);
+  EXPECT_EQ(gif_example.images.tokens[0], 8);  // 28 x 28 at patch 7: 4 x 4 patches, 2 x 2 tokens per chunk
+  const ImageTextExample mixed = record_example(records[1], c, tok);
+  ASSERT_EQ(mixed.images.tokens.size(), 2u);  // the image's marker first, then the video's
+  EXPECT_EQ(mixed.images.grids.back().t, 3);
+  EXPECT_EQ(mixed.tokens[0], ph);
+
+  auto format_error = [&](const std::string& line) {
+    std::ofstream(dir + "/bad.jsonl") << line << "\n";
+    try {
+      for (const ImageTextRecord& r : read_image_text_records(dir + "/bad.jsonl")) record_example(r, c, tok);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kFormat);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  nlohmann::json uneven = list;
+  uneven.push_back(png_data_uri(small));
+  EXPECT_NE(format_error(nlohmann::json{{"videos", {uneven}}, {"text", "x"}}.dump()).find("frame 3 is 14 x 14"),
+            std::string::npos);
+  EXPECT_NE(format_error(nlohmann::json{{"videos", {nlohmann::json::array()}}, {"text", "x"}}.dump())
+                .find("videos[0]: must be a GIF"),
+            std::string::npos);
+  EXPECT_NE(
+      format_error(
+          R"({"messages": [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": "clip.gif"}}]}, {"role": "assistant", "content": "x"}]})")
+          .find("video_url parts are not read from chat records"),
+      std::string::npos);
+  EXPECT_NE(format_error(nlohmann::json{{"videos", {"clip.gif"}}, {"text", "<|image|> <|image|>"}}.dump())
+                .find("2 image markers (<|image|>) but 0 images and 1 video"),
+            std::string::npos);
+  try {
+    prepare_image_text(dir + "/records.jsonl", dir + "/prepared", false);
+    ADD_FAILURE() << "data prepare took a record with videos";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data prepare stores images only"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
