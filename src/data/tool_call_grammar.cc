@@ -517,7 +517,7 @@ void ToolCallMatcher::accept(int32_t token) {
       }
       break;
     case Region::kCall:
-      feed_bytes(frames_, g.bytes_[size_t(token)]);
+      frames_.swap(scratch_);  // allows() just fed the token's bytes into scratch_: the next state, fed once
       if (frames_.empty()) region_ = Region::kCallDone;
       break;
     case Region::kCallDone:
