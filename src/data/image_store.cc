@@ -48,9 +48,15 @@ ImageStore ImageStore::open(const std::string& dir) {
   return s;
 }
 
-Image ImageStore::image(int64_t index, const std::string& what) const {
+ImageSize ImageStore::size_of(int64_t index, const std::string& what) const {
   MYRIAD_REQUIRE(index >= 0 && index < size(), kValue, what, ": stored image ", index, " is not in ", file_.path(),
                  " (", size(), " images)");
+  const SafetensorsEntry& e = file_.entries()[size_t(index)];
+  return {e.shape[1], e.shape[0], "stored"};
+}
+
+Image ImageStore::image(int64_t index, const std::string& what) const {
+  size_of(index, what);  // the index checked
   const SafetensorsEntry& e = file_.entries()[size_t(index)];
   Image im;
   im.height = e.shape[0];

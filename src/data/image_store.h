@@ -33,6 +33,8 @@ class ImageStore {
   int64_t size() const { return int64_t(file_.entries().size()); }
   // Image `index` (copied out of the mapping); kValue naming `what` for an index outside the store.
   Image image(int64_t index, const std::string& what) const;
+  // Its size alone (read from the header; nothing copied).
+  ImageSize size_of(int64_t index, const std::string& what) const;
 
  private:
   SafetensorsFile file_;

@@ -97,9 +97,16 @@ Image shifted_image(const Image& image, int64_t dx, int64_t dy) {
   return out;
 }
 
+namespace {
+
+// A record's example with its media already made (patched, or only sized: grids and tokens without values).
+ImageTextExample example_of(const ImageTextRecord& r, ImageInput media, const ModelConfig& config,
+                            const Tokenizer& tok);
+
+}  // namespace
+
 ImageTextExample record_example(const ImageTextRecord& r, const ModelConfig& config, const Tokenizer& tok,
                                 std::vector<Image>* decoded, const ImageStore* store) {
-  const int32_t ph = placeholder_of(config);
   std::vector<Image> images;
   for (size_t k = 0; k < r.images.size(); ++k) {
     try {
@@ -118,6 +125,14 @@ ImageTextExample record_example(const ImageTextRecord& r, const ModelConfig& con
       throw_error(ErrorKind::kFormat, r.where, ": video ", k, ": ", e.what());
     }
   }
+  return example_of(r, std::move(media), config, tok);
+}
+
+namespace {
+
+ImageTextExample example_of(const ImageTextRecord& r, ImageInput media, const ModelConfig& config,
+                            const Tokenizer& tok) {
+  const int32_t ph = placeholder_of(config);
   if (r.kind == ImageTextRecord::Kind::kQuestion)
     return media_question_example(std::move(media), r.prompt, r.answer, r.type, config, tok, image_marker(config));
   ImageTextExample e;
@@ -141,6 +156,8 @@ ImageTextExample record_example(const ImageTextRecord& r, const ModelConfig& con
   }
   return e;
 }
+
+}  // namespace
 
 TrainBatch pack_image_text(int64_t seq_len, int32_t pad, int64_t patch_row,
                            const std::function<const ImageTextExample*(bool peek)>& draw) {
@@ -308,11 +325,24 @@ ImageTextFileSource::ImageTextFileSource(const std::string& path, const ModelCon
     } else if (shift_ > 0 && train) {
       train_images_.emplace_back();
     }
+    if (store_ && train) {
+      // Only sized: the placeholder runs from the stored images' sizes (patch_grid_for, as patching sizes them);
+      // the patches are made at the draw. Memory and start-up time stay O(tokens).
+      ImageInput sized;
+      for (size_t k = 0; k < stored_.back().size(); ++k) {
+        const ImageSize size = store_->size_of(stored_.back()[k], str(r.where, ": image ", k));
+        PatchGrid g;
+        patch_grid_for(size.width, size.height, patch_options_for(vision_), &g.h, &g.w);
+        sized.grids.push_back(g);
+        sized.tokens.push_back(vision_tokens(vision_, g));
+      }
+      all.push_back(example_of(r, std::move(sized), config, tok));
+      continue;
+    }
     // Shifts move images only: an example with a video keeps its patches as made (train_images_ left empty).
     const bool shifted = !store_ && shift_ > 0 && train && r.videos.empty();
     all.push_back(
         record_example(r, config, tok, shifted ? &train_images_.back() : nullptr, store_ ? &*store_ : nullptr));
-    if (store_ && train) all.back().images.values = std::vector<float>();  // released: memory stays O(tokens)
   }
   held_out_.assign(std::make_move_iterator(all.end() - ptrdiff_t(held)), std::make_move_iterator(all.end()));
   all.resize(n_train);
