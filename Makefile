@@ -2,7 +2,7 @@
 # Each installs the Debian packages it needs first (scripts/deps.sh skips what is present).
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo demo-agent demo-vision bench-mnist test test-release test-sanitize test-tsan test-fuzz fuzz python interop-llama cuda format clean
+.PHONY: all deps build demo demo-agent demo-vision demo-video bench-mnist test test-release test-sanitize test-tsan test-fuzz fuzz python interop-llama cuda format clean
 
 all: build
 
@@ -34,6 +34,11 @@ demo-agent: build
 # (scripts/demo_vision.sh; runs/vision).
 demo-vision: build
 	@bash scripts/demo_vision.sh runs/vision
+
+# Video: the same on the built-in motion clips (which way a square moves, its colour; scripts/demo_video.sh;
+# runs/video).
+demo-video: build
+	@bash scripts/demo_video.sh runs/video
 
 # MNIST by generated answer (a benchmark: needs ../shared/data/mnist or IDX=DIR; scripts/bench_mnist.sh).
 IDX ?= ../shared/data/mnist
