@@ -191,20 +191,14 @@ TrainBatch pack_image_text(int64_t seq_len, int32_t pad, int64_t patch_row,
   return b;
 }
 
-// ---- the built-in shape scenes --------------------------------------------------------------------------------------
+// ---- questions made from seeds (the built-in sets) -------------------------------------------------------------
 
-ShapeSceneSource::ShapeSceneSource(const ModelConfig& config, const Tokenizer& tok, int64_t image_size)
-    : config_(config), tok_(tok), image_size_(image_size) {
+GeneratedQuestionSource::GeneratedQuestionSource(const ModelConfig& config, const Tokenizer& tok, std::string state_key)
+    : config_(config), tok_(tok), state_key_(std::move(state_key)) {
   MYRIAD_REQUIRE(config.vision_config.has_value() && config.media_placeholder_token_id.has_value(), kConfig,
                  "image training needs a model with a vision tower: its config needs vision_config and "
                  "media_placeholder_token_id");
   end_of_text_ = end_of_text(tok);
-}
-
-ImageTextExample ShapeSceneSource::example(uint64_t scene_seed, uint64_t question) const {
-  const ShapeScene scene = make_shape_scene(scene_seed, image_size_);
-  const ShapeQuestion& q = scene.questions[size_t(question % scene.questions.size())];
-  return question_example({scene.image}, q.question, q.answer, q.family, config_, tok_);
 }
 
 namespace {
@@ -223,19 +217,19 @@ std::function<const ImageTextExample*(bool)> drawing(uint64_t& counter, Make mak
 
 }  // namespace
 
-TrainBatch ShapeSceneSource::next(int64_t seq_len) {
+TrainBatch GeneratedQuestionSource::next(int64_t seq_len) {
   const int64_t row = 3 * config_.vision_config->patch_size * config_.vision_config->patch_size;
   return pack_image_text(seq_len, end_of_text_, row,
                          drawing(next_, [this](uint64_t i) { return example(split_seed(false, i), i); }));
 }
 
-void ShapeSceneSource::restore(const nlohmann::json& state) {
-  MYRIAD_REQUIRE(state.is_object() && state.contains("next_scene") && state["next_scene"].is_number_unsigned(), kFormat,
-                 "image training: the data state must be {\"next_scene\": N}, got ", state.dump());
-  next_ = state["next_scene"].get<uint64_t>();
+void GeneratedQuestionSource::restore(const nlohmann::json& state) {
+  MYRIAD_REQUIRE(state.is_object() && state.contains(state_key_) && state[state_key_].is_number_unsigned(), kFormat,
+                 "image training: the data state must be {\"", state_key_, "\": N}, got ", state.dump());
+  next_ = state[state_key_].get<uint64_t>();
 }
 
-std::vector<TrainBatch> ShapeSceneSource::validation(int64_t seq_len, int64_t max_batches) {
+std::vector<TrainBatch> GeneratedQuestionSource::validation(int64_t seq_len, int64_t max_batches) {
   const int64_t row = 3 * config_.vision_config->patch_size * config_.vision_config->patch_size;
   std::vector<TrainBatch> out;
   uint64_t i = 0;
@@ -245,17 +239,23 @@ std::vector<TrainBatch> ShapeSceneSource::validation(int64_t seq_len, int64_t ma
   return out;
 }
 
-int64_t ShapeSceneSource::target_bytes(const TrainBatch& b) const {
+int64_t GeneratedQuestionSource::target_bytes(const TrainBatch& b) const {
   return target_token_bytes(b, tok_);
 }
 
-// ---- the built-in motion clips --------------------------------------------------------------------------------------
+// ---- the built-in shape scenes and motion clips ---------------------------------------------------------------------
+
+ShapeSceneSource::ShapeSceneSource(const ModelConfig& config, const Tokenizer& tok, int64_t image_size)
+    : GeneratedQuestionSource(config, tok, "next_scene"), image_size_(image_size) {}
+
+ImageTextExample ShapeSceneSource::example(uint64_t scene_seed, uint64_t question) const {
+  const ShapeScene scene = make_shape_scene(scene_seed, image_size_);
+  const ShapeQuestion& q = scene.questions[size_t(question % scene.questions.size())];
+  return question_example({scene.image}, q.question, q.answer, q.family, config_, tok_);
+}
 
 MotionClipSource::MotionClipSource(const ModelConfig& config, const Tokenizer& tok, int64_t size, int64_t frames)
-    : config_(config), tok_(tok), size_(size), frames_(frames) {
-  placeholder_of(config);
-  end_of_text_ = end_of_text(tok);
-}
+    : GeneratedQuestionSource(config, tok, "next_clip"), size_(size), frames_(frames) {}
 
 ImageTextExample MotionClipSource::example(uint64_t clip_seed, uint64_t question) const {
   const MotionClip clip = make_motion_clip(clip_seed, size_, frames_);
@@ -263,32 +263,6 @@ ImageTextExample MotionClipSource::example(uint64_t clip_seed, uint64_t question
   ImageInput media;
   add_video(media, *config_.vision_config, clip.video);
   return media_question_example(std::move(media), q.question, q.answer, q.family, config_, tok_);
-}
-
-TrainBatch MotionClipSource::next(int64_t seq_len) {
-  const int64_t row = 3 * config_.vision_config->patch_size * config_.vision_config->patch_size;
-  return pack_image_text(seq_len, end_of_text_, row,
-                         drawing(next_, [this](uint64_t i) { return example(split_seed(false, i), i); }));
-}
-
-void MotionClipSource::restore(const nlohmann::json& state) {
-  MYRIAD_REQUIRE(state.is_object() && state.contains("next_clip") && state["next_clip"].is_number_unsigned(), kFormat,
-                 "video training: the data state must be {\"next_clip\": N}, got ", state.dump());
-  next_ = state["next_clip"].get<uint64_t>();
-}
-
-std::vector<TrainBatch> MotionClipSource::validation(int64_t seq_len, int64_t max_batches) {
-  const int64_t row = 3 * config_.vision_config->patch_size * config_.vision_config->patch_size;
-  std::vector<TrainBatch> out;
-  uint64_t i = 0;
-  const auto draw = drawing(i, [this](uint64_t k) { return example(split_seed(true, k % kValidationScenes), k); });
-  for (int64_t k = 0; k < max_batches && i < kValidationScenes; ++k)
-    out.push_back(pack_image_text(seq_len, end_of_text_, row, draw));
-  return out;
-}
-
-int64_t MotionClipSource::target_bytes(const TrainBatch& b) const {
-  return target_token_bytes(b, tok_);
 }
 
 // ---- image-text files ---------------------------------------------------------------------------------------------

@@ -77,46 +77,50 @@ std::string image_marker(const ModelConfig& config);
 TrainBatch pack_image_text(int64_t seq_len, int32_t pad, int64_t patch_row,
                            const std::function<const ImageTextExample*(bool peek)>& draw);
 
-class ShapeSceneSource final : public BatchSource {
+// Questions made on the fly from seeds (the built-in sets): example(seed, question) for train seeds split_seed(false,
+// i) and held-out ones split_seed(true, i), packed several per sequence; the state is the next train index, under
+// `state_key`.
+class GeneratedQuestionSource : public BatchSource {
  public:
   // The model config's vision_config gives the patching; the tokenizer encodes the text (its <|endoftext|>).
-  ShapeSceneSource(const ModelConfig& config, const Tokenizer& tok, int64_t image_size = 56);
+  GeneratedQuestionSource(const ModelConfig& config, const Tokenizer& tok, std::string state_key);
 
-  ImageTextExample example(uint64_t scene_seed, uint64_t question) const;
+  virtual ImageTextExample example(uint64_t seed, uint64_t question) const = 0;
   TrainBatch next(int64_t seq_len) override;
-  nlohmann::json state() const override { return {{"next_scene", next_}}; }
+  nlohmann::json state() const override { return {{state_key_, next_}}; }
   void restore(const nlohmann::json& state) override;
   std::vector<TrainBatch> validation(int64_t seq_len, int64_t max_batches) override;
   int64_t target_bytes(const TrainBatch& b) const override;
 
- private:
+ protected:
   const ModelConfig& config_;
   const Tokenizer& tok_;
-  int64_t image_size_;
+
+ private:
+  std::string state_key_;
   int32_t end_of_text_ = 0;
-  uint64_t next_ = 0;  // train scenes used so far
+  uint64_t next_ = 0;  // train examples used so far
+};
+
+// The built-in shape scenes (data/shape_images.h), one question per scene.
+class ShapeSceneSource final : public GeneratedQuestionSource {
+ public:
+  ShapeSceneSource(const ModelConfig& config, const Tokenizer& tok, int64_t image_size = 56);
+  ImageTextExample example(uint64_t scene_seed, uint64_t question) const override;
+
+ private:
+  int64_t image_size_;
 };
 
 // The built-in motion clips (data/motion_clips.h): each clip a video question ("which way does the square move?",
-// "what colour is the square?"), the clip's frames in chunks of init_pos_emb_time, packed as ShapeSceneSource packs
-// scenes; held-out clips are other seeds.
-class MotionClipSource final : public BatchSource {
+// "what colour is the square?"), the clip's frames in chunks of init_pos_emb_time.
+class MotionClipSource final : public GeneratedQuestionSource {
  public:
   MotionClipSource(const ModelConfig& config, const Tokenizer& tok, int64_t size = 56, int64_t frames = 4);
-
-  ImageTextExample example(uint64_t clip_seed, uint64_t question) const;
-  TrainBatch next(int64_t seq_len) override;
-  nlohmann::json state() const override { return {{"next_clip", next_}}; }
-  void restore(const nlohmann::json& state) override;
-  std::vector<TrainBatch> validation(int64_t seq_len, int64_t max_batches) override;
-  int64_t target_bytes(const TrainBatch& b) const override;
+  ImageTextExample example(uint64_t clip_seed, uint64_t question) const override;
 
  private:
-  const ModelConfig& config_;
-  const Tokenizer& tok_;
   int64_t size_, frames_;
-  int32_t end_of_text_ = 0;
-  uint64_t next_ = 0;
 };
 
 class ImageTextFileSource final : public BatchSource {

@@ -20,6 +20,7 @@
 #include "serve/engine.h"
 #include "train/image_question_eval.h"
 #include "train/image_text_source.h"
+#include "train/vision_training.h"
 #include "vision_fixture.h"
 
 namespace myriad {
@@ -96,19 +97,7 @@ TEST(ImageText, TrainingLowersTheHeldOutLossAndReachesTheTower) {
   to.run_dir = dir;
   to.model_config_json = "{}";
   to.quiet = true;
-  auto val_loss = [&] {
-    ag::NoGradGuard ng;
-    double sum = 0;
-    const auto batches = src.validation(128, 4);
-    for (const TrainBatch& b : batches) {
-      ForwardOptions fo;
-      fo.kda_chunk = 32;
-      const ag::Var f = encode_images(*c.vision_config, model.weights(), ag::Var(b.patches), b.grids);
-      fo.image_features = &f;
-      sum += model.forward(b.tokens, b.targets, fo).loss.value().data<float>()[0];
-    }
-    return sum / double(batches.size());
-  };
+  auto val_loss = [&] { return test::held_out_loss(model, c, src, 128, 4); };
   const double before = val_loss();
   Trainer trainer(model, tc, src, to);
   const TrainSummary s = trainer.run();

@@ -27,6 +27,7 @@
 #include "train/image_text_source.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
+#include "train/vision_training.h"
 #include "vision_fixture.h"
 
 namespace myriad {
@@ -258,19 +259,7 @@ TEST(Video, TrainingOnClipsLowersTheLossAndReachesTheTower) {
   to.run_dir = dir;
   to.model_config_json = "{}";
   to.quiet = true;
-  auto val_loss = [&] {
-    ag::NoGradGuard ng;
-    double sum = 0;
-    const auto batches = src.validation(128, 2);
-    for (const TrainBatch& b : batches) {
-      ForwardOptions fo;
-      fo.kda_chunk = 32;
-      const ag::Var f = encode_images(*c.vision_config, model.weights(), ag::Var(b.patches), b.grids);
-      fo.image_features = &f;
-      sum += model.forward(b.tokens, b.targets, fo).loss.value().data<float>()[0];
-    }
-    return sum / double(batches.size());
-  };
+  auto val_loss = [&] { return test::held_out_loss(model, c, src, 128, 2); };
   const double before = val_loss();
   Trainer(model, tc, src, to).run();
   const double after = val_loss();
