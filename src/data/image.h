@@ -1,6 +1,6 @@
-// Images as the vision tower reads them: decoding (PNG, JPEG, BMP, GIF's first frame, with Debian's stb_image),
-// the pixel cap checked from the header before any pixel is decoded (decompression bombs), and the native-
-// resolution patching of docs/vision.md: resized with the aspect kept to whole merge windows of patches under
+// Images as the vision tower reads them: decoding (JPEG by libjpeg-turbo, PNG by libpng, BMP and GIF's first frame
+// by Debian's stb_image), the pixel cap checked from the header before any pixel is decoded (decompression bombs),
+// and the native-resolution patching of docs/vision.md: resized with the aspect kept to whole merge windows of patches under
 // a patch budget, normalised, cut into patch rows.
 #pragma once
 

@@ -1,11 +1,12 @@
 // Image decoding and patching (data/image.h), IDX arrays (data/idx.h). Images are written with stb_image_write
-// (Debian's libstb), an encoder independent of the decoder's code paths: PNG and BMP are lossless, so the decoded
-// pixels must equal the written ones exactly; JPEG within a small error. GIF bytes are written out by hand from the
-// format.
+// (Debian's libstb), an encoder independent of the decoders (libjpeg-turbo, libpng, stb's GIF and BMP readers): PNG and
+// BMP are lossless, so the decoded pixels must equal the written ones exactly; JPEG within a small error. GIF bytes are
+// written out by hand from the format.
 #include "data/image.h"
 
 #include <gtest/gtest.h>
 #include <stb_image_write.h>
+#include <turbojpeg.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -75,6 +76,71 @@ TEST(Image, JpegDecodesCloseToTheWrittenPixels) {
   double worst = 0;
   for (size_t i = 0; i < px.size(); ++i) worst = std::max(worst, std::abs(double(img.rgb[i]) - double(px[i])));
   EXPECT_LE(worst, 8.0);  // quality 100 with 4:2:0 chroma on a smooth ramp
+}
+
+// The JPEG variants a photo library holds, and damaged files. The decoder is libjpeg-turbo; the grey file comes from
+// stb_image_write, the CMYK one from libjpeg-turbo's encoder (stb writes no CMYK).
+TEST(Image, JpegGreyCmykAndDamagedFiles) {
+  const int w = 32, h = 16;
+  std::vector<uint8_t> grey(size_t(w * h));
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) grey[size_t(y * w + x)] = uint8_t(30 + 5 * x + 4 * y);
+  std::string jpg;
+  ASSERT_EQ(stbi_write_jpg_to_func(append, &jpg, w, h, 1, grey.data(), 100), 1);
+  const Image g = decode_image(jpg, "grey.jpg");
+  ASSERT_EQ(g.rgb.size(), size_t(w * h * 3));
+  double worst = 0;
+  for (size_t i = 0; i < grey.size(); ++i)
+    for (size_t c = 0; c < 3; ++c) worst = std::max(worst, std::abs(double(g.rgb[3 * i + c]) - double(grey[i])));
+  EXPECT_LE(worst, 4.0);  // one channel, no chroma subsampling: quantisation only
+
+  // Adobe CMYK is stored inverted: the RGB a viewer shows is C K / 255 per channel. A smooth ramp of all four.
+  std::vector<uint8_t> cmyk(size_t(w * h * 4));
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < 4; ++c)
+        cmyk[size_t((y * w + x) * 4 + c)] = uint8_t(c == 3 ? 150 + 3 * x : 40 + 5 * x + 6 * y + 15 * c);
+  tjhandle enc = tjInitCompress();
+  ASSERT_NE(enc, nullptr);
+  unsigned char* out = nullptr;
+  unsigned long out_size = 0;
+  ASSERT_EQ(tjCompress2(enc, cmyk.data(), w, 0, h, TJPF_CMYK, &out, &out_size, TJSAMP_444, 100, 0), 0);
+  const std::string cmyk_jpg(reinterpret_cast<const char*>(out), out_size);
+  tjFree(out);
+  tjDestroy(enc);
+  const Image c = decode_image(cmyk_jpg, "cmyk.jpg");
+  ASSERT_EQ(c.rgb.size(), size_t(w * h * 3));
+  worst = 0;
+  for (size_t i = 0; i < size_t(w * h); ++i)
+    for (size_t ch = 0; ch < 3; ++ch)
+      worst = std::max(worst, std::abs(double(c.rgb[3 * i + ch]) - cmyk[4 * i + ch] * cmyk[4 * i + 3] / 255.0));
+  EXPECT_LE(worst, 4.0);  // quality 100, 4:4:4: a level or two per channel, as the grey file
+  // Taking the CMYK bytes as RGB (no conversion) would be off by (255 - K) C / 255, up to 60 levels here.
+
+  // A file that ends early is refused (PIL refuses it too); bytes before a marker are a warning libjpeg-turbo
+  // recovers from, and the image is kept, equal to the clean file's.
+  std::string noisy;  // noise, so that half of the file is entropy-coded data, not tables
+  ASSERT_EQ(stbi_write_jpg_to_func(append, &noisy, 64, 64, 3, random_rgb(64, 64, 6).data(), 90), 1);
+  const std::string e = error_of(noisy.substr(0, noisy.size() / 2));
+  EXPECT_NE(e.find("request.image: corrupt or truncated JPEG image (Premature end of JPEG file)"), std::string::npos)
+      << e;
+  ASSERT_EQ(jpg.substr(jpg.size() - 2), "\xff\xd9");
+  const std::string extra = jpg.substr(0, jpg.size() - 2) + std::string("\x12\x34", 2) + "\xff\xd9";
+  EXPECT_EQ(decode_image(extra, "extra.jpg").rgb, g.rgb);
+  EXPECT_NE(error_of(std::string("\xff\xd8\xff\xe0", 4)).find("corrupt or truncated JPEG header (no frame header"),
+            std::string::npos);
+}
+
+TEST(Image, PngWithAlphaKeepsTheStoredColours) {
+  const int w = 9, h = 7;
+  std::vector<uint8_t> rgba(size_t(w * h * 4));
+  std::mt19937 rng(5);
+  for (auto& v : rgba) v = uint8_t(rng() & 255);
+  std::string bytes;
+  ASSERT_EQ(stbi_write_png_to_func(append, &bytes, w, h, 4, rgba.data(), w * 4), 1);
+  std::vector<uint8_t> rgb;
+  for (size_t i = 0; i < size_t(w * h); ++i) rgb.insert(rgb.end(), &rgba[4 * i], &rgba[4 * i + 3]);
+  EXPECT_EQ(decode_image(bytes, "a.png").rgb, rgb);  // not composited onto a background: the values as stored
 }
 
 TEST(Image, GifFirstFrame) {
