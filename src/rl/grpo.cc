@@ -27,6 +27,7 @@
 #include "train/agent_eval.h"
 #include "train/optimizer.h"
 #include "train/run_checkpoint.h"
+#include "train/sharded_checkpoint.h"
 #include "train/task_eval.h"
 #include "train/training_ranks.h"
 
@@ -187,8 +188,6 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     pretrain_val = text_validation_batches(pretrain_data, std::min<int64_t>(256, mc.max_position_embeddings), 8);
   const ParallelDims& dims = req.parallel;
   start_training_ranks(*ranks, dims, mc, config_json, [&] {
-    MYRIAD_REQUIRE(dims.ep == 1 && dims.sp == 1, kUnsupported,
-                   "grpo splits its rollouts over data-parallel ranks (--dp) only; --ep and --sp are not supported");
     MYRIAD_REQUIRE(cfg.prompts_per_step % dims.dp == 0, kConfig, "prompts_per_step ", cfg.prompts_per_step,
                    " does not split evenly over --dp ", dims.dp);
   });
@@ -202,15 +201,25 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     });
   Communicator& world = *ranks->world;
   const bool root = ranks->root();
-  // This rank's groups of each step: a contiguous block of the step's prompts.
+  const ProcessGroups& groups = ranks->groups;
+  // This rank's groups of each step: a contiguous block of the step's prompts per data-parallel index. Under --ep
+  // the ep ranks of one index roll out the same block in lockstep (every forward's all-to-all needs them all; the
+  // same prompts and seeds give the same tokens, the logits being one process's bit for bit) and split its
+  // sequences for the update. Under --sp each sp rank rolls out the block too (the engine runs whole sequences)
+  // and trains on its shard of every sequence. Statistics of the rollouts are therefore summed over the dp group
+  // (one rank per block), those of the update over the world.
   const int per_rank = cfg.prompts_per_step / dims.dp;
-  const int first_group = world.rank() * per_rank;
+  const int first_group = groups.d * per_rank;
+  Communicator& blocks = dims.ep > 1 || dims.sp > 1 ? *groups.dp_group : world;
 
-  Transformer model(mc, ModelWeights::from_checkpoint(open_model_checkpoint(ck, mc), mc));
+  Transformer model(mc, ModelWeights::from_checkpoint(open_model_checkpoint(ck, mc), mc, ranks->keep));
+  if (ranks->dispatcher) model.set_moe_dispatcher(ranks->dispatcher.get());
   std::unique_ptr<Transformer> reference;
-  if (cfg.kl_coef > 0)
-    reference =
-        std::make_unique<Transformer>(mc, ModelWeights::from_checkpoint(open_model_checkpoint(start_ck, mc), mc));
+  if (cfg.kl_coef > 0) {
+    reference = std::make_unique<Transformer>(
+        mc, ModelWeights::from_checkpoint(open_model_checkpoint(start_ck, mc), mc, ranks->keep));
+    if (ranks->dispatcher) reference->set_moe_dispatcher(ranks->dispatcher.get());
+  }
   AdamW adamw(mc, model.weights(),
               AdamWConfig{float(cfg.beta1), float(cfg.beta2), float(cfg.eps), float(cfg.weight_decay)});
   GradientSync sync(mc, model.weights(), ranks->groups);
@@ -230,7 +239,7 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
   };
   std::string last_checkpoint = resuming ? ck : "";
   auto save = [&] {
-    if (!root) return;  // every rank holds the same weights and optimizer state
+    if (!root && dims.ep == 1) return;  // every rank holds the same weights and optimizer state
     NamedTensors weights;
     for (const auto& [n, v] : model.weights().all()) weights.emplace_back(n, v.value());
     CheckpointContents c{config_json,
@@ -239,17 +248,26 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
                          adamw.steps(),
                          {{"step", step}, {"skipped", skipped}, {"grpo_config", grpo_config_to_json(cfg)}},
                          out + "/tokenizer"};
-    last_checkpoint = save_run_checkpoint(out, step, c, cfg.keep_checkpoints);
+    if (dims.ep == 1) {
+      last_checkpoint = save_run_checkpoint(out, step, c, cfg.keep_checkpoints);
+      return;
+    }
+    const std::string dir = save_sharded_run_checkpoint(groups, mc, out, step, c, nullptr, cfg.keep_checkpoints);
+    if (root) last_checkpoint = dir;
   };
   AgentEvalOptions ao;
   ao.per_family = std::max(1, cfg.eval_per_family);
   ao.limits = cfg.limits;
   ao.weights = cfg.rewards;
+  if (dims.ep > 1) ao.lockstep = groups.ep_group.get();
   auto evaluate = [&] {
     nlohmann::json e = {{"type", "eval"}, {"step", step}};
-    if (!root) return e;  // rank 0 evaluates; the others wait for it in the next step's first collective
+    // Rank 0 evaluates; the others wait for it in the next step's first collective. Under --ep rank 0's ep group
+    // (data-parallel index 0) evaluates with it in lockstep: each holds a slice of the experts.
+    if (!(root || (dims.ep > 1 && groups.d == 0 && groups.s == 0))) return e;
     if (cfg.eval_per_family > 0) {
-      const InferenceModel inference(mc, DecodeWeights::from_model(model.weights()));
+      InferenceModel inference(mc, DecodeWeights::from_model(model.weights()));
+      if (ranks->dispatcher) inference.set_moe_dispatcher(ranks->dispatcher.get());
       const AgentEvalReport r = evaluate_agent(inference, tok, ao);
       e["agent"] = r.to_json();
       for (const nlohmann::json& t : r.transcripts)
@@ -257,7 +275,7 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     }
     if (!pretrain_val.empty()) e["val_loss"] = text_loss(model, pretrain_val, cfg.kda_chunk);
     log(e);
-    if (!req.quiet) {
+    if (!req.quiet && root) {
       std::fprintf(stderr, "eval at step %lld: held-out agent tasks %.1f%% (violations %.2f per episode)",
                    (long long)step, 100.0 * e.value("agent", nlohmann::json::object()).value("success", 0.0),
                    e.value("agent", nlohmann::json::object()).value("violations", 0.0));
@@ -286,7 +304,9 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     std::vector<size_t> kept;
     int dropped = 0, kept_groups = 0, rounds = 0;
     {
-      auto inference = std::make_shared<const InferenceModel>(mc, DecodeWeights::from_model(model.weights()), tok);
+      auto engine_model = std::make_shared<InferenceModel>(mc, DecodeWeights::from_model(model.weights()), tok);
+      if (ranks->dispatcher) engine_model->set_moe_dispatcher(ranks->dispatcher.get());
+      std::shared_ptr<const InferenceModel> inference = engine_model;
       for (int round = 0;; ++round) {
         const uint64_t round_seed =
             round == 0 ? uint64_t(step) : mix_seed(uint64_t(step), 0x72656669ull + uint64_t(round));
@@ -324,9 +344,23 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     int64_t policy_tokens = 0;
     for (size_t i : kept)
       for (size_t t = 1; t < trajs[i].policy.size(); ++t) policy_tokens += trajs[i].policy[t];
-    // Over the ranks: the aggregation's denominators are the step's, not this rank's.
+    // Over the blocks: the aggregation's denominators are the step's, not this block's.
     double counts[2] = {double(policy_tokens), double(kept.size())};
-    world.all_reduce_f64(counts, 2, ReduceOp::kSum);
+    blocks.all_reduce_f64(counts, 2, ReduceOp::kSum);
+    // This rank's share of the block's kept sequences that have a token to learn (the same list on every rank of
+    // the block): every ep-th from its ep index. A rank with one fewer runs one more pass with a zero weight (no
+    // gradient, no statistics), so that every rank of the ep group makes the same number of forwards and
+    // backwards (their all-to-alls are collectives). The sp ranks each run their shard of every one.
+    std::vector<size_t> trainable, mine;
+    for (size_t i : kept)
+      if (predicted_policy_tokens(trajs[i]) > 0) trainable.push_back(i);
+    for (size_t j = size_t(groups.e); j < trainable.size(); j += size_t(dims.ep)) mine.push_back(trainable[j]);
+    const size_t passes = (trainable.size() + size_t(dims.ep) - 1) / size_t(dims.ep);
+    // The input tokens of a trajectory this rank runs (its shard's, without the padding).
+    auto run_tokens = [&](const Trajectory& t) {
+      const int64_t L = int64_t(t.tokens.size()) - 1, T = (L + dims.sp - 1) / dims.sp;
+      return std::clamp<int64_t>(L - int64_t(groups.s) * T, 0, T);
+    };
     policy_tokens = int64_t(counts[0]);
     const int64_t kept_all = int64_t(counts[1]);
     // The updates.
@@ -337,19 +371,30 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     bool finite = true;
     const double lr =
         cfg.warmup_steps > 0 && step < cfg.warmup_steps ? cfg.lr * double(step + 1) / double(cfg.warmup_steps) : cfg.lr;
-    const PolicyLossOptions po{cfg.clip_low,     cfg.clip_high, cfg.kl_coef,
-                               cfg.kl_estimator, cfg.kda_chunk, cfg.routing_replay};
+    const PolicyLossOptions po{cfg.clip_low,
+                               cfg.clip_high,
+                               cfg.kl_coef,
+                               cfg.kl_estimator,
+                               cfg.kda_chunk,
+                               cfg.routing_replay,
+                               dims.sp > 1 ? groups.sp_group.get() : nullptr};
     for (int epoch = 0; epoch < cfg.ppo_epochs && kept_all > 0; ++epoch) {
       model.weights().zero_grad();
       PolicyLossStats& stats = epoch == 0 ? first : all;
       double epoch_objective = 0;
-      for (size_t i : kept) {
+      for (size_t j = 0; j < passes; ++j) {
+        if (j >= mine.size()) {  // the ep group's padding pass
+          PolicyLossStats ignored;
+          policy_loss_backward(model, trajs[trainable.front()], 0.0, 0.0, po, reference.get(), &ignored);
+          continue;
+        }
+        const size_t i = mine[j];
         const double agg =
             cfg.loss_aggregation == "token"
                 ? 1.0 / double(policy_tokens)
                 : 1.0 / (double(kept_all) * double(std::max<int64_t>(1, predicted_policy_tokens(trajs[i]))));
         epoch_objective += policy_loss_backward(model, trajs[i], advantage[i], agg, po, reference.get(), &stats);
-        trained_tokens += int64_t(trajs[i].tokens.size()) - 1;
+        trained_tokens += run_tokens(trajs[i]);
       }
       if (world.size() > 1) {
         sync.all_reduce();
@@ -364,29 +409,22 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
       const float clip_scale = cfg.clip > 0 && gnorm > cfg.clip ? float(cfg.clip / gnorm) : 1.0f;
       adamw.step(model.weights(), float(lr), clip_scale);
     }
-    // The step's statistics over the ranks (sums; the largest mismatch and the slowest rollout).
+    // The step's statistics (sums; the largest mismatch and the slowest rollout): the update's over the world, the
+    // rollouts' over the blocks.
     {
-      double sums[] = {first.tokens,
-                       all.tokens,
-                       first.clipped,
-                       all.clipped,
-                       first.mismatch_sum,
-                       first.kl_sum,
-                       all.kl_sum,
-                       double(trained_tokens),
-                       double(dropped),
-                       double(kept_groups),
-                       double(rounds),
-                       double(rs.generated_tokens),
-                       double(rs.prompt_tokens),
-                       double(rs.prefix_tokens_reused)};
+      double sums[] = {first.tokens, all.tokens, first.clipped,          first.mismatch_sum,
+                       first.kl_sum, all.kl_sum, double(trained_tokens), all.clipped};
       world.all_reduce_f64(sums, int64_t(std::size(sums)), ReduceOp::kSum);
-      first.tokens = sums[0], all.tokens = sums[1], first.clipped = sums[2], all.clipped = sums[3];
-      first.mismatch_sum = sums[4], first.kl_sum = sums[5], all.kl_sum = sums[6];
-      trained_tokens = int64_t(sums[7]), dropped = int(sums[8]), kept_groups = int(sums[9]);
-      rs.generated_tokens = int64_t(sums[11]), rs.prompt_tokens = int64_t(sums[12]);
-      rs.prefix_tokens_reused = int64_t(sums[13]);
-      rounds = int(sums[10] / world.size() + 0.5);  // (a mean over the ranks, each refills its own groups)
+      first.tokens = sums[0], all.tokens = sums[1], first.clipped = sums[2], first.mismatch_sum = sums[3];
+      first.kl_sum = sums[4], all.kl_sum = sums[5], trained_tokens = int64_t(sums[6]), all.clipped = sums[7];
+      double block_sums[] = {double(dropped),          double(kept_groups),
+                             double(rounds),           double(rs.generated_tokens),
+                             double(rs.prompt_tokens), double(rs.prefix_tokens_reused)};
+      blocks.all_reduce_f64(block_sums, int64_t(std::size(block_sums)), ReduceOp::kSum);
+      dropped = int(block_sums[0]), kept_groups = int(block_sums[1]);
+      rs.generated_tokens = int64_t(block_sums[3]), rs.prompt_tokens = int64_t(block_sums[4]);
+      rs.prefix_tokens_reused = int64_t(block_sums[5]);
+      rounds = int(block_sums[2] / blocks.size() + 0.5);  // (a mean over the blocks, each refills its own groups)
       double maxes[] = {first.mismatch_max, rs.seconds};
       world.all_reduce_f64(maxes, 2, ReduceOp::kMax);
       first.mismatch_max = maxes[0], rs.seconds = maxes[1];
@@ -417,7 +455,7 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     }
     double traj_sums[] = {rw[0], rw[1],      rw[2],  rw[3],  rw[4],   success,
                           calls, violations, errors, forged, limited, double(trajs.size())};
-    world.all_reduce_f64(traj_sums, int64_t(std::size(traj_sums)), ReduceOp::kSum);
+    blocks.all_reduce_f64(traj_sums, int64_t(std::size(traj_sums)), ReduceOp::kSum);
     std::copy(traj_sums, traj_sums + 5, rw);
     success = traj_sums[5], calls = traj_sums[6], violations = traj_sums[7], errors = traj_sums[8];
     forged = traj_sums[9], limited = traj_sums[10];

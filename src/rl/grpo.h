@@ -84,9 +84,12 @@ struct GrpoRequest {
   int64_t stop_after_step = -1;
   std::optional<int64_t> steps;
   std::optional<uint64_t> seed;
-  // Data parallelism under mpirun (--dp N; ep and sp are refused): each rank rolls out prompts_per_step / N of the
-  // step's groups and trains on them; gradients and every statistic are summed over the ranks, rank 0 evaluates,
-  // logs and saves. The same sampling streams as one process.
+  // Under mpirun, --dp D x --ep E x --sp S: data-parallel index d rolls out block d of the step's groups
+  // (prompts_per_step / D of them), its E expert-parallel ranks together in lockstep (each holds 1/E of the routed
+  // experts; each of the S sequence-parallel rows of them alike), and they split the block's sequences for the
+  // update, each sp rank running its shard of every such sequence; gradients are summed as the trainer sums them,
+  // statistics once per block. Rank 0 (with its ep group under --ep) evaluates, rank 0 logs; the checkpoint is
+  // sharded under --ep as the trainer's. The same sampling streams as one process.
   ParallelDims parallel;
 };
 

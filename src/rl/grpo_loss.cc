@@ -3,32 +3,59 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "autograd/tape.h"
+#include "dist/sequence_parallel.h"
 
 namespace myriad {
 
 namespace {
 
+// The input row a forward runs: the whole trajectory's, or under sequence parallelism this rank's shard of it.
 struct Row {
   Tensor tokens, targets;
-  std::vector<int64_t> positions;  // input positions whose next token is a policy token
+  int64_t offset = 0;              // the row's first position in the trajectory
+  std::vector<int64_t> positions;  // row positions whose next token is a policy token
+  std::vector<Tensor> routing;     // the shard's rows of the trajectory's routing (replay)
+  std::unique_ptr<SequenceParallelContext> shards;
 };
 
-Row make_row(const Trajectory& t) {
+Row make_row(const Transformer& model, const Trajectory& t, const PolicyLossOptions& o) {
   const int64_t L = int64_t(t.tokens.size()) - 1;
-  std::vector<int64_t> in(static_cast<size_t>(L)), tg(static_cast<size_t>(L), -100);
+  const int ranks = o.sequence_group ? o.sequence_group->size() : 1;
+  const int64_t T = (L + ranks - 1) / ranks;
   Row r;
-  for (int64_t i = 0; i < L; ++i) {
-    in[size_t(i)] = t.tokens[size_t(i)];
-    if (t.policy[size_t(i + 1)]) {
-      tg[size_t(i)] = t.tokens[size_t(i + 1)];
+  r.offset = o.sequence_group ? int64_t(o.sequence_group->rank()) * T : 0;
+  // Padding past the end (the last shard): any valid id as input, no target; causal, so nothing before sees it.
+  std::vector<int64_t> in(static_cast<size_t>(T), t.tokens.front()), tg(static_cast<size_t>(T), -100);
+  for (int64_t i = 0; i < T && r.offset + i < L; ++i) {
+    const auto g = size_t(r.offset + i);
+    in[size_t(i)] = t.tokens[g];
+    if (t.policy[g + 1]) {
+      tg[size_t(i)] = t.tokens[g + 1];
       r.positions.push_back(i);
     }
   }
-  r.tokens = Tensor::from_vector(in, {L});
-  r.targets = Tensor::from_vector(tg, {L});
+  r.tokens = Tensor::from_vector(in, {T});
+  r.targets = Tensor::from_vector(tg, {T});
+  if (o.sequence_group) {
+    r.shards = std::make_unique<SequenceParallelContext>(*o.sequence_group, model.config(), T);
+    if (o.routing_replay) {
+      r.routing.resize(t.routing.size());
+      for (size_t layer = 0; layer < t.routing.size(); ++layer) {
+        const Tensor& all = t.routing[layer];
+        if (!all.defined() || all.size(0) <= r.offset) continue;  // past the recorded rows: the router's own
+        r.routing[layer] = all.slice(0, r.offset, std::min(all.size(0), r.offset + T)).contiguous();
+      }
+    }
+  }
   return r;
+}
+
+const std::vector<Tensor>* replay_of(const Row& row, const Trajectory& t, const PolicyLossOptions& o) {
+  if (!o.routing_replay) return nullptr;
+  return row.shards ? &row.routing : &t.routing;
 }
 
 // -log p of every position's target under `model` (0 where not a target), without gradients.
@@ -40,6 +67,7 @@ std::vector<float> token_nll(const Transformer& model, const Row& row, int64_t k
   fo.kda_chunk = kda_chunk;
   fo.routing_replay = replay;
   fo.target_weights = &zero;
+  fo.sequence = row.shards.get();
   const ForwardResult r = model.forward(row.tokens, row.targets, fo);
   return {r.token_nll.data<float>(), r.token_nll.data<float>() + r.token_nll.numel()};
 }
@@ -58,22 +86,24 @@ int64_t predicted_policy_tokens(const Trajectory& t) {
 
 double policy_loss_backward(const Transformer& model, const Trajectory& tr, double A, double agg,
                             const PolicyLossOptions& o, const Transformer* reference, PolicyLossStats* stats) {
-  const Row row = make_row(tr);
-  if (row.positions.empty()) return 0.0;
+  // Decided from the whole trajectory, so that every rank of a sequence (or expert) group runs the same forwards.
+  if (predicted_policy_tokens(tr) == 0) return 0.0;
+  const Row row = make_row(model, tr, o);
   std::vector<float> ref_nll;
   if (reference) ref_nll = token_nll(*reference, row, o.kda_chunk);
   Tensor w = Tensor::zeros({row.tokens.numel()});
   ForwardOptions fo;
   fo.kda_chunk = o.kda_chunk;
   fo.target_weights = &w;  // filled below, after the forward: the backward reads them
-  fo.routing_replay = o.routing_replay ? &tr.routing : nullptr;
+  fo.routing_replay = replay_of(row, tr, o);
+  fo.sequence = row.shards.get();
   const ForwardResult r = model.forward(row.tokens, row.targets, fo);
   const float* nll = r.token_nll.data<float>();
   float* wd = w.data<float>();
   double objective = 0;
   for (int64_t t : row.positions) {
     const double logp = -double(nll[t]);
-    const double old = double(tr.old_logprobs[size_t(t + 1)]);
+    const double old = double(tr.old_logprobs[size_t(row.offset + t + 1)]);
     const double ratio = std::exp(logp - old);
     const bool clip = (A > 0 && ratio > 1.0 + o.clip_high) || (A < 0 && ratio < 1.0 - o.clip_low);
     objective += agg * surrogate(ratio, A, o);
@@ -100,14 +130,15 @@ double policy_loss_backward(const Transformer& model, const Trajectory& tr, doub
 
 double policy_objective(const Transformer& model, const Trajectory& tr, double A, double agg,
                         const PolicyLossOptions& o, const Transformer* reference) {
-  const Row row = make_row(tr);
-  const std::vector<float> nll = token_nll(model, row, o.kda_chunk, o.routing_replay ? &tr.routing : nullptr);
+  if (predicted_policy_tokens(tr) == 0) return 0.0;
+  const Row row = make_row(model, tr, o);
+  const std::vector<float> nll = token_nll(model, row, o.kda_chunk, replay_of(row, tr, o));
   std::vector<float> ref_nll;
   if (reference) ref_nll = token_nll(*reference, row, o.kda_chunk);
   double objective = 0;
   for (int64_t t : row.positions) {
     const double logp = -double(nll[size_t(t)]);
-    objective += agg * surrogate(std::exp(logp - double(tr.old_logprobs[size_t(t + 1)])), A, o);
+    objective += agg * surrogate(std::exp(logp - double(tr.old_logprobs[size_t(row.offset + t + 1)])), A, o);
     if (reference) {
       const double d = -double(ref_nll[size_t(t)]) - logp;
       objective -= o.kl_coef * agg * (o.kl_estimator == "k1" ? -d : std::exp(d) - d - 1.0);

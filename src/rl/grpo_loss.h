@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "dist/communicator.h"
 #include "model/transformer.h"
 #include "rl/rollout.h"
 
@@ -19,6 +20,11 @@ struct PolicyLossOptions {
   // Routing replay: the policy's forwards send each token's copies to the experts the rollout chose
   // (Trajectory::routing; model/ffn_module.h RoutingTap). The reference model routes itself.
   bool routing_replay = false;
+  // Sequence parallelism: the ranks of this group (in token order) each run a contiguous shard of every trajectory
+  // (ceil(L / ranks) tokens, the last padded with masked tokens), the model's sequence-context seam joining them
+  // (dist/sequence_parallel.h); every rank holds the whole trajectory and takes its shard's policy tokens. Null:
+  // the whole trajectory here.
+  Communicator* sequence_group = nullptr;
 };
 
 struct PolicyLossStats {
@@ -28,7 +34,10 @@ struct PolicyLossStats {
 };
 
 // advantage: the trajectory's A; agg: each token's aggregation weight (1 / tokens of the step, or 1 / (trajectories
-// x this one's tokens)); reference: the frozen model for the KL term (null: none).
+// x this one's tokens)); reference: the frozen model for the KL term (null: none). A trajectory without predicted
+// policy tokens returns 0 without a forward (on every rank of a sequence group alike); under sequence parallelism
+// the return value, the statistics and the gradients are this shard's share (their sums over the group are the
+// whole trajectory's).
 double policy_loss_backward(const Transformer& model, const Trajectory& trajectory, double advantage, double agg,
                             const PolicyLossOptions& options, const Transformer* reference, PolicyLossStats* stats);
 

@@ -36,7 +36,8 @@ nlohmann::json AgentEvalReport::to_json() const {
   return j;
 }
 
-int64_t run_episode(const InferenceModel& model, const Tokenizer& tok, Episode& ep, const SamplingParams& sampling) {
+int64_t run_episode(const InferenceModel& model, const Tokenizer& tok, Episode& ep, const SamplingParams& sampling,
+                    Communicator* lockstep) {
   const int32_t eos = tok.id_of("<|endoftext|>");
   // generate() leaves out the stop id (<|endoftext|>) and keeps the token a stop function ended on.
   const StopFn stop = [&](const std::vector<int32_t>& g) { return !g.empty() && Episode::ends_reply(tok, g.back()); };
@@ -52,7 +53,8 @@ int64_t run_episode(const InferenceModel& model, const Tokenizer& tok, Episode& 
     }
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<int32_t> reply = generate(model, ep.tokens(), int(budget + 1), sp, eos, stop);
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (lockstep) dt = lockstep->all_reduce_value(dt, ReduceOp::kMax);
     generated += int64_t(reply.size());
     int32_t end = -1;
     if (!reply.empty() && Episode::ends_reply(tok, reply.back())) {
@@ -98,7 +100,7 @@ AgentEvalReport evaluate_agent(const InferenceModel& model, const Tokenizer& tok
       sp.seed = mix_seed(o.seed, uint64_t(i) * 1000 + uint64_t(s));
       sp.tool_grammar = grammar;
       Episode ep(tok, task, o.limits, o.weights);
-      r.generated_tokens += run_episode(model, tok, ep, sp);
+      r.generated_tokens += run_episode(model, tok, ep, sp, o.lockstep);
       const EpisodeOutcome& out = ep.outcome();
       for (AgentFamilyScore* x : {&fs, &r.all}) {
         ++x->episodes;

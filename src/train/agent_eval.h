@@ -17,6 +17,7 @@
 
 #include "agent/episode.h"
 #include "data/tokenizer.h"
+#include "dist/communicator.h"
 #include "infer/inference_model.h"
 #include "infer/sampling.h"
 
@@ -33,6 +34,11 @@ struct AgentEvalOptions {
   // Constrained decoding of the calls (data/tool_call_grammar.h: every tool strict), greedy or sampled alike.
   bool strict_tools = false;
   std::vector<AgentTask> tasks;  // a suite of its own (read_agent_suite); empty: the built-in held-out tasks
+  // The ranks that run this evaluation in lockstep (an expert-parallel group: every forward is a collective), or
+  // null. Each turn's wall time is then the slowest rank's (one all-reduce per turn), so the episodes' time limit
+  // ends the same episodes on every rank; a rank-local clock could end one rank's episode early and leave the
+  // others waiting in their next all-to-all.
+  Communicator* lockstep = nullptr;
 };
 
 struct AgentFamilyScore {
@@ -68,7 +74,7 @@ AgentEvalReport evaluate_agent(const InferenceModel& model, const Tokenizer& tok
 std::vector<AgentTask> read_agent_suite(const std::string& path);
 
 // One episode driven by the model (the turn loop above); returns the generated tokens.
-int64_t run_episode(const InferenceModel& model, const Tokenizer& tok, Episode& episode,
-                    const SamplingParams& sampling);
+int64_t run_episode(const InferenceModel& model, const Tokenizer& tok, Episode& episode, const SamplingParams& sampling,
+                    Communicator* lockstep = nullptr);
 
 }  // namespace myriad

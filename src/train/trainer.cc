@@ -21,6 +21,7 @@
 #include "model/param_spec.h"
 #include "ops/machine_limits.h"
 #include "train/run_checkpoint.h"
+#include "train/sharded_checkpoint.h"
 
 namespace myriad {
 
@@ -203,62 +204,12 @@ std::string Trainer::save(int64_t step) {
     last_checkpoint_ = save_run_checkpoint(opt_.run_dir, step, c, cfg_.keep_checkpoints);
     return last_checkpoint_;
   }
-  // Sharded (expert parallelism, or ZeRO-1): into the directory rank 0 stages, the ep group of d = 0 (one copy of
-  // every expert) writes one model shard per rank (rank e its experts, rank 0 also every dense tensor); the
-  // optimizer state goes the same way, or under ZeRO-1 one shard per rank (each its share). Rank 0 then writes the
-  // indexes (which shard holds each tensor follows from the layout) and the rest, and commits. No rank ever holds
-  // more than its own share.
-  Communicator& world = *groups_->world;
-  std::unique_ptr<RunCheckpointWriter> writer;
-  std::string staging;
-  if (root()) {
-    writer = std::make_unique<RunCheckpointWriter>(opt_.run_dir, step);
-    staging = writer->staging();
-  }
-  int64_t length = int64_t(staging.size());
-  world.broadcast(&length, 1, DType::kI64, 0);
-  staging.resize(static_cast<size_t>(length));
-  world.broadcast(staging.data(), length, DType::kU8, 0);
-  const ModelConfig& mc = model_.config();
-  const int64_t per = mc.num_experts > 0 ? mc.num_experts / ep : 1;
-  const int64_t optimizer_shards = sharding_ ? world.size() : ep;
-  std::map<std::string, int64_t> model_shard, optimizer_shard;  // checkpoint name -> shard
-  uint64_t model_bytes = 0, optimizer_bytes = 0;  // the indexes' total_size: the tensors' data bytes (f32)
-  for (const ParamSpec& spec : model_param_specs(mc)) {
-    const int64_t shard = spec.expert < 0 ? 0 : spec.expert / per;
-    model_shard[spec.name] = shard;
-    model_bytes += uint64_t(spec.numel()) * 4;
-    if (spec.buffer) continue;
-    const int64_t o = sharding_ ? sharding_->owner_ranks().at(spec.name) : shard;
-    optimizer_shard["m." + spec.name] = optimizer_shard["v." + spec.name] = o;
-    optimizer_bytes += uint64_t(spec.numel()) * 8;
-  }
-  const bool model_writer = groups_->d == 0 && groups_->s == 0;
-  if (model_writer) {
-    NamedTensors mine;
-    for (const auto& [n, t] : weights)
-      if (model_shard.at(n) == groups_->e) mine.emplace_back(n, t);
-    write_weights_shard(staging, groups_->e, ep, mine, step);
-  }
-  if (sharding_ || model_writer) {  // the optimizer state this rank keeps is all its shard holds
-    const NamedTensors state = adamw_->state_tensors();
-    NamedTensors mine;
-    const int64_t me = sharding_ ? world.rank() : groups_->e;
-    for (const auto& [n, t] : state)
-      if (optimizer_shard.at(n) == me) mine.emplace_back(n, t);
-    write_optimizer_shard(staging, me, optimizer_shards, mine, adamw_->steps(), step);
-  }
-  world.barrier();  // every shard is complete on disk before the indexes name them
-  if (!root()) return last_checkpoint_;
-  for (const auto& [stem, shards, count, bytes] :
-       {std::tuple{std::string("model"), &model_shard, int64_t(ep), model_bytes},
-        std::tuple{std::string("optimizer"), &optimizer_shard, optimizer_shards, optimizer_bytes}}) {
-    std::map<std::string, std::string> map;
-    for (const auto& [n, shard] : *shards) map[n] = checkpoint_shard_name(stem, shard, count);
-    write_checkpoint_index(staging, stem, map, bytes);
-  }
-  CheckpointContents c{opt_.model_config_json, {}, {}, adamw_->steps(), st, opt_.tokenizer_dir, true};
-  last_checkpoint_ = writer->commit(c, cfg_.keep_checkpoints);
+  // Sharded (expert parallelism, or ZeRO-1): each rank writes what it holds (train/sharded_checkpoint.h).
+  CheckpointContents c{opt_.model_config_json, weights, adamw_->state_tensors(),
+                       adamw_->steps(),        st,      opt_.tokenizer_dir};
+  const std::string dir = save_sharded_run_checkpoint(*groups_, model_.config(), opt_.run_dir, step, c, sharding_.get(),
+                                                      cfg_.keep_checkpoints);
+  if (root()) last_checkpoint_ = dir;
   return last_checkpoint_;
 }
 

@@ -41,8 +41,10 @@ one-process run of the same data:
      (`--dp 2`): a request the front forwards to its replica is answered as one process answers it, streamed or not;
      a client leaving a forwarded stream cancels it on the replica.
   8. Fine-tuning: `myriad sft` with dp 2, ep 2, sp 2 and dp 2 x ep 2 against one process, by the rule of 1.
-  9. GRPO with --dp 2: the rollouts and loss up to the first update as one process's; a --dp that does not divide the prompts
-     refused once.
+  9. GRPO with --dp 2 and with --ep 2: the rollouts and loss up to the first update as one process's; under --ep the
+     held-out evaluation too, the checkpoint sharded and resumed by one process; --sp 2 and --ep 2 x --sp 2 (each sp
+     rank training on its shard of every sequence) by the same rule; a --dp that does not divide the prompts refused
+     once.
   10. Image-text training (a vision-language model) with dp 2 and ep 2 against one process, by the rule of 1.
   Also (1c): the gradient all-reduce overlapped with the backward (--grad-sync overlap) against after it (the
   CPU default): on 2 ranks every loss and the final weights bit for bit.
@@ -483,6 +485,80 @@ def main():
         check(out2.count("GRPO: 3 steps") == 1, "grpo np 2 --dp 2: rank 0 reports once")
         check(os.path.exists(os.path.join(f"{WORK}/grpo2", "checkpoints", "step-000003", "model.safetensors")),
               "grpo np 2 --dp 2: the final checkpoint is written")
+    # GRPO under --ep 2 (one data-parallel block, the 8 experts split 4 + 4): both ranks roll out all 4 groups in
+    # lockstep (their forwards exchange token copies), so step 1's rollouts are one process's exactly, and they
+    # split the 12 sequences for the update (one pass of zero weight pads the rank with fewer kept sequences); the
+    # loss within the bound above (a sum over two ranks' halves). The final checkpoint is sharded (each rank its
+    # experts), and one process resumes from it for a fourth step (2 ranks -> 1).
+    # Its config also evaluates (one held-out task per family, greedy) before step 1: rank 0's ep group runs the
+    # episodes in lockstep, and the report and transcripts must be one process's (compared with a one-process run
+    # stopped after that evaluation), wall-clock figures aside.
+    grpo_ev = os.path.join(WORK, "grpo_ev.json")
+    with open(grpo_cfg) as f:
+        ev = json.load(f)
+    ev["eval_per_family"] = 1
+    with open(grpo_ev, "w") as f:
+        json.dump(ev, f)
+
+    def evals(run_dir):
+        def untimed(x):
+            if isinstance(x, dict):
+                return {k: untimed(v) for k, v in x.items() if "seconds" not in k and "per_s" not in k}
+            return [untimed(v) for v in x] if isinstance(x, list) else x
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            recs = [json.loads(line) for line in f]
+        return [untimed(r) for r in recs if r["type"] in ("eval", "sample") and r["step"] == 0]
+    rc_ev, out_ev, _ = run([MYRIAD, "grpo", "--model", f"{WORK}/single", "--train-config", grpo_ev, "--out",
+                            f"{WORK}/grpo_ev1", "--quiet", "--stop-after", "0"])
+    check(rc_ev == 0, "grpo evaluation in one process" + ("" if rc_ev == 0 else "\n" + out_ev[-2000:]))
+    rc3, out3, t = run(MPIRUN + ["-np", "2"] + [MYRIAD, "grpo", "--model", f"{WORK}/single", "--train-config", grpo_ev,
+                                                "--out", f"{WORK}/grpo_ep", "--quiet", "--ep", "2"])
+    check(rc3 == 0, f"grpo np 2 --ep 2: exit 0 ({t:.1f} s)" + ("" if rc3 == 0 else "\n" + out3[-3000:]))
+    if rc == 0 and rc3 == 0:
+        a, c = steps(f"{WORK}/grpo1"), steps(f"{WORK}/grpo_ep")
+        check(sorted(c) == [1, 2, 3], f"grpo np 2 --ep 2: steps {sorted(c)} logged once each")
+        first = next((k for k in sorted(a) if a[k]["policy_tokens"] > 0), None)
+        for k in range(1, (first or 0) + 1):
+            same = all(a[k][f] == c[k][f] for f in ("rewards", "success", "policy_tokens", "groups_dropped",
+                                                     "mean_calls", "violations", "groups_kept"))
+            check(same, f"grpo np 2 --ep 2: step {k}'s rollouts are one process's" + ("" if same else
+                                                                                     f"\n{a[k]}\n{c[k]}"))
+            diff = abs(a[k]["loss"] - c[k]["loss"])
+            bound = 2.0 * (a[k]["logprob_mismatch_max"] + c[k]["logprob_mismatch_max"]) + 1e-9 * abs(a[k]["loss"])
+            check(diff <= bound, f"grpo np 2 --ep 2: step {k} loss within {bound:.1e} of one process's ({diff:.1e})")
+        e1, e2 = evals(f"{WORK}/grpo_ev1"), evals(f"{WORK}/grpo_ep")
+        check(len(e1) > 1 and e1 == e2, f"grpo np 2 --ep 2: the step-0 evaluation ({len(e2)} records: the report "
+              "and its transcripts) is one process's" + ("" if e1 == e2 else f"\n{e1}\n{e2}"))
+        check(out3.count("GRPO: 3 steps") == 1, "grpo np 2 --ep 2: rank 0 reports once")
+        ck = os.path.join(f"{WORK}/grpo_ep", "checkpoints", "step-000003")
+        check(os.path.exists(os.path.join(ck, "model.safetensors.index.json")) and
+              os.path.exists(os.path.join(ck, "optimizer.safetensors.index.json")),
+              "grpo np 2 --ep 2: the final checkpoint is sharded (model and optimizer indexes)")
+        rc4, out4, _ = run([MYRIAD, "grpo", "--resume", f"{WORK}/grpo_ep", "--steps", "4", "--quiet"])
+        check(rc4 == 0 and sorted(steps(f"{WORK}/grpo_ep")) == [1, 2, 3, 4],
+              "grpo: one process resumes the --ep 2 run's sharded checkpoint for step 4" +
+              ("" if rc4 == 0 else "\n" + out4[-2000:]))
+    # GRPO under --sp 2 and --ep 2 x --sp 2 (4 ranks): every sp rank rolls out the block whole, so the rollouts are
+    # one process's exactly; each trains on its half of every sequence (the state and latents of the first half
+    # joined through the sequence-context seam), so the loss is a sum of two shards' shares whose log-probs round
+    # differently from one whole forward (~1e-7): within the bound above, which counts each run's own mismatch
+    # against the engine's log-probs (the sharded forward's included).
+    for np_, flags in [(2, ["--sp", "2"]), (4, ["--ep", "2", "--sp", "2"])]:
+        name = f"grpo np {np_} {' '.join(flags)}"
+        d = f"{WORK}/grpo{''.join(flags)}"
+        rc5, out5, t = run(MPIRUN + ["-np", str(np_)] + grpo_args(d, flags))
+        check(rc5 == 0, f"{name}: exit 0 ({t:.1f} s)" + ("" if rc5 == 0 else "\n" + out5[-3000:]))
+        if rc == 0 and rc5 == 0:
+            a, c = steps(f"{WORK}/grpo1"), steps(d)
+            first = next((k for k in sorted(a) if a[k]["policy_tokens"] > 0), None)
+            for k in range(1, (first or 0) + 1):
+                same = all(a[k][f] == c[k][f] for f in ("rewards", "success", "policy_tokens", "groups_dropped",
+                                                         "groups_kept", "violations"))
+                check(same, f"{name}: step {k}'s rollouts are one process's" + ("" if same else f"\n{a[k]}\n{c[k]}"))
+                diff = abs(a[k]["loss"] - c[k]["loss"])
+                bound = 2.0 * (a[k]["logprob_mismatch_max"] + c[k]["logprob_mismatch_max"]) + 1e-9 * abs(a[k]["loss"])
+                check(diff <= bound, f"{name}: step {k} loss within {bound:.1e} of one process's ({diff:.1e})")
+            check(out5.count("GRPO: 3 steps") == 1, f"{name}: rank 0 reports once")
     for np_, flags, want in [(3, ["--dp", "3"], "does not split evenly over --dp 3")]:
         d = f"{WORK}/grpo_bad{''.join(flags)}"
         rc, out, _ = run(MPIRUN + ["-np", str(np_)] + grpo_args(d, flags), timeout=120)
