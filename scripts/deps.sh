@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages myriad needs, skipping those already present (idempotent, quiet).
 #   scripts/deps.sh build   : compiler, CMake, OpenBLAS, nlohmann-json, SentencePiece, cpp-httplib, jemalloc, GoogleTest,
-#                             OpenMPI, xxHash, PCRE2, ICU, libjpeg-turbo, libpng
-#                             and stb (image decoding), pybind11 (the Python module)
+#                             OpenMPI, xxHash, PCRE2, ICU, libjpeg-turbo, libpng,
+#                             giflib, libwebp (image decoding), stb (resizing), pybind11 (the Python module)
 #   scripts/deps.sh fuzz    : the build set plus clang 14 with its sanitizer and libFuzzer runtime and OpenMP
 #   scripts/deps.sh test    : the build and fuzz sets plus the Python side of the interop/reference tests
 #                             (Debian's python3-torch, and PyPI's safetensors, openai client, tiktoken and tokenizers
@@ -11,7 +11,7 @@ set -euo pipefail
 what="${1:-build}"
 pkgs=(build-essential cmake pkg-config python3 libopenblas-dev nlohmann-json3-dev libgtest-dev libgmock-dev
       libsentencepiece-dev libcpp-httplib-dev libjemalloc-dev libopenmpi-dev openmpi-bin libxxhash-dev libpcre2-dev libicu-dev
-      libstb-dev libturbojpeg0-dev libpng-dev zlib1g-dev
+      libstb-dev libturbojpeg0-dev libpng-dev libgif-dev libwebp-dev zlib1g-dev
       python3-dev pybind11-dev)
 if [[ "$what" == fuzz || "$what" == test ]]; then
   pkgs+=(clang-14 libclang-rt-14-dev libomp-14-dev)

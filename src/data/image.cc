@@ -1,14 +1,15 @@
-// Image decoding and patching (see image.h). JPEG is decoded by libjpeg-turbo (its TurboJPEG API) and PNG by
-// libpng (its simplified API): the decoders browsers and PIL trust, fuzzed upstream for years. Debian's libstb
-// (a 2022 snapshot) reads GIF and BMP and resizes; its JPEG decoder read out of bounds under myriad's fuzzing
-// (issue 18), so no JPEG or PNG reaches it. All linked, none vendored.
+// Image decoding and patching (see image.h). Each format by the library made for it, the decoders browsers and
+// PIL trust, fuzzed upstream for years: JPEG by libjpeg-turbo (its TurboJPEG API), PNG by libpng (its simplified
+// API), WebP by libwebp, GIF by giflib (data/gif.h). Debian's libstb (a 2022 snapshot) only resizes and writes
+// PNGs: its JPEG and GIF decoders read out of bounds under myriad's fuzzing (issue 18), and its BMP decoder is of
+// the same code, so BMP is not read (OpenAI's API takes PNG, JPEG, WebP and GIF). All linked, none vendored.
 #include "data/image.h"
 
 #include <png.h>
-#include <stb_image.h>
 #include <stb_image_resize.h>
 #include <stb_image_write.h>
 #include <turbojpeg.h>
+#include <webp/decode.h>
 
 #include <algorithm>
 #include <cctype>
@@ -21,24 +22,26 @@
 
 #include "core/base64.h"
 #include "core/error.h"
+#include "data/gif.h"
 
 namespace myriad {
 
 namespace {
 
-// The formats accepted, by their signatures (stb reads more, e.g. PSD and HDR; those are refused).
+// The formats accepted, by their signatures.
 const char* format_of(std::string_view b) {
   auto starts = [&](const char* sig, size_t n) { return b.size() >= n && std::memcmp(b.data(), sig, n) == 0; };
   if (starts("\x89PNG\r\n\x1a\n", 8)) return "PNG";
   if (starts("\xff\xd8\xff", 3)) return "JPEG";
   if (starts("GIF87a", 6) || starts("GIF89a", 6)) return "GIF";
-  if (starts("BM", 2)) return "BMP";
+  if (starts("RIFF", 4) && b.size() >= 12 && std::memcmp(b.data() + 8, "WEBP", 4) == 0) return "WebP";
   return nullptr;
 }
 
-// The size PNG, GIF and BMP declare at fixed offsets of their first bytes (IHDR; the logical screen; the info
-// header), read before stb so that a declared size stb itself refuses ("too large") is reported as what it is.
-// JPEG's size lies in a frame marker found by scanning: stb's info reads it. Returns false when not available.
+// The size PNG and GIF declare at fixed offsets of their first bytes (IHDR; the logical screen), read before the
+// decoder's header reader so that a size it would refuse as too large is reported as what it is. JPEG's size lies
+// in a frame marker found by scanning, WebP's in its first chunk: their libraries read them. Returns false when
+// not available.
 bool declared_size(std::string_view b, const char* format, int64_t* w, int64_t* h) {
   auto byte = [&](size_t i) { return int64_t(static_cast<unsigned char>(b[i])); };
   if (std::strcmp(format, "PNG") == 0 && b.size() >= 24) {
@@ -49,13 +52,6 @@ bool declared_size(std::string_view b, const char* format, int64_t* w, int64_t* 
   if (std::strcmp(format, "GIF") == 0 && b.size() >= 10) {
     *w = byte(6) | (byte(7) << 8);
     *h = byte(8) | (byte(9) << 8);
-    return true;
-  }
-  if (std::strcmp(format, "BMP") == 0 && b.size() >= 26) {
-    *w = int32_t(uint32_t(byte(18) | (byte(19) << 8) | (byte(20) << 16) | (byte(21) << 24)));
-    *h = int32_t(uint32_t(byte(22) | (byte(23) << 8) | (byte(24) << 16) | (byte(25) << 24)));
-    *w = *w < 0 ? -*w : *w;
-    *h = *h < 0 ? -*h : *h;  // negative: rows stored top-down
     return true;
   }
   return false;
@@ -158,7 +154,29 @@ std::vector<uint8_t> decode_png(std::string_view b, const std::string& what, int
   return rgb;
 }
 
-// The size from the format's own header reader: libjpeg-turbo, libpng, stb for GIF and BMP.
+// WebP through libwebp: the features (size, animation) from the first chunks, then the whole still image as RGB
+// (alpha dropped, not composited). Animated WebP is refused: its frames need the demuxer (send a GIF).
+WebPBitstreamFeatures webp_features(std::string_view b, const std::string& what) {
+  WebPBitstreamFeatures f{};
+  const VP8StatusCode rc = WebPGetFeatures(reinterpret_cast<const uint8_t*>(b.data()), b.size(), &f);
+  MYRIAD_REQUIRE(rc == VP8_STATUS_OK, kValue, what, ": corrupt or truncated WebP header (libwebp status ", int(rc),
+                 ")");
+  MYRIAD_REQUIRE(!f.has_animation, kValue, what,
+                 ": animated WebP is not read (a still WebP is; an animation can be sent as a GIF)");
+  return f;
+}
+
+std::vector<uint8_t> decode_webp(std::string_view b, const std::string& what, int w, int h) {
+  int dw = 0, dh = 0;
+  std::unique_ptr<uint8_t, void (*)(void*)> px(
+      WebPDecodeRGB(reinterpret_cast<const uint8_t*>(b.data()), b.size(), &dw, &dh), WebPFree);
+  MYRIAD_REQUIRE(px != nullptr, kValue, what, ": corrupt or truncated WebP image");
+  MYRIAD_REQUIRE(dw == w && dh == h, kValue, what, ": WebP image decoded as ", dw, " x ", dh, " but its header says ",
+                 w, " x ", h);
+  return {px.get(), px.get() + size_t(w) * size_t(h) * 3};
+}
+
+// The size from the format's own header reader.
 void header_size(std::string_view b, const char* format, const std::string& what, int* w, int* h) {
   if (std::strcmp(format, "JPEG") == 0) {
     JpegDecoder d;
@@ -176,9 +194,16 @@ void header_size(std::string_view b, const char* format, const std::string& what
     *h = int(r.image.height);
     return;
   }
-  int comp = 0;
-  MYRIAD_REQUIRE(stbi_info_from_memory(reinterpret_cast<const stbi_uc*>(b.data()), int(b.size()), w, h, &comp) == 1,
-                 kValue, what, ": corrupt or truncated ", format, " header (", stbi_failure_reason(), ")");
+  if (std::strcmp(format, "WebP") == 0) {
+    const WebPBitstreamFeatures f = webp_features(b, what);
+    *w = f.width;
+    *h = f.height;
+    return;
+  }
+  int64_t sw = 0, sh = 0;
+  gif_screen_size(b, what, &sw, &sh);
+  *w = int(sw);
+  *h = int(sh);
 }
 
 }  // namespace
@@ -189,7 +214,7 @@ ImageSize probe_image(std::string_view bytes, const std::string& what, const Ima
                  " bytes is over the limit of ", limits.max_bytes, " bytes");
   MYRIAD_REQUIRE(bytes.size() <= size_t(INT32_MAX), kValue, what, ": image data too large");
   const char* format = format_of(bytes);
-  MYRIAD_REQUIRE(format != nullptr, kValue, what, ": not a PNG, JPEG, BMP or GIF image (first bytes ",
+  MYRIAD_REQUIRE(format != nullptr, kValue, what, ": not a PNG, JPEG, GIF or WebP image (first bytes ",
                  first_bytes(bytes), ")");
   int64_t dw64 = 0, dh64 = 0;
   if (declared_size(bytes, format, &dw64, &dh64)) {
@@ -222,15 +247,15 @@ Image decode_image(std::string_view bytes, const std::string& what, const ImageL
     img.rgb = decode_png(bytes, what, w, h);
     return img;
   }
-  int dw = 0, dh = 0, dc = 0;
-  std::unique_ptr<stbi_uc, void (*)(void*)> px(
-      stbi_load_from_memory(reinterpret_cast<const stbi_uc*>(bytes.data()), int(bytes.size()), &dw, &dh, &dc, 3),
-      stbi_image_free);
-  MYRIAD_REQUIRE(px != nullptr, kValue, what, ": corrupt or truncated ", format, " image (", stbi_failure_reason(),
-                 ")");
-  MYRIAD_REQUIRE(dw == w && dh == h, kValue, what, ": ", format, " image decoded as ", dw, " x ", dh,
-                 " but its header says ", w, " x ", h);
-  img.rgb.assign(px.get(), px.get() + size_t(w) * size_t(h) * 3);
+  if (std::strcmp(format, "WebP") == 0) {
+    img.rgb = decode_webp(bytes, what, w, h);
+    return img;
+  }
+  GifLimits first;
+  first.max_frames = 1;
+  first.max_pixels = limits.max_pixels;
+  first.first_frame_only = true;
+  img.rgb = std::move(decode_gif(bytes, what, first).front().rgb);
   return img;
 }
 

@@ -1,7 +1,7 @@
-// Images as the vision tower reads them: decoding (JPEG by libjpeg-turbo, PNG by libpng, BMP and GIF's first frame
-// by Debian's stb_image), the pixel cap checked from the header before any pixel is decoded (decompression bombs),
-// and the native-resolution patching of docs/vision.md: resized with the aspect kept to whole merge windows of patches under
-// a patch budget, normalised, cut into patch rows.
+// Images as the vision tower reads them: decoding (JPEG by libjpeg-turbo, PNG by libpng, WebP by libwebp, GIF's
+// first frame by giflib; BMP is not read), the pixel cap checked from the header before any pixel is decoded
+// (decompression bombs), and the native-resolution patching of docs/vision.md: resized with the aspect kept to whole
+// merge windows of patches under a patch budget, normalised, cut into patch rows.
 #pragma once
 
 #include <cstdint>
@@ -22,15 +22,16 @@ struct ImageLimits {
   int64_t max_pixels = 50'000'000;        // width x height from the header, checked before decoding
 };
 
-// Decodes PNG, JPEG, BMP or GIF (the first frame). `what` names the source in errors (a path, a request field).
-// One kValue error for an empty, oversized, unsupported, truncated or corrupt input, or dimensions over the cap.
+// Decodes PNG, JPEG, GIF (the first frame, as a viewer composites it) or a still WebP. `what` names the source in
+// errors (a path, a request field). One kValue error for an empty, oversized, unsupported, truncated or corrupt input,
+// or dimensions over the cap.
 Image decode_image(std::string_view bytes, const std::string& what, const ImageLimits& limits = {});
 
 // The checks of decode_image up to the header (format, declared size, the pixel cap), and the size: what an image
 // will decode to, without decoding it.
 struct ImageSize {
   int64_t width = 0, height = 0;
-  const char* format = "";  // "PNG", "JPEG", "GIF", "BMP"
+  const char* format = "";  // "PNG", "JPEG", "GIF", "WebP"
 };
 ImageSize probe_image(std::string_view bytes, const std::string& what, const ImageLimits& limits = {});
 // The encoded bytes of an image given by URL as OpenAI's image_url content parts carry it: a data: URI with base64

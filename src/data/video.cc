@@ -1,12 +1,10 @@
 // Video decoding (see video.h).
 #include "data/video.h"
 
-#include <stb_image.h>
-
 #include <cstring>
-#include <memory>
 
 #include "core/error.h"
+#include "data/gif.h"
 
 namespace myriad {
 
@@ -15,7 +13,7 @@ namespace {
 // Frames of a GIF by its block structure (GIF89a: the header and logical screen, an optional global colour
 // table, then extensions (0x21), image descriptors (0x2C, one per frame) and the trailer (0x3B)), each data block
 // a chain of length-prefixed sub-blocks. Linear in the file; stops at the trailer, at a byte that starts no block
-// or at the end (stb then reports what is wrong). Counts descriptors only: nothing is decompressed.
+// or at the end (giflib then reports what is wrong). Counts descriptors only: nothing is decompressed.
 int64_t gif_frame_count(std::string_view b) {
   auto byte = [&](size_t i) { return size_t(static_cast<unsigned char>(b[i])); };
   if (b.size() < 13) return 0;
@@ -66,24 +64,12 @@ Video decode_video(std::string_view bytes, const std::string& what, const VideoL
     v.frames.push_back(decode_image(bytes, what, limits.image));
     return v;
   }
-  int* delays = nullptr;
-  int w = 0, h = 0, z = 0, comp = 0;
-  std::unique_ptr<stbi_uc, void (*)(void*)> px(
-      stbi_load_gif_from_memory(reinterpret_cast<const stbi_uc*>(bytes.data()), int(bytes.size()), &delays, &w, &h, &z,
-                                &comp, 3),
-      stbi_image_free);
-  stbi_image_free(delays);  // frame timing: the frames are sampled evenly, not by time
-  MYRIAD_REQUIRE(px != nullptr, kValue, what, ": corrupt or truncated GIF (", stbi_failure_reason(), ")");
-  MYRIAD_REQUIRE(w == v.width && h == v.height && z >= 1 && z <= frames, kValue, what, ": GIF decoded as ", z,
-                 " frames of ", w, " x ", h, " but its blocks say ", frames, " of ", v.width, " x ", v.height);
-  const size_t frame_bytes = size_t(w) * size_t(h) * 3;
-  for (int i = 0; i < z; ++i) {
-    Image f;
-    f.width = w;
-    f.height = h;
-    f.rgb.assign(px.get() + size_t(i) * frame_bytes, px.get() + size_t(i + 1) * frame_bytes);
-    v.frames.push_back(std::move(f));
-  }
+  // giflib checks the same limits frame by frame as it reads the descriptors (the count above is the up-front
+  // refusal); frame timing is not kept: the frames are sampled evenly, not by time.
+  GifLimits gl;
+  gl.max_frames = limits.max_frames;
+  gl.max_pixels = limits.image.max_pixels;
+  v.frames = decode_gif(bytes, what, gl);
   return v;
 }
 

@@ -1,7 +1,7 @@
 // Short videos as the vision tower reads them (docs/vision.md "Video"): an animated GIF's frames, decoded by
-// Debian's stb_image, with the frame count read from the file's block structure BEFORE any frame is decoded, so
+// giflib (data/gif.h), with the frame count read from the file's block structure BEFORE any frame is decoded, so
 // that a small file of many frames over a large canvas (a decompression bomb in time and memory) is refused up
-// front; a still PNG, JPEG, BMP or GIF is a video of one frame. Then the frames the model sees: at most
+// front; a still PNG, JPEG, GIF or WebP is a video of one frame. Then the frames the model sees: at most
 // max_frames, spread evenly over the video.
 #pragma once
 
@@ -26,7 +26,7 @@ struct Video {
 
 // The frames of an animated GIF, or the one frame of a still image. `what` names the source in errors. One
 // kValue error for what decode_image refuses, a frame count or frames x pixels over the limits, or a file whose
-// frames stb cannot decode.
+// frames giflib cannot decode.
 Video decode_video(std::string_view bytes, const std::string& what, const VideoLimits& limits = {});
 
 // Reads and decodes a file (kIo when it cannot be read).

@@ -162,8 +162,9 @@ def idx_files():
 
 
 def images():
-    """fuzz_image: small PNG, BMP and GIF files written here from their formats' layouts, and a JPEG from
-    stb_image_write when a C compiler and libstb are at hand (a baseline JPEG needs an encoder)."""
+    """fuzz_image: small PNG, BMP (refused: a format myriad does not read) and GIF files written here from their
+    formats' layouts, a JPEG from stb_image_write and a lossless and a lossy WebP from libwebp when a C compiler
+    and the libraries are at hand (those formats need an encoder)."""
     grad = bytes((x * 7 + y * 13 + c * 50) & 255 for y in range(30) for x in range(40) for c in range(3))
     put("image", png(40, 30, grad))
     put("image", png(3, 2, bytes(range(18))))
@@ -180,6 +181,19 @@ def images():
                 and subprocess.run([os.path.join(d, "w")]).returncode == 0:
             with open(os.path.join(d, "a.jpg"), "rb") as f:
                 put("image", f.read())
+        src = os.path.join(d, "webp.c")
+        with open(src, "w") as f:
+            f.write('#include <stdio.h>\n#include <webp/encode.h>\nint main(int c,char**v){unsigned char p[40*30*3];'
+                    'for(int i=0;i<40*30*3;++i)p[i]=(unsigned char)(i*7);uint8_t*o;size_t n;FILE*f;'
+                    'n=WebPEncodeLosslessRGB(p,40,30,120,&o);f=fopen(v[1],"wb");fwrite(o,1,n,f);fclose(f);WebPFree(o);'
+                    'n=WebPEncodeRGB(p,40,30,120,80,&o);f=fopen(v[2],"wb");fwrite(o,1,n,f);fclose(f);WebPFree(o);'
+                    'return 0;}\n')
+        files = [os.path.join(d, "a.webp"), os.path.join(d, "b.webp")]
+        if subprocess.run(["cc", src, "-lwebp", "-o", os.path.join(d, "webp")]).returncode == 0 \
+                and subprocess.run([os.path.join(d, "webp"), *files]).returncode == 0:
+            for name in files:
+                with open(name, "rb") as f:
+                    put("image", f.read())
 
 
 if __name__ == "__main__":

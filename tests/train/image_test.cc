@@ -1,13 +1,14 @@
 // Image decoding and patching (data/image.h), IDX arrays (data/idx.h). Images are written with stb_image_write
-// (Debian's libstb), an encoder independent of the decoders (libjpeg-turbo, libpng, stb's GIF and BMP readers): PNG and
-// BMP are lossless, so the decoded pixels must equal the written ones exactly; JPEG within a small error. GIF bytes are
-// written out by hand from the format.
+// (Debian's libstb), an encoder independent of the decoders (libjpeg-turbo, libpng, giflib, libwebp): PNG is
+// lossless, so the decoded pixels must equal the written ones exactly; JPEG within a small error. GIF bytes are
+// written out by hand from the format; WebP by libwebp's own encoder (lossless: exact).
 #include "data/image.h"
 
 #include <gtest/gtest.h>
 #include <stb_image_write.h>
 #include <turbojpeg.h>
 #include <unistd.h>
+#include <webp/encode.h>
 #include <zlib.h>
 
 #include <cmath>
@@ -51,16 +52,28 @@ std::string error_of(const std::string& bytes, const ImageLimits& limits = {}) {
   return "no error";
 }
 
-TEST(Image, PngAndBmpDecodeToTheWrittenPixels) {
+TEST(Image, PngAndWebpDecodeToTheWrittenPixels) {
   const int w = 37, h = 21;
   const std::vector<uint8_t> px = random_rgb(w, h, 1);
   const Image a = decode_image(png(w, h, px), "a.png");
   EXPECT_EQ(a.width, w);
   EXPECT_EQ(a.height, h);
   EXPECT_EQ(a.rgb, px);
+  uint8_t* out = nullptr;
+  const size_t n = WebPEncodeLosslessRGB(px.data(), w, h, w * 3, &out);
+  ASSERT_GT(n, 0u);
+  const std::string lossless(reinterpret_cast<const char*>(out), n);
+  WebPFree(out);
+  const Image b = decode_image(lossless, "a.webp");
+  EXPECT_EQ(b.width, w);
+  EXPECT_EQ(b.height, h);
+  EXPECT_EQ(b.rgb, px);
+  EXPECT_NE(error_of(lossless.substr(0, lossless.size() / 2)).find("request.image: corrupt or truncated WebP"),
+            std::string::npos);
+  // BMP is not read (stb's decoder was the only one at hand): one error naming the formats that are.
   std::string bmp;
   ASSERT_EQ(stbi_write_bmp_to_func(append, &bmp, w, h, 3, px.data()), 1);
-  EXPECT_EQ(decode_image(bmp, "a.bmp").rgb, px);
+  EXPECT_NE(error_of(bmp).find("not a PNG, JPEG, GIF or WebP image (first bytes 42 4d"), std::string::npos);
 }
 
 TEST(Image, JpegDecodesCloseToTheWrittenPixels) {
@@ -160,7 +173,8 @@ TEST(Image, GifFirstFrame) {
 
 TEST(Image, BadInputsGetOneClearError) {
   EXPECT_NE(error_of("").find("request.image: empty image data"), std::string::npos);
-  EXPECT_NE(error_of("hello world").find("not a PNG, JPEG, BMP or GIF image (first bytes 68 65 6c"), std::string::npos);
+  EXPECT_NE(error_of("hello world").find("not a PNG, JPEG, GIF or WebP image (first bytes 68 65 6c"),
+            std::string::npos);
   const std::string good = png(8, 8, random_rgb(8, 8, 2));
   EXPECT_NE(error_of(good.substr(0, 20)).find("corrupt or truncated PNG header"), std::string::npos);
   EXPECT_NE(error_of(good.substr(0, good.size() - 20)).find("corrupt or truncated PNG image"), std::string::npos);

@@ -1,4 +1,4 @@
-// Videos (data/video.h): an animated GIF's frames through stb_image, the frame count read from the blocks before
+// Videos (data/video.h): an animated GIF's frames through giflib, the frame count read from the blocks before
 // decoding, the caps, even frame sampling; and a video as the vision tower takes it (infer/image_input.h
 // add_video): chunks of init_pos_emb_time frames, one placeholder run. The GIFs are written here from the format
 // (stb has no GIF writer): 4-colour frames, LZW codes of 3 bits with a clear code after every two pixels, so that
@@ -35,8 +35,15 @@ namespace {
 
 const uint8_t kPalette[4][3] = {{255, 0, 0}, {0, 255, 0}, {0, 0, 255}, {255, 255, 255}};
 
-// One GIF89a of frames w x h (palette indices 0..3, row-major), each a full-canvas image.
-std::string gif(int w, int h, const std::vector<std::vector<uint8_t>>& frames) {
+// A frame of a GIF: its rectangle on the screen, palette indices 0..3 (row-major), and its graphics control
+// block (transparent index, disposal), written when either is set.
+struct GifFrame {
+  int left = 0, top = 0, width = 0, height = 0;
+  std::vector<uint8_t> pixels;
+  int transparent = -1, disposal = 0;
+};
+
+std::string gif_frames(int w, int h, const std::vector<GifFrame>& frames) {
   std::string out = "GIF89a";
   auto u16 = [&](int v) {
     out += char(v & 255);
@@ -48,12 +55,20 @@ std::string gif(int w, int h, const std::vector<std::vector<uint8_t>>& frames) {
   out += '\0';
   out += '\0';
   for (const auto& c : kPalette) out.append(reinterpret_cast<const char*>(c), 3);
-  for (const auto& px : frames) {
+  for (const GifFrame& f : frames) {
+    if (f.transparent >= 0 || f.disposal != 0) {  // graphics control extension: 4 bytes, then the terminator
+      out += "\x21\xf9\x04";
+      out += char((f.disposal << 2) | (f.transparent >= 0 ? 1 : 0));
+      u16(0);  // delay
+      out += char(f.transparent >= 0 ? f.transparent : 0);
+      out += '\0';
+    }
+    const std::vector<uint8_t>& px = f.pixels;
     out += ',';
-    u16(0);
-    u16(0);
-    u16(w);
-    u16(h);
+    u16(f.left);
+    u16(f.top);
+    u16(f.width);
+    u16(f.height);
     out += '\0';
     out += char(2);  // LZW minimum code size: clear 4, end 5, codes of 3 bits
     std::string bytes;
@@ -83,6 +98,13 @@ std::string gif(int w, int h, const std::vector<std::vector<uint8_t>>& frames) {
   }
   out += ';';
   return out;
+}
+
+// Full-screen frames.
+std::string gif(int w, int h, const std::vector<std::vector<uint8_t>>& frames) {
+  std::vector<GifFrame> f;
+  for (const auto& px : frames) f.push_back({0, 0, w, h, px, -1, 0});
+  return gif_frames(w, h, f);
 }
 
 std::vector<uint8_t> frame_pixels(int w, int h, int seed) {
@@ -119,6 +141,33 @@ TEST(Video, AnimatedGifGivesEveryFrame) {
   EXPECT_EQ(decode_video(gif(w, h, {frames[1]}), "b.gif").frames.size(), 1u);
 }
 
+// GIF89a's compositing, as a viewer shows the frames: a frame draws its rectangle over the canvas, its transparent
+// index leaving what is below; then its disposal: 1 keep, 2 clear the rectangle (to black here: no alpha), 3 put
+// back the canvas from before the frame. The expected screens are written out by hand from those rules.
+TEST(Video, FramesAreCompositedAsAViewerShowsThem) {
+  const std::vector<GifFrame> frames = {
+      {0, 0, 4, 2, {0, 0, 0, 0, 0, 0, 0, 0}, -1, 1},  // all red, kept
+      {1, 0, 2, 1, {1, 3}, 3, 2},                     // green, then a transparent pixel; cleared after
+      {0, 1, 1, 1, {2}, -1, 3},                       // blue at (0, 1); the canvas before it put back after
+      {3, 1, 1, 1, {1}, -1, 0},                       // green at (3, 1)
+  };
+  const Video v = decode_video(gif_frames(4, 2, frames), "c.gif");
+  ASSERT_EQ(v.frames.size(), 4u);
+  const uint8_t R[3] = {255, 0, 0}, G[3] = {0, 255, 0}, B[3] = {0, 0, 255}, K[3] = {0, 0, 0};
+  auto screen = [](std::vector<const uint8_t*> px) {
+    std::vector<uint8_t> out;
+    for (const uint8_t* p : px) out.insert(out.end(), p, p + 3);
+    return out;
+  };
+  EXPECT_EQ(v.frames[0].rgb, screen({R, R, R, R, R, R, R, R}));
+  EXPECT_EQ(v.frames[1].rgb, screen({R, G, R, R, R, R, R, R}));
+  EXPECT_EQ(v.frames[2].rgb, screen({R, K, K, R, B, R, R, R}));
+  EXPECT_EQ(v.frames[3].rgb, screen({R, K, K, R, R, R, R, G}));
+  // A frame reaching outside the screen is refused by name.
+  EXPECT_NE(error_of(gif_frames(4, 2, {{3, 0, 2, 1, {0, 1}, -1, 0}})).find("lies outside the 4 x 2 screen"),
+            std::string::npos);
+}
+
 TEST(Video, FramesAndPixelsAreCappedBeforeDecoding) {
   const int w = 4, h = 4;
   std::vector<std::vector<uint8_t>> frames(5, frame_pixels(w, h, 1));
@@ -142,7 +191,7 @@ TEST(Video, FramesAndPixelsAreCappedBeforeDecoding) {
     EXPECT_NE(std::string(e.what()).find("cut.gif"), std::string::npos);
   }
   EXPECT_NE(error_of(std::string("GIF89a\x04\x00\x04\x00\x00\x00\x00;", 14)).find("request.video"), std::string::npos);
-  EXPECT_NE(error_of("not a video").find("not a PNG, JPEG, BMP or GIF"), std::string::npos);
+  EXPECT_NE(error_of("not a video").find("not a PNG, JPEG, GIF or WebP"), std::string::npos);
 }
 
 TEST(Video, FramesAreSampledEvenly) {
