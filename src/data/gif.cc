@@ -91,7 +91,11 @@ std::vector<Image> decode_gif(std::string_view bytes, const std::string& what, c
   GraphicsControlBlock gcb{DISPOSAL_UNSPECIFIED, false, 0, NO_TRANSPARENT_COLOR};
   for (;;) {
     GifRecordType type = UNDEFINED_RECORD_TYPE;
-    gif.check(DGifGetRecordType(gif.get(), &type), "reading a record");
+    // A file that ends (or turns to garbage) after a whole frame, without the trailer, is common in the wild and
+    // shown by viewers: its complete frames are kept. Anything cut inside a frame is refused below.
+    const int rc = DGifGetRecordType(gif.get(), &type);
+    if (rc != GIF_OK && !frames.empty()) break;
+    gif.check(rc, "reading a record");
     if (type == TERMINATE_RECORD_TYPE) break;
     if (type == EXTENSION_RECORD_TYPE) {
       int code = 0;

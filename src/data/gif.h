@@ -2,7 +2,8 @@
 // the logical screen, the frame and pixel caps) before its pixels are decompressed, and the frames are composited
 // onto the logical screen as a viewer shows them (each frame's rectangle drawn over the canvas, its transparent
 // index leaving what is below, then the frame's disposal: keep, clear to black, or restore the canvas before it).
-// The canvas starts black; alpha is not kept. giflib decodes the LZW data; the compositing is the GIF89a rules.
+// The canvas starts black; alpha is not kept. giflib decodes the LZW data; the compositing is the GIF89a rules. A
+// file that ends after a whole frame without its trailer keeps the frames it has (viewers show them).
 #pragma once
 
 #include <cstdint>

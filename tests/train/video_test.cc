@@ -163,6 +163,11 @@ TEST(Video, FramesAreCompositedAsAViewerShowsThem) {
   EXPECT_EQ(v.frames[1].rgb, screen({R, G, R, R, R, R, R, R}));
   EXPECT_EQ(v.frames[2].rgb, screen({R, K, K, R, B, R, R, R}));
   EXPECT_EQ(v.frames[3].rgb, screen({R, K, K, R, R, R, R, G}));
+  // Without the trailer (a common truncation) the whole frames are kept; cut inside a frame, refused.
+  std::string no_trailer = gif_frames(4, 2, frames);
+  no_trailer.pop_back();
+  EXPECT_EQ(decode_video(no_trailer, "t.gif").frames.size(), 4u);
+  EXPECT_NE(error_of(no_trailer.substr(0, no_trailer.size() - 3)).find("corrupt or truncated GIF"), std::string::npos);
   // A frame reaching outside the screen is refused by name.
   EXPECT_NE(error_of(gif_frames(4, 2, {{3, 0, 2, 1, {0, 1}, -1, 0}})).find("lies outside the 4 x 2 screen"),
             std::string::npos);
