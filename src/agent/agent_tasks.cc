@@ -130,7 +130,10 @@ void solve(AgentTask& t) {
       if (t.family == AgentFamily::kTotal) {
         s.answer(total);
       } else {
-        s.answer(s.call("convert", {{"value", total}, {"from", "usd"}, {"to", "eur"}}));
+        // The value as a JSON number, as convert's schema declares it (a string is accepted by the tool but
+        // counted as an invalid call, and strict decoding cannot write one); the calculator's decimal text
+        // reads back as the same number.
+        s.answer(s.call("convert", {{"value", nlohmann::json::parse(total)}, {"from", "usd"}, {"to", "eur"}}));
       }
       break;
     }

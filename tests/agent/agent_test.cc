@@ -176,6 +176,7 @@ TEST_F(EpisodeTest, ReferenceSolutionsScoreFullMarksInEveryFamily) {
       EXPECT_TRUE(o.success) << task.prompt << " answered " << o.answer << ", want " << task.answer;
       EXPECT_EQ(o.calls, task.min_calls);
       EXPECT_EQ(o.violations(), 0);
+      EXPECT_EQ(o.valid_calls(), o.calls) << "a reference call breaks its tool's schema: " << o.to_json().dump();
       EXPECT_EQ(o.total, 1.0) << o.to_json().dump();
       // The trajectory is the template's encoding of the conversation, and the policy mask its assistant mask.
       const ChatTokens whole = encode_chat(*tok_, demonstration(task), agent_tool_specs(), false);
