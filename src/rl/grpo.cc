@@ -356,18 +356,13 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
       if (predicted_policy_tokens(trajs[i]) > 0) trainable.push_back(i);
     for (size_t j = size_t(groups.e); j < trainable.size(); j += size_t(dims.ep)) mine.push_back(trainable[j]);
     const size_t passes = (trainable.size() + size_t(dims.ep) - 1) / size_t(dims.ep);
-    // The input tokens of a trajectory this rank runs (its shard's, without the padding).
-    auto run_tokens = [&](const Trajectory& t) {
-      const int64_t L = int64_t(t.tokens.size()) - 1, T = (L + dims.sp - 1) / dims.sp;
-      return std::clamp<int64_t>(L - int64_t(groups.s) * T, 0, T);
-    };
     policy_tokens = int64_t(counts[0]);
     const int64_t kept_all = int64_t(counts[1]);
     // The updates.
     const auto t_train = std::chrono::steady_clock::now();
     PolicyLossStats all, first;  // over every update; the first (the mismatch: the engine against the trainer)
     double objective = 0, gnorm = 0;
-    int64_t trained_tokens = 0;
+    int64_t trained_tokens = 0;  // the input positions the forwards ran over the world (set from the sums below)
     bool finite = true;
     const double lr =
         cfg.warmup_steps > 0 && step < cfg.warmup_steps ? cfg.lr * double(step + 1) / double(cfg.warmup_steps) : cfg.lr;
@@ -394,7 +389,6 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
                 ? 1.0 / double(policy_tokens)
                 : 1.0 / (double(kept_all) * double(std::max<int64_t>(1, predicted_policy_tokens(trajs[i]))));
         epoch_objective += policy_loss_backward(model, trajs[i], advantage[i], agg, po, reference.get(), &stats);
-        trained_tokens += run_tokens(trajs[i]);
       }
       if (world.size() > 1) {
         sync.all_reduce();
@@ -412,8 +406,14 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     // The step's statistics (sums; the largest mismatch and the slowest rollout): the update's over the world, the
     // rollouts' over the blocks.
     {
-      double sums[] = {first.tokens, all.tokens, first.clipped,          first.mismatch_sum,
-                       first.kl_sum, all.kl_sum, double(trained_tokens), all.clipped};
+      double sums[] = {first.tokens,
+                       all.tokens,
+                       first.clipped,
+                       first.mismatch_sum,
+                       first.kl_sum,
+                       all.kl_sum,
+                       first.input_tokens + all.input_tokens,
+                       all.clipped};
       world.all_reduce_f64(sums, int64_t(std::size(sums)), ReduceOp::kSum);
       first.tokens = sums[0], all.tokens = sums[1], first.clipped = sums[2], first.mismatch_sum = sums[3];
       first.kl_sum = sums[4], all.kl_sum = sums[5], trained_tokens = int64_t(sums[6]), all.clipped = sums[7];

@@ -16,6 +16,7 @@ namespace {
 struct Row {
   Tensor tokens, targets;
   int64_t offset = 0;              // the row's first position in the trajectory
+  int64_t length = 0;              // the row's positions inside the trajectory (the rest is padding)
   std::vector<int64_t> positions;  // row positions whose next token is a policy token
   std::vector<Tensor> routing;     // the shard's rows of the trajectory's routing (replay)
   std::unique_ptr<SequenceParallelContext> shards;
@@ -27,6 +28,7 @@ Row make_row(const Transformer& model, const Trajectory& t, const PolicyLossOpti
   const int64_t T = (L + ranks - 1) / ranks;
   Row r;
   r.offset = o.sequence_group ? int64_t(o.sequence_group->rank()) * T : 0;
+  r.length = std::clamp<int64_t>(L - r.offset, 0, T);
   // Padding past the end (the last shard): any valid id as input, no target; causal, so nothing before sees it.
   std::vector<int64_t> in(static_cast<size_t>(T), t.tokens.front()), tg(static_cast<size_t>(T), -100);
   for (int64_t i = 0; i < T && r.offset + i < L; ++i) {
@@ -124,6 +126,7 @@ double policy_loss_backward(const Transformer& model, const Trajectory& tr, doub
       stats->mismatch_max = std::max(stats->mismatch_max, std::fabs(logp - old));
     }
   }
+  if (stats) stats->input_tokens += double(row.length);
   ag::Tape::current().backward({{r.loss, Tensor::full({}, 1.0f)}});
   return objective;
 }

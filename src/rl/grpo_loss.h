@@ -31,6 +31,7 @@ struct PolicyLossStats {
   double tokens = 0, clipped = 0;             // policy tokens seen, and those whose ratio was clipped
   double mismatch_sum = 0, mismatch_max = 0;  // |log pi - log pi_old| (the engine's against this forward)
   double kl_sum = 0;                          // the KL estimator summed over tokens (with a reference)
+  double input_tokens = 0;  // the input positions the forwards ran (under sequence parallelism this shard's)
 };
 
 // advantage: the trajectory's A; agg: each token's aggregation weight (1 / tokens of the step, or 1 / (trajectories
