@@ -16,8 +16,9 @@ eval_stage() {  # name model
   cat "$out/eval-$1.txt"
 }
 eval_stage pretrained runs/demo
-"$bin" agent demos --out "$out/demos.jsonl" --n 3000 --seed 0
-"$bin" sft --model runs/demo --data "$out/demos.jsonl" --out "$out/sft" --force --train-config configs/agent.sft.json
+"$bin" agent demos --out "$out/demos.jsonl" --n 30000 --seed 0
+"$bin" sft --model runs/demo --data "$out/demos.jsonl" --out "$out/sft" --force --train-config configs/agent.sft.json \
+  --pretrain-data runs/demo/data --pretrain-mix 0.1
 eval_stage sft "$out/sft"
 "$bin" grpo --model "$out/sft" --out "$out/grpo" --force --train-config configs/agent.grpo.json \
   --pretrain-data runs/demo/data
