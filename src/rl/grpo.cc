@@ -302,6 +302,7 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     std::vector<Trajectory> trajs;
     std::vector<double> advantage;
     std::vector<size_t> kept;
+    std::vector<AgentFamily> families;  // each trajectory's task family (step records show where the signal is)
     int dropped = 0, kept_groups = 0, rounds = 0;
     {
       auto engine_model = std::make_shared<InferenceModel>(mc, DecodeWeights::from_model(model.weights()), tok);
@@ -319,6 +320,7 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
                            cfg.limits, cfg.rewards, &rs, first_group, cfg.routing_replay);
         const size_t base = trajs.size();
         for (Trajectory& t : got) trajs.push_back(std::move(t));
+        for (const AgentTask& t : tasks) families.insert(families.end(), size_t(cfg.group_size), t.family);
         advantage.resize(trajs.size(), 0.0);
         for (int g = 0; g < want; ++g) {
           double mean = 0, var = 0;
@@ -494,6 +496,23 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
                           {"train_tokens_per_s", double(trained_tokens) / std::max(train_s, 1e-9)},
                           {"time_s", seconds_since(t_step)}};
     if (reference) rec["kl"] = counted > 0 ? kl_sum / counted : 0.0;
+    {  // Episodes and success per task family, over the blocks.
+      constexpr size_t kFamilies = std::size(kAgentFamilies);
+      double per[2 * kFamilies] = {};
+      for (size_t i = 0; i < trajs.size(); ++i) {
+        const size_t f = size_t(std::find(std::begin(kAgentFamilies), std::end(kAgentFamilies), families[i]) -
+                                std::begin(kAgentFamilies));
+        per[2 * f] += 1;
+        per[2 * f + 1] += trajs[i].outcome.success;
+      }
+      blocks.all_reduce_f64(per, int64_t(std::size(per)), ReduceOp::kSum);
+      nlohmann::json by_family = nlohmann::json::object();
+      for (size_t f = 0; f < kFamilies; ++f)
+        if (per[2 * f] > 0)
+          by_family[agent_family_name(kAgentFamilies[f])] = {{"episodes", per[2 * f]},
+                                                             {"success", per[2 * f + 1] / per[2 * f]}};
+      rec["families"] = std::move(by_family);
+    }
     log(rec);
     if (!req.quiet && root)
       std::fprintf(stderr,

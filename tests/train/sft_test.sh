@@ -137,6 +137,11 @@ for r in steps:
         assert k in r["rewards"], r
     assert 0 <= r["clip_fraction"] <= 1 and r["logprob_mismatch_mean"] < 1e-2, r
     assert r["groups_dropped"] <= r["groups"], r
+    # per family: every rolled-out episode once (kept and dropped groups of 3), the same success overall
+    fam = r["families"]
+    assert sum(f["episodes"] for f in fam.values()) == 3 * (r["groups_kept"] + r["groups_dropped"]), r
+    assert abs(sum(f["episodes"] * f["success"] for f in fam.values()) / sum(f["episodes"] for f in fam.values())
+               - r["success"]) < 1e-9, r
 assert any(r["type"] == "eval" and "agent" in r for r in recs)
 PY
 # Dynamic sampling: refill_rounds rolls out new prompts in place of dropped groups; still resumed bit for bit.
