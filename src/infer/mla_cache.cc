@@ -676,6 +676,15 @@ struct MlaDecoder::Exec {
     ops::unary_forward(d.weights_->device(), Unary::kSigmoid, x.data<float>(), x.data<float>(), x.numel());
     return x;
   }
+  Tensor scale_queries(const Tensor& q) const {
+    const int64_t N = q.size(0), HQ = q.size(1);
+    float* p = q.data<float>();
+    for (int64_t t = 0; t < N; ++t) {
+      const float f = mla_query_scale(d.config_, positions[size_t(t)]);
+      for (int64_t i = 0; i < HQ; ++i) p[t * HQ + i] *= f;
+    }
+    return q;
+  }
   Tensor latents(const Tensor& rows, const Tensor* norm) const {
     const int64_t N = rows.size(0), W = d.C_ + d.Dr_;
     float* r = rows.data<float>();

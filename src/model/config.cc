@@ -409,6 +409,8 @@ void parse_text(Obj& o, ModelConfig& c) {
     Obj so(*sa, o.path("mla_sparse_attention"), o.source());
     c.mla_sparse_attention = parse_sparse_mla(so);
   }
+  c.mla_logn_base = o.opt_int("mla_logn_base");
+  if (c.mla_logn_base && *c.mla_logn_base < 2) o.fail("mla_logn_base", *c.mla_logn_base, "must be >= 2 (a length)");
 
   // Dense FFN and MoE.
   const bool any_dense = c.num_dense_layers() > 0;

@@ -30,6 +30,9 @@
 //   mla_sparse_attention     object  absent    block-sparse MLA (model/sparse_mla.h): {"block_size" (64),
 //                                              "top_k" (16), "window" (256, a multiple of block_size)}; absent:
 //                                              every MLA query attends to every earlier token (dense, K3's own)
+//   mla_logn_base            int     absent    log-n query scaling (model/rope.h): each MLA query at position p
+//                                              (0-based) is multiplied by max(1, ln(p + 1) / ln(base)), so scores
+//                                              beyond the trained window keep their sharpness; absent: off (K3)
 // Other fields with defaults when absent (K3 omits them): rope_theta 10000, rope_scaling none, head_dim none,
 // linear_attn_config none (every layer MLA), routed_expert_hidden_size none (plain, non-latent MoE),
 // topk_method "noaux_tc" (router bias e_score_correction_bias used for selection), num_key_value_heads =
@@ -178,6 +181,7 @@ struct ModelConfig {
   // (interleaved: DeepSeek-V3's checkpoints, whose modeling code de-interleaves before rotate-half).
   bool rope_interleave = false;
   std::optional<SparseMlaConfig> mla_sparse_attention;  // absent: dense MLA
+  std::optional<int64_t> mla_logn_base;                 // absent: no log-n query scaling
 
   // KDA and the layer layout.
   std::optional<LinearAttnConfig> linear_attn_config;  // absent: every layer is MLA

@@ -26,4 +26,9 @@ float mla_score_scale(const ModelConfig& c) {
   return scale;
 }
 
+float mla_query_scale(const ModelConfig& c, int64_t position) {
+  if (!c.mla_logn_base || position + 1 <= *c.mla_logn_base) return 1.0f;
+  return float(std::log(double(position + 1)) / std::log(double(*c.mla_logn_base)));
+}
+
 }  // namespace myriad

@@ -17,4 +17,9 @@ std::optional<YarnParams> mla_yarn_params(const ModelConfig& c);
 // decoder both take it from here.
 float mla_score_scale(const ModelConfig& c);
 
+// The factor on an MLA query at `position` (0-based) under log-n scaling (config mla_logn_base = B): 1 up to
+// position B - 1, ln(position + 1) / ln(B) beyond, so the softmax over n keys keeps the sharpness it had over the
+// B keys it was trained with (its entropy would otherwise grow with ln n). 1 when the config has no base.
+float mla_query_scale(const ModelConfig& c, int64_t position);
+
 }  // namespace myriad

@@ -167,6 +167,11 @@ struct TapeMla {
   Var latent_norm(const Var& x, const Var& weight) const { return ag::rmsnorm(x, weight, kMlaLatentNormEps); }
   Var mul(const Var& a, const Var& b) const { return ag::mul(a, b); }
   Var sigmoid(const Var& x) const { return ag::sigmoid(x); }
+  Var scale_queries(const Var& q) const {
+    Tensor f = Tensor::empty({T, 1});
+    for (int64_t t = 0; t < T; ++t) f.data<float>()[t] = mla_query_scale(c, ctx.token_offset() + t);
+    return ag::mul(q, constant(f));
+  }
   Latents latents(const Var& kv_a_local, const Var& norm) const {
     // This shard's latents and, through the sequence context, the earlier ones: [Tk, C + Dr].
     const Var kv_a = ctx.mla_latents(layer, kv_a_local);

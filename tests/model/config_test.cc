@@ -518,6 +518,17 @@ TEST(ModelConfigRules, SparseMlaAttention) {
   expect_error(bad, {"mla_sparse_attention.top_k", "-1"});
 }
 
+TEST(ModelConfigRules, LognQueryScaling) {
+  json j = tiny();
+  EXPECT_FALSE(parse_ok(j).mla_logn_base.has_value());  // absent: off (K3)
+  j["mla_logn_base"] = 4096;
+  EXPECT_EQ(parse_ok(j).mla_logn_base, 4096);
+  j["mla_logn_base"] = 1;  // ln(1) = 0: no length to scale from
+  expect_error(j, {"mla_logn_base", "1", "must be >= 2"});
+  j["mla_logn_base"] = "long";
+  expect_error(j, {"mla_logn_base"});
+}
+
 TEST(ModelConfigRules, UnknownAttnResMode) {
   json j = tiny();
   j["attn_res_mode"] = "dense";

@@ -2,7 +2,7 @@
 // (Transformer::mla_mixer, per-head K and V materialised) on the MLA layer of configs/tiny.json (layer 3),
 // random weights, T = 520 tokens (past 512, and 8+ cache pages of 64):
 //   - token-by-token decoding, and chunked prefill (chunks of 100, the last 50) followed by decoding;
-//   - the NoPE (tiny's own), RoPE, RoPE+YaRN and plain-q_proj variants;
+//   - the NoPE (tiny's own), RoPE, RoPE+YaRN, plain-q_proj and log-n query scaling variants;
 //   - gate off = plain MLA; with the gate the output is (attn * sigmoid(W_g x)) W_o^T, checked by hand;
 //   - the cache holds normed c_kv and (rotated) k_pe, and its bytes are T x (C + Dr) x 4 rounded up to pages.
 // Tolerance: f32 on both sides, different association (absorbed vs materialised K/V, page-wise sgemm vs tiled
@@ -75,6 +75,10 @@ ModelConfig variant(const std::string& name) {
     j["mla_sparse_attention"] = {
         {"block_size", 16}, {"top_k", name == "sparse_every_block" ? 1000 : 3}, {"window", 32}};
     if (name == "sparse_rope") j["mla_use_nope"] = false;
+  } else if (name == "logn" || name == "sparse_logn") {
+    // Log-n query scaling from position 127 on: most of the 520 tokens are beyond the base (factor up to 1.29).
+    j["mla_logn_base"] = 128;
+    if (name == "sparse_logn") j["mla_sparse_attention"] = {{"block_size", 16}, {"top_k", 3}, {"window", 32}};
   } else {
     ADD_FAILURE() << "unknown variant " << name;
   }
@@ -166,6 +170,26 @@ TEST_P(MlaVariant, DecodeAndChunkedPrefillEqualNaive) {
     EXPECT_GT(d, 0.1) << GetParam() << " vs nope";
     std::printf("[ %s ] differs from nope by %.3f (relative)\n", GetParam().c_str(), d);
   }
+  if (c.mla_logn_base) {
+    // Independent of the executions' scale_queries: row t equals row t of the model without log-n scaling whose
+    // query projection is scaled by ln(t + 1) / ln(base) (the same q, so the same scores), and rows before the base
+    // equal the unscaled model's. Same f32 path on both sides, different rounding of q: kTol.
+    ModelConfig plain = c;
+    plain.mla_logn_base.reset();
+    const Tensor unscaled = naive(plain, w, x);
+    for (int64_t t : {int64_t(0), int64_t(126), int64_t(127), int64_t(300), kT - 1}) {
+      const double f = t + 1 <= *c.mla_logn_base ? 1.0 : std::log(double(t + 1)) / std::log(double(*c.mla_logn_base));
+      ModelWeights wf = sharp_weights(plain, kSeed);
+      const Tensor& qb = wf.at("model.layers." + std::to_string(kLayer) + ".self_attn.q_b_proj.weight").value();
+      for (int64_t i = 0; i < qb.numel(); ++i) qb.data<float>()[i] *= float(f);
+      const Tensor row = naive(plain, wf, x).select(0, t).contiguous();
+      EXPECT_LE(rel_err(ref.select(0, t).contiguous(), row, ref), kTol)
+          << GetParam() << ": row " << t << " factor " << f;
+    }
+    const double d = rel_err(ref.slice(0, 200, kT), unscaled.slice(0, 200, kT), unscaled);
+    EXPECT_GT(d, 0.05) << "log-n scaling must change the rows beyond the base";
+    std::printf("[ %s ] differs from unscaled beyond position 200 by %.3f (relative)\n", GetParam().c_str(), d);
+  }
   if (c.mla_sparse_attention) {
     // The same weights dense: reading every block is dense attention; reading 3 of up to 30 is not.
     ModelConfig dense_c = c;
@@ -235,7 +259,8 @@ TEST_P(MlaVariant, DecodeAndChunkedPrefillEqualNaive) {
 
 INSTANTIATE_TEST_SUITE_P(Tiny, MlaVariant,
                          testing::Values("nope", "rope", "rope_yarn", "no_q_lora", "gate_off", "eight_heads",
-                                         "eight_heads_rope", "sparse", "sparse_rope", "sparse_every_block"),
+                                         "eight_heads_rope", "sparse", "sparse_rope", "sparse_every_block", "logn",
+                                         "sparse_logn"),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 
 // BlockMeans (tiles of kTile blocks, columns side by side): each complete block's mean is its rows' sum in order
