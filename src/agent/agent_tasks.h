@@ -19,7 +19,9 @@
 // the other.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,12 @@ namespace myriad {
 enum class AgentFamily { kPrice, kArith, kDate, kDelete, kTotal, kTotalEur };
 inline constexpr AgentFamily kAgentFamilies[] = {AgentFamily::kPrice,  AgentFamily::kArith, AgentFamily::kDate,
                                                  AgentFamily::kDelete, AgentFamily::kTotal, AgentFamily::kTotalEur};
+// In enum order, so a family's index in kAgentFamilies is its value (per-family tallies index by it).
+static_assert([] {
+  for (size_t i = 0; i < std::size(kAgentFamilies); ++i)
+    if (size_t(kAgentFamilies[i]) != i) return false;
+  return true;
+}());
 const char* agent_family_name(AgentFamily family);
 // "price" -> kPrice; throws kValue naming the families for another name.
 AgentFamily agent_family_from_name(const std::string& name);

@@ -500,8 +500,7 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
       constexpr size_t kFamilies = std::size(kAgentFamilies);
       double per[2 * kFamilies] = {};
       for (size_t i = 0; i < trajs.size(); ++i) {
-        const size_t f = size_t(std::find(std::begin(kAgentFamilies), std::end(kAgentFamilies), families[i]) -
-                                std::begin(kAgentFamilies));
+        const auto f = size_t(families[i]);  // kAgentFamilies lists the enum in order (agent_tasks.h)
         per[2 * f] += 1;
         per[2 * f + 1] += trajs[i].outcome.success;
       }

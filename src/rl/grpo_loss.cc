@@ -31,7 +31,7 @@ Row make_row(const Transformer& model, const Trajectory& t, const PolicyLossOpti
   r.length = std::clamp<int64_t>(L - r.offset, 0, T);
   // Padding past the end (the last shard): any valid id as input, no target; causal, so nothing before sees it.
   std::vector<int64_t> in(static_cast<size_t>(T), t.tokens.front()), tg(static_cast<size_t>(T), -100);
-  for (int64_t i = 0; i < T && r.offset + i < L; ++i) {
+  for (int64_t i = 0; i < r.length; ++i) {
     const auto g = size_t(r.offset + i);
     in[size_t(i)] = t.tokens[g];
     if (t.policy[g + 1]) {
