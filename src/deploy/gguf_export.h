@@ -26,7 +26,7 @@
 // router (ffn_gate_inp), the short convs, ssm_a, norms and 1-D tensors. Rows that do not divide stay f32.
 //
 // What the formats cannot carry is refused up front (kUnsupported), every reason in one message. All: MoE layers
-// not contiguous after the leading dense ones (moe_layer_freq != 1). kimi-*: RoPE on MLA, softmax routing, KDA
+// not contiguous after the leading dense ones (moe_layer_freq != 1), block-sparse MLA, log-n query scaling. kimi-*: RoPE on MLA, softmax routing, KDA
 // heads other than the MLA heads (llama.cpp reads one head count). kimi-k3: attn_res_mode skip, SwiGLU (it runs
 // SiTU everywhere), the low-rank KDA output gate, no MoE layers. kimi-linear (when kimi-k3 cannot carry the model
 // either, both lists are named): AttnRes, latent MoE, SiTU-GLU, the MLA output gate, the bounded KDA gate, the

@@ -42,6 +42,8 @@ void check_convertible(const ModelConfig& c, CheckpointLayoutTarget target) {
       break;
     }
   if (c.tie_word_embeddings) why.push_back("tied embeddings");
+  if (c.num_mla_layers() > 0 && c.mla_sparse_attention) why.push_back("block-sparse MLA (mla_sparse_attention)");
+  if (c.num_mla_layers() > 0 && c.mla_logn_base) why.push_back("log-n query scaling (mla_logn_base)");
   if (kimi) {
     if (c.num_kda_layers() > 0) {
       if (!std::isinf(c.linear_attn_config->gate_lower_bound)) why.push_back("the bounded KDA gate (gate_lower_bound)");

@@ -297,6 +297,16 @@ p = run("convert", "--in", os.path.join(work, "k3-reference"), "--out", os.path.
 check(p.returncode != 0 and all(x in p.stderr for x in ("AttnRes", "latent MoE", "SiTU", "bounded KDA gate"))
       and not os.path.exists(os.path.join(work, "k3-tf")),
       f"convert --to transformers of K3's features: refused with every reason ({p.stderr.strip()[:100]}...)")
+# myriad's own attention options: the target's modeling code attends densely with plain queries
+own = os.path.join(work, "own-attention")
+shutil.copytree(ref_dir, own)
+own_cfg = json.load(open(os.path.join(ref_dir, "config.json")))
+own_cfg.update(mla_logn_base=64, mla_sparse_attention={"block_size": 16, "top_k": 2, "window": 16})
+json.dump(own_cfg, open(os.path.join(own, "config.json"), "w"), indent=1)
+p = run("convert", "--in", own, "--out", os.path.join(work, "own-tf"), "--to", "transformers", ok=False)
+check(p.returncode != 0 and "block-sparse MLA" in p.stderr and "log-n query scaling" in p.stderr
+      and not os.path.exists(os.path.join(work, "own-tf")),
+      f"convert --to transformers of sparse MLA and log-n scaling: refused naming both ({p.stderr.strip()[:100]}...)")
 
 # ------------------------------------------------------------------------------------------------ DeepSeek-V3
 ds_ref = json.loads(json.dumps(kl))

@@ -354,7 +354,8 @@ for arch in ("kimi-linear", "kimi-k3", "deepseek2"):
 # ---------------------------------------------------------------------------------------------- refusals
 d = os.path.join(work, "neither")
 neither = json.loads(json.dumps(tiny))
-neither.update(hidden_act="silu", attn_res_mode="skip", mla_use_nope=False)
+neither.update(hidden_act="silu", attn_res_mode="skip", mla_use_nope=False, mla_logn_base=256,
+               mla_sparse_attention={"block_size": 64, "top_k": 4, "window": 64})
 neither["linear_attn_config"]["use_full_rank_gate"] = False
 json.dump(neither, open(os.path.join(work, "neither.json"), "w"))
 run("init", "--config", os.path.join(work, "neither.json"), "--out", os.path.join(d, "model"))
@@ -364,9 +365,11 @@ p = run("export", "gguf", "--model", os.path.join(d, "model"), "--out", out, ok=
 msg = p.stderr.strip()
 check(p.returncode != 0 and not os.path.exists(out), "a config neither kimi format carries: refused, nothing written")
 k3_part, _, linear_part = msg.partition("(and kimi-linear:")
-for feature in ("attn_res_mode skip", "SwiGLU", "low-rank KDA output gate", "RoPE on MLA"):
+for feature in ("attn_res_mode skip", "SwiGLU", "low-rank KDA output gate", "RoPE on MLA", "block-sparse MLA",
+                "log-n query scaling"):
     check(feature in k3_part, f"the refusal names '{feature}' for kimi-k3")
-for feature in ("AttnRes", "latent MoE", "MLA output gate", "bounded KDA gate", "RoPE on MLA"):
+for feature in ("AttnRes", "latent MoE", "MLA output gate", "bounded KDA gate", "RoPE on MLA", "block-sparse MLA",
+                "log-n query scaling"):
     check(feature in linear_part, f"the refusal names '{feature}' for kimi-linear")
 check(len(msg.splitlines()) == 1, f"one error line: {msg[:160]}...")
 p = run("export", "gguf", "--model", models["kimi-linear"][0], "--out", out, "--type", "q5_k", ok=False)
