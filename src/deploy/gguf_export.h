@@ -26,17 +26,16 @@
 // router (ffn_gate_inp), the short convs, ssm_a, norms and 1-D tensors. Rows that do not divide stay f32.
 //
 // What the formats cannot carry is refused up front (kUnsupported), every reason in one message. All: MoE layers
-// not contiguous after the leading dense ones (moe_layer_freq != 1), block-sparse MLA, log-n query scaling. kimi-*: RoPE on MLA, softmax routing, KDA
-// heads other than the MLA heads (llama.cpp reads one head count). kimi-k3: attn_res_mode skip, SwiGLU (it runs
-// SiTU everywhere), the low-rank KDA output gate, no MoE layers. kimi-linear (when kimi-k3 cannot carry the model
-// either, both lists are named): AttnRes, latent MoE, SiTU-GLU, the MLA output gate, the bounded KDA gate, the
-// full-rank KDA output gate, q_lora_rank (llama.cpp's kimi-linear loads q_proj only), unnormalized expert weights
-// (it always renormalizes; a greedy router gets a zero exp_probs_b, as for kimi-k3). deepseek2: AttnRes, latent
-// MoE, SiTU-GLU, the MLA output gate, NoPE MLA. A quantized myriad checkpoint (myriad quantize) is refused too:
-// export from the plain one.
-// llama.cpp normalizes the MLA latents (q_a / kv_a layernorm) with rms_norm_eps where the modeling code uses 1e-6:
-// a model whose rms_norm_eps is not 1e-6 runs slightly differently there (measured ~7e-4 of the logits' scale
-// at 1e-5).
+// not contiguous after the leading dense ones (moe_layer_freq != 1), block-sparse MLA, log-n query scaling. kimi-*:
+// RoPE on MLA, softmax routing, KDA heads other than the MLA heads (llama.cpp reads one head count). kimi-k3:
+// attn_res_mode skip, SwiGLU (it runs SiTU everywhere), the low-rank KDA output gate, no MoE layers. kimi-linear (when
+// kimi-k3 cannot carry the model either, both lists are named): AttnRes, latent MoE, SiTU-GLU, the MLA output gate, the
+// bounded KDA gate, the full-rank KDA output gate, q_lora_rank (llama.cpp's kimi-linear loads q_proj only),
+// unnormalized expert weights (it always renormalizes; a greedy router gets a zero exp_probs_b, as for kimi-k3).
+// deepseek2: AttnRes, latent MoE, SiTU-GLU, the MLA output gate, NoPE MLA. A quantized myriad checkpoint (myriad
+// quantize) is refused too: export from the plain one. llama.cpp normalizes the MLA latents (q_a / kv_a layernorm) with
+// rms_norm_eps where the modeling code uses 1e-6: a model whose rms_norm_eps is not 1e-6 runs slightly differently
+// there (measured ~7e-4 of the logits' scale at 1e-5).
 //
 // The vocabulary: myriad's SentencePiece as llama.cpp's "llama" tokenizer (pieces, scores, token types: byte
 // fallback tokens BYTE, the reserved specials CONTROL). The byte-level BPEs as its "gpt2" tokenizer: tokens as
