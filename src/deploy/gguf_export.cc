@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "data/bpe_tokenizer.h"
 #include "data/tokenizer.h"
+#include "deploy/foreign_runtime.h"
 #include "deploy/prune.h"
 #include "infer/weight_layout.h"
 #include "io/checkpoint.h"
@@ -437,8 +438,7 @@ std::vector<std::string> gaps(const ModelConfig& c, GgufArch arch) {
   std::vector<std::string> why;
   const bool moe = c.num_moe_layers() > 0, mla = c.num_mla_layers() > 0;
   // GGUF runtimes attend densely with plain queries: a model trained otherwise would answer differently there.
-  if (mla && c.mla_sparse_attention) why.push_back("block-sparse MLA (mla_sparse_attention)");
-  if (mla && c.mla_logn_base) why.push_back("log-n query scaling (mla_logn_base)");
+  for (std::string& w : myriad_only_attention(c)) why.push_back(std::move(w));
   for (int64_t l = c.first_k_dense_replace; l < c.num_hidden_layers && moe; ++l)
     if (!c.is_moe_layer(l)) {
       why.push_back("dense layers after the first MoE layer (moe_layer_freq " + std::to_string(c.moe_layer_freq) + ")");

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "data/tokenizer.h"
+#include "deploy/foreign_runtime.h"
 #include "deploy/prune.h"
 #include "infer/weight_layout.h"
 #include "io/atomic_file.h"
@@ -42,8 +43,7 @@ void check_convertible(const ModelConfig& c, CheckpointLayoutTarget target) {
       break;
     }
   if (c.tie_word_embeddings) why.push_back("tied embeddings");
-  if (c.num_mla_layers() > 0 && c.mla_sparse_attention) why.push_back("block-sparse MLA (mla_sparse_attention)");
-  if (c.num_mla_layers() > 0 && c.mla_logn_base) why.push_back("log-n query scaling (mla_logn_base)");
+  for (std::string& w : myriad_only_attention(c)) why.push_back(std::move(w));
   if (kimi) {
     if (c.num_kda_layers() > 0) {
       if (!std::isinf(c.linear_attn_config->gate_lower_bound)) why.push_back("the bounded KDA gate (gate_lower_bound)");
