@@ -159,7 +159,7 @@ std::string load_checkpoint_weights(const std::string& dir, Transformer& model) 
 
 void Trainer::init_from(const std::string& dir) {
   const std::string ck = load_checkpoint_weights(dir, model_);
-  log({{"type", "init"}, {"checkpoint", ck}});
+  log({{"type", "init"}, {"step", 0}, {"checkpoint", ck}});  // step 0: the run's start (every record has a step)
   if (root()) std::fprintf(stderr, "myriad train: weights from %s\n", ck.c_str());
 }
 

@@ -95,6 +95,9 @@ echo "ok: a checkpoint from another config is refused: $(tail -1 <<<"$out" | cut
 # (identical if the weights were not carried). Refused with --resume, and from a checkpoint of another config.
 train --out "$work/D" --init "$work/A" --stop-after 1 >"$work/D.log" 2>&1 || { tail -3 "$work/D.log"; fail "--init run failed"; }
 grep -q '"type":"init"' "$work/D/metrics.jsonl" || fail "the --init run logged no init record"
+# Every record is one the report reads (it counts and shows a record without a numeric step as malformed).
+rep=$("$bin" report "$work/D" 2>&1) || fail "report of the --init run failed: $rep"
+grep -q "malformed" <<<"$rep" && fail "the --init run's metrics.jsonl has a line the report skips: $rep"
 first() { python3 -c "
 import json, sys
 print(min((r['step'], r['loss']) for r in map(json.loads, open(sys.argv[1])) if r.get('type') == 'step')[1])" "$1/metrics.jsonl"; }
