@@ -24,6 +24,7 @@ int run_train(const myriad::cli::Args& args) {
                  "train: --init starts a new run from trained weights, --resume continues one: give one of them");
   r.force = args.has("force");
   r.quiet = args.has("quiet");
+  r.memory_profile = args.has("memory-profile");
   r.stop_after_step = args.get_int("stop-after", -1, -1, 1L << 40);
   if (args.has("seed")) r.seed = uint64_t(args.get_int("seed", 0, 0, 1L << 62));
   if (args.has("gradient-checkpointing")) r.gradient_checkpointing = true;
@@ -56,6 +57,8 @@ MYRIAD_COMMAND(
           "order (the next rung of a context ladder); its tokenizer unless --tokenizer"},
          {"seed", "S", "seed for init and data order (overrides the training config)"},
          {"gradient-checkpointing", "", "recompute each layer in backward (less memory)"},
+         {"memory-profile", "",
+          "split the first step's tensor memory at its peak by model part and phase (stderr, metrics.jsonl)"},
          {"stop-after", "N", "stop after N steps in total (checkpointed), e.g. to test resumption"},
          {"force", "", "replace an existing run directory"},
          {"quiet", "", "no progress line"}}),

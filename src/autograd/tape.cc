@@ -1,5 +1,9 @@
 #include "autograd/tape.h"
 
+#include <optional>
+
+#include "core/memory_profile.h"
+
 namespace myriad::ag {
 
 namespace {
@@ -29,7 +33,12 @@ void Var::zero_grad() {
 }
 
 Tensor& Var::grad_buffer() const {
-  if (!impl_->grad.defined()) impl_->grad = Tensor::zeros(impl_->value.shape(), DType::kF32, impl_->value.device());
+  if (!impl_->grad.defined()) {
+    // A named Var is a weight: its gradient outlives the step (the memory profile counts it apart).
+    std::optional<memory_profile::Part> part;
+    if (!impl_->name.empty()) part.emplace("weight gradients");
+    impl_->grad = Tensor::zeros(impl_->value.shape(), DType::kF32, impl_->value.device());
+  }
   return impl_->grad;
 }
 
@@ -53,12 +62,12 @@ EnableGradGuard::~EnableGradGuard() {
 }
 
 void Tape::record(const char* op, std::vector<std::shared_ptr<VarImpl>> outputs, std::function<void()> backward) {
-  nodes_.push_back({op, std::move(outputs), std::move(backward)});
+  nodes_.push_back({op, std::move(outputs), std::move(backward), false, memory_profile::current_part()});
 }
 
 void Tape::on_backward(std::function<void()> fn) {
   if (!t_grad_enabled) return;
-  nodes_.push_back({"on_backward", {}, std::move(fn), true});
+  nodes_.push_back({"on_backward", {}, std::move(fn), true, memory_profile::current_part()});
 }
 
 void Tape::backward(const Var& loss) {
@@ -81,10 +90,12 @@ void Tape::backward(const std::vector<std::pair<Var, Tensor>>& seeds) {
   std::vector<TapeNode> nodes = std::move(nodes_);
   nodes_.clear();
   NoGradGuard no_grad;
+  memory_profile::PhaseScope phase(memory_profile::Phase::kBackward);
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
     bool any = false;
     for (const auto& o : it->outputs) any = any || o->grad.defined();
     if (!any && !it->always) continue;
+    memory_profile::Part part(it->part);  // its gradients are charged to the part that recorded it
     it->backward();
     if (t_progress) (*t_progress)();
   }

@@ -51,7 +51,8 @@ struct TapeNode {
   const char* op;
   std::vector<std::shared_ptr<VarImpl>> outputs;
   std::function<void()> backward;
-  bool always = false;  // runs even when no output has a gradient (on_backward's markers)
+  bool always = false;         // runs even when no output has a gradient (on_backward's markers)
+  const char* part = "other";  // the model part that recorded it (core/memory_profile.h)
 };
 
 class Tape {

@@ -7,6 +7,7 @@
 
 #include "core/arena.h"
 #include "core/block_cache.h"
+#include "core/memory_profile.h"
 
 namespace myriad {
 
@@ -153,7 +154,15 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   t.storage_->data = alloc->allocate(*bytes);
   t.storage_->bytes = *bytes;
   t.storage_->device = device;
-  t.storage_->release = [alloc, n = *bytes](void* p) { alloc->deallocate(p, n); };
+  const int charged = memory_profile::charge(*bytes);
+  if (charged < 0) {
+    t.storage_->release = [alloc, n = *bytes](void* p) { alloc->deallocate(p, n); };
+  } else {
+    t.storage_->release = [alloc, n = *bytes, charged](void* p) {
+      memory_profile::release(charged, n);
+      alloc->deallocate(p, n);
+    };
+  }
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   t.dtype_ = dtype;

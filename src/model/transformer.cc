@@ -5,8 +5,10 @@
 #include <cmath>
 #include <memory>
 #include <numeric>
+#include <optional>
 
 #include "autograd/grouped_experts.h"
+#include "core/memory_profile.h"
 #include "model/balancing.h"
 #include "model/constants.h"
 #include "model/ffn_module.h"
@@ -386,23 +388,27 @@ struct Transformer::Stack {
   LocalSequenceContext whole;       // the whole sequence, when no context is given
 
   Var mixer(int64_t l, const Var& h) {
+    memory_profile::Part part(m.config_.mixer(l) == Mixer::kKda ? "kda" : "mla");
     const Var n = ag::rmsnorm(h, m.p(layer_prefix(l) + "input_layernorm.weight"), float(m.config_.rms_norm_eps));
     SequenceContext& ctx = opt.sequence ? *opt.sequence : whole;
     return m.config_.mixer(l) == Mixer::kKda ? m.kda_mixer(l, n, opt, ctx) : m.mla_mixer(l, n, ctx);
   }
   Var ffn(int64_t l, const Var& h) {
+    memory_profile::Part part(m.config_.is_moe_layer(l) ? "moe" : "dense ffn");
     const Var n =
         ag::rmsnorm(h, m.p(layer_prefix(l) + "post_attention_layernorm.weight"), float(m.config_.rms_norm_eps));
     return m.config_.is_moe_layer(l) ? m.moe_ffn(l, n, stats, opt) : m.dense_ffn(l, n);
   }
   Var add(const Var& a, const Var& b) const { return ag::add(a, b); }
   Var res_read(int64_t l, ResRead which, const std::vector<Var>& cands) const {
+    memory_profile::Part part("attn_res");
     if (which == ResRead::kOutputRead)
       return m.attn_res_read("model.output_attn_res_norm.weight", "model.output_attn_res_proj.weight", cands);
     const std::string pre = layer_prefix(l) + (which == ResRead::kMixerRead ? "self_attention_res_" : "mlp_res_");
     return m.attn_res_read(pre + "norm.weight", pre + "proj.weight", cands);
   }
   Var layer(int64_t l, const std::vector<Var>& sealed, const Var& running, Var* mixer_out) {
+    memory_profile::Part part("residual stream");  // the adds, and with checkpointing each layer's kept output
     // Layer l's weights are used only by the nodes recorded from here to the next layer's marker: when the
     // backward reaches this point, their gradients are complete.
     if (opt.gradient_ready && ag::grad_enabled())
@@ -467,7 +473,9 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets, 
   }
   ForwardResult result;
   const float eps = float(c.rms_norm_eps);
+  std::optional<memory_profile::Part> part(std::in_place, "embedding");
   const Var running = with_images(ag::embedding(p("model.embed_tokens.weight"), tokens), tokens, opt.image_features);
+  part.reset();
   const bool skip = c.attn_res_mode == AttnResMode::kSkip;
   MYRIAD_REQUIRE(!(skip && opt.checkpoint_layers), kUnsupported,
                  "attn_res_mode \"skip\" with gradient checkpointing: the held mixer output would need a second "
@@ -478,6 +486,7 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets, 
                  "gradient_checkpointing off");
   Stack stack{*this, opt, &result, nullptr, {}};
   const Var h = layer_stack(stack, c, running);
+  part.emplace("lm head + loss");
   result.hidden = ag::rmsnorm(h, p("model.norm.weight"), eps);
   if (targets.defined()) {
     const Var& head = c.tie_word_embeddings ? p("model.embed_tokens.weight") : p("lm_head.weight");

@@ -260,6 +260,8 @@ Metrics read_metrics(const std::string& run_dir) {
       if (m.longctx.size() > kMaxLongContextRecords) m.longctx.pop_front();
     } else if (t == "memory") {
       m.memory = r;
+    } else if (t == "memory_profile") {
+      m.memory_profile = r;
     } else {
       ++m.ignored;
       continue;

@@ -83,6 +83,7 @@ struct Metrics {
   std::deque<Sample> samples;
   std::deque<LongContextRecord> longctx;  // the last kMaxLongContextRecords
   std::optional<nlohmann::json> memory;   // the last "memory" record (bytes of weights, gradients, optimizer, RSS)
+  std::optional<nlohmann::json> memory_profile;  // the last "memory_profile" record (train --memory-profile)
 
   std::map<int64_t, Curve> violation;  // per MoE layer
   Curve violation_mean, violation_max, dead_experts;

@@ -455,6 +455,32 @@ std::string longctx_section(const Metrics& m) {
   return s;
 }
 
+// The first step's tensor memory at its peak by phase and model part (`myriad train --memory-profile`); only when
+// the run has one. Entries that are not {phase, part, bytes} are left out (a hand-edited file is not trusted).
+std::string memory_profile_section(const Metrics& m) {
+  if (!m.memory_profile) return "";
+  const json& r = *m.memory_profile;
+  const auto peak = r.find("tensor_peak_bytes");
+  const auto parts = r.find("at_peak");
+  if (peak == r.end() || !peak->is_number() || parts == r.end() || !parts->is_array()) return "";
+  const double total = std::max(peak->get<double>(), 1.0);
+  std::string s = "<h2>Memory profile</h2>\n<p>Tensors allocated in step " + fmt_step(r.value("step", 0.0)) +
+                  " peaked at <b>" + fmt_value(peak->get<double>()) +
+                  "B</b> (weights and optimizer state made before the step are not counted, nor memory that is not "
+                  "a tensor); the split at that moment:</p>\n<table>\n<tr><th>phase</th><th>part</th><th>bytes</th>"
+                  "<th>share</th></tr>\n";
+  for (const json& e : *parts) {
+    if (!e.is_object() || !e.contains("phase") || !e["phase"].is_string() || !e.contains("part") ||
+        !e["part"].is_string() || !e.contains("bytes") || !e["bytes"].is_number())
+      continue;
+    const double b = e["bytes"].get<double>();
+    s += "<tr><td>" + esc(e["phase"].get<std::string>()) + "</td><td>" + esc(e["part"].get<std::string>()) +
+         "</td><td class=\"n\">" + fmt_value(b) + "B</td><td class=\"n\">" + sfmt("%.1f%%", 100 * b / total) +
+         "</td></tr>\n";
+  }
+  return s + "</table>\n";
+}
+
 std::string samples_section(const Metrics& m) {
   std::string s = "<h2>Samples</h2>\n";
   if (m.samples.empty()) return s + missing("No sample records.");
@@ -554,6 +580,7 @@ std::string render_report(const std::string& run_dir, ReportSummary* summary) {
   h += rl_section(m, f);
   h += moe_section(m, f);
   h += longctx_section(m);
+  h += memory_profile_section(m);
   h += samples_section(m);
   h += "<footer>Written by <code>myriad report</code> from <code>" + esc(m.path) +
        "</code>. Self-contained: nothing on this page is fetched.</footer>\n";

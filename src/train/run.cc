@@ -300,6 +300,7 @@ TrainSummary run_training(const RunRequest& request) {
   req.parallel.apply(to);
   to.stop_after_step = req.stop_after_step;
   to.quiet = req.quiet;
+  to.memory_profile = req.memory_profile;
   const int32_t eot = tok.id_of("<|endoftext|>");
   if (tc.task_eval_per_task > 0 && (dims.ep > 1 || dims.sp > 1) && groups.is_root() && !req.quiet)
     std::fprintf(stderr,

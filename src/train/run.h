@@ -26,6 +26,7 @@ struct RunRequest {
   std::string init;
   bool force = false;
   bool quiet = false;
+  bool memory_profile = false;  // the first step's tensor memory split by model part (TrainerOptions)
   int64_t stop_after_step = -1;
   std::optional<uint64_t> seed;
   std::optional<bool> gradient_checkpointing;

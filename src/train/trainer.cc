@@ -11,6 +11,7 @@
 #include <fstream>
 #include <limits>
 
+#include "core/memory_profile.h"
 #include "dist/expert_parallel.h"
 #include "dist/routing_sync.h"
 #include "dist/sequence_parallel.h"
@@ -184,6 +185,30 @@ void Trainer::log(const nlohmann::json& record) {
   std::ofstream out(opt_.run_dir + "/metrics.jsonl", std::ios::app);
   // Generated samples may hold partial UTF-8 (a byte-fallback token cut mid-character): replace, never throw.
   out << record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+}
+
+void Trainer::log_memory_profile(double resident_peak_bytes) {
+  memory_profile::stop();
+  const memory_profile::Report r = memory_profile::report();
+  nlohmann::json parts = nlohmann::json::array();
+  for (const auto& e : r.at_peak) parts.push_back({{"phase", e.phase}, {"part", e.part}, {"bytes", e.bytes}});
+  log({{"type", "memory_profile"},
+       {"step", step_},
+       {"rank", groups_->rank},
+       {"tensor_peak_bytes", r.peak_bytes},
+       {"allocations", r.allocations},
+       {"resident_peak_bytes", resident_peak_bytes},
+       {"at_peak", parts}});
+  if (!root()) return;
+  std::fprintf(stderr,
+               "\nmyriad train: memory profile of step %lld: tensors allocated in the step peaked at %.3f GB (%zu "
+               "allocations; resident peak %.3f GB, which also holds the weights, optimizer state and "
+               "non-tensor memory)\n  %-10s %-18s %10s %6s\n",
+               static_cast<long long>(step_), double(r.peak_bytes) / 1e9, r.allocations, resident_peak_bytes / 1e9,
+               "phase", "part", "GB", "share");
+  for (const auto& e : r.at_peak)
+    std::fprintf(stderr, "  %-10s %-18s %10.3f %5.1f%%\n", e.phase.c_str(), e.part.c_str(), double(e.bytes) / 1e9,
+                 100.0 * double(e.bytes) / double(std::max<size_t>(r.peak_bytes, 1)));
 }
 
 std::string Trainer::save(int64_t step) {
@@ -402,6 +427,7 @@ TrainSummary Trainer::run() {
     const double sync_before = sync_->seconds(), exchange_before = expert_exchange_seconds();
     const double overlapped_before = sync_->overlapped_seconds();
     model_.weights().zero_grad();
+    if (opt_.memory_profile && step_ == first_step) memory_profile::start();
     double loss_sum = 0, aux_sum = 0;
     bool finite = true;
     std::vector<RoutingStats> routing;
@@ -530,7 +556,10 @@ TrainSummary Trainer::run() {
     finite = finite && std::isfinite(gnorm);
     if (finite) {
       const float clip_scale = cfg_.clip > 0 && gnorm > cfg_.clip ? float(cfg_.clip / gnorm) : 1.0f;
-      adamw_->step(model_.weights(), float(lr), clip_scale, frozen);
+      {
+        memory_profile::Part part("optimizer");
+        adamw_->step(model_.weights(), float(lr), clip_scale, frozen);
+      }
       if (sharding_) sharding_->broadcast_updates();  // ZeRO-1: the owners' new values to every replica
       // a frozen text model keeps its routers' balancing biases too
       if (std::find(freeze.begin(), freeze.end(), "text_model") == freeze.end()) balance(routing, routed_tokens);
@@ -602,6 +631,7 @@ TrainSummary Trainer::run() {
            {"optimizer_bytes", optimizer},
            {"resident_before_steps_bytes", rss_before_steps},
            {"resident_peak_bytes", rss_peak}});
+      if (opt_.memory_profile) log_memory_profile(rss_peak);
     }
     sum.last_loss = loss;
     if (!finite && consecutive_skips_ >= cfg_.max_consecutive_skips) {

@@ -61,6 +61,9 @@ struct TrainerOptions {
   std::string tokenizer_dir;      // copied into checkpoints when set
   int64_t stop_after_step = -1;   // end early (after this many steps in total) — tests, quick checks
   bool quiet = false;             // no progress line
+  // Profile the first step's tensor memory (core/memory_profile.h): a "memory_profile" record with the split by
+  // model part and phase at the step's peak, and a table on stderr.
+  bool memory_profile = false;
   // Task evaluation (returns {"tasks": {...}, "samples": [...]}); optional. Run on the root only.
   std::function<nlohmann::json(const Transformer&)> evaluate_tasks;
   // The long-context grid (LongContextReport::to_json()) at the end of every stage of the ladder, logged as a
@@ -120,6 +123,7 @@ class Trainer {
   void long_context_eval(int64_t stage);  // the options' long-context grid, logged (root only)
   void balance(const std::vector<RoutingStats>& routing, const std::vector<int64_t>& total_tokens);
   void log(const nlohmann::json& record);
+  void log_memory_profile(double resident_peak_bytes);  // ends the first step's profile: record + table
   std::string save(int64_t step);
 
   Transformer& model_;

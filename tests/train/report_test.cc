@@ -250,6 +250,11 @@ TEST_F(ReportTest, LongContextGridsAndMemory) {
   for (int s = 1; s <= 20; ++s) o << R"({"type":"step","step":)" << s << R"(,"loss":)" << 3.0 - 0.01 * s << "}\n";
   o << R"({"type":"memory","step":1,"resident_peak_bytes":123456789,"weights_bytes":1000})"
     << "\n";
+  // One entry not of the form {phase, part, bytes}: left out of the table, the rest shown.
+  o << R"({"type":"memory_profile","step":1,"tensor_peak_bytes":4000,"at_peak":[)"
+    << R"({"phase":"forward","part":"mla","bytes":3000},{"phase":"backward","part":"moe","bytes":1000},)"
+    << R"({"phase":"forward","part":7,"bytes":5}]})"
+    << "\n";
   auto grid = [](int step, int stage, double acc) {
     std::ostringstream g;
     g << R"({"type":"longctx","step":)" << step << R"(,"stage":)" << stage << R"(,"seq_len":)" << 512 * (stage + 1)
@@ -280,6 +285,11 @@ TEST_F(ReportTest, LongContextGridsAndMemory) {
   EXPECT_EQ(count(heatmap, "fill=\"#d73027\""), 3u) << "1024 tokens: all wrong";
   EXPECT_NE(html.find("peak memory (RSS)"), std::string::npos);
   EXPECT_NE(html.find("123,456,789 bytes"), std::string::npos);
+  ASSERT_NE(html.find("<h2>Memory profile</h2>"), std::string::npos);
+  const std::string profile = html.substr(html.find("<h2>Memory profile</h2>"));
+  const std::string table = profile.substr(0, profile.find("</table>"));
+  EXPECT_EQ(count(table, "<tr>"), 3u) << "a header and the two well-formed entries";
+  EXPECT_NE(table.find("<td>mla</td><td class=\"n\">3000B</td><td class=\"n\">75.0%</td>"), std::string::npos) << table;
   EXPECT_EQ(count(html, "<svg "), count(html, "</svg>"));
 }
 
