@@ -359,7 +359,11 @@ Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats, const For
 }
 
 // AttnRes read (DESIGN 1.4): score_c = sum_d (w_norm * w_proj)_d V_c,d / rms(V_c); softmax over candidates.
-Var Transformer::attn_res_read(const std::string& norm, const std::string& proj, const std::vector<Var>& cands) const {
+Var Transformer::attn_res_read(const std::string& norm, const std::string& proj, const std::vector<Var>& cands,
+                               bool checkpoint) const {
+  if (checkpoint && ag::grad_enabled())
+    return ag::checkpoint(
+        [this, norm, proj](const std::vector<Var>& in) { return attn_res_read(norm, proj, in, false); }, cands);
   // model/layer_module.h's AttnRes read on the tape.
   struct TapeResRead {
     using Value = Var;
@@ -403,9 +407,10 @@ struct Transformer::Stack {
   Var res_read(int64_t l, ResRead which, const std::vector<Var>& cands) const {
     memory_profile::Part part("attn_res");
     if (which == ResRead::kOutputRead)
-      return m.attn_res_read("model.output_attn_res_norm.weight", "model.output_attn_res_proj.weight", cands);
+      return m.attn_res_read("model.output_attn_res_norm.weight", "model.output_attn_res_proj.weight", cands,
+                             opt.checkpoint_layers);
     const std::string pre = layer_prefix(l) + (which == ResRead::kMixerRead ? "self_attention_res_" : "mlp_res_");
-    return m.attn_res_read(pre + "norm.weight", pre + "proj.weight", cands);
+    return m.attn_res_read(pre + "norm.weight", pre + "proj.weight", cands, opt.checkpoint_layers);
   }
   Var layer(int64_t l, const std::vector<Var>& sealed, const Var& running, Var* mixer_out) {
     memory_profile::Part part("residual stream");  // the adds, and with checkpointing each layer's kept output

@@ -83,7 +83,10 @@ class Transformer {
   ag::Var mla_mixer(int64_t layer, const ag::Var& x, SequenceContext& ctx) const;
   ag::Var dense_ffn(int64_t layer, const ag::Var& x) const;
   ag::Var moe_ffn(int64_t layer, const ag::Var& x, RoutingStats* stats, const ForwardOptions& opt = {}) const;
-  ag::Var attn_res_read(const std::string& norm, const std::string& proj, const std::vector<ag::Var>& cands) const;
+  // checkpoint: keep only the read's output on the tape and recompute the rest in the backward (its per-candidate
+  // normalized copies, products and partial sums are [T, hidden] each: most of a long sequence's activations).
+  ag::Var attn_res_read(const std::string& norm, const std::string& proj, const std::vector<ag::Var>& cands,
+                        bool checkpoint = false) const;
   const ag::Var& p(const std::string& name) const { return w_.at(name); }
   // The input embeddings [T, D] with the image features at the placeholders (ForwardOptions::image_features).
   ag::Var with_images(const ag::Var& embedded, const Tensor& tokens, const ag::Var* features) const;
