@@ -306,6 +306,13 @@ BpeTokenizer BpeTokenizer::load_hugging_face(const std::string& json_path) {
       added.push_back(std::move(tok));
     }
   }
+  // Ids may leave gaps (a model's reserved ids), but the id space is allocated whole: a file of a few tokens with
+  // an id in the millions would cost gigabytes. Bounded by twice the tokens it defines (plus room for small files).
+  const int64_t defined = int64_t(id_of.size() + added.size());
+  MYRIAD_REQUIRE(size <= 2 * defined + 1024, kFormat, json_path, ": the largest token id is ", size - 1,
+                 " but the file defines only ", defined,
+                 " tokens: ids may leave gaps, but not more than the tokens defined (the id space would take memory "
+                 "out of proportion to the file)");
   std::vector<std::string> token_bytes(static_cast<size_t>(size));
   t.pieces_.assign(size_t(size), std::string());
   for (const auto& [s, id] : id_of) {

@@ -229,6 +229,33 @@ TEST_F(TokenizerFiles, LoadsAHuggingFaceDirectorySavesAndReloadsIt) {
   EXPECT_EQ(back.encode(" the them"), t.encode(" the them"));
 }
 
+// Found by fuzzing (tokenizer_json): a 6.5 KB file with one vocabulary id of 28,255,555 made the loader allocate
+// three tables of 28 million entries (2.7 GB). Gaps in the ids are allowed (reserved ids), the id space is bounded
+// by the tokens the file defines.
+TEST_F(TokenizerFiles, RefusesAnIdSpaceOutOfProportionToTheFile) {
+  nlohmann::json j = hand_written_tokenizer_json({{"<|eot|>", true}});
+  j["added_tokens"][0]["id"] = 259 + 100;  // a gap of 100 ids: allowed
+  std::ofstream(dir_ / "tokenizer.json") << j.dump();
+  EXPECT_EQ(Tokenizer::load(dir_.string()).vocab_size(), 360);
+  for (const char* where : {"vocab", "added"}) {
+    nlohmann::json bad = hand_written_tokenizer_json({{"<|eot|>", true}});
+    if (std::string(where) == "vocab")
+      bad["model"]["vocab"]["Ġth"] = 28255555;
+    else
+      bad["added_tokens"][0]["id"] = 28255555;
+    std::ofstream(dir_ / "tokenizer.json", std::ios::trunc) << bad.dump();
+    try {
+      Tokenizer::load(dir_.string());
+      ADD_FAILURE() << where << ": loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kFormat) << e.what();
+      EXPECT_NE(std::string(e.what()).find("the largest token id is 28255555 but the file defines only 259 tokens"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST_F(TokenizerFiles, FindsAModelsTokenizerOrSaysWhereItLooked) {
   EXPECT_THROW(
       {
