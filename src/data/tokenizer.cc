@@ -25,6 +25,14 @@ namespace myriad {
 
 namespace {
 
+// myriad's own tokenizer.json (beside a tokenizer.model) says {"type": "sentencepiece-bpe"}; any other file,
+// including one whose "type" is not a string (found by fuzzing: json::value threw type_error), is not one.
+bool describes_sentencepiece(const nlohmann::json& j) {
+  if (!j.is_object()) return false;
+  const auto it = j.find("type");
+  return it != j.end() && it->is_string() && it->get_ref<const std::string&>() == "sentencepiece-bpe";
+}
+
 namespace fs = std::filesystem;
 
 // U+2581 LOWER ONE EIGHTH BLOCK, SentencePiece's whitespace marker.
@@ -402,8 +410,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
       verify_checksum(path);
       // myriad's own tokenizer.json describes a tokenizer.model beside it.
       const nlohmann::json head = nlohmann::json::parse(read_file(path), nullptr, /*allow_exceptions=*/false);
-      if (!(head.is_object() && head.value("type", "") == "sentencepiece-bpe"))
-        return from_bpe(BpeTokenizer::load_hugging_face(path));
+      if (!describes_sentencepiece(head)) return from_bpe(BpeTokenizer::load_hugging_face(path));
       return load(fs::path(path).parent_path().string());
     }
   }
@@ -415,8 +422,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
     verify_checksum(json_path);
     nlohmann::json j = nlohmann::json::parse(read_file(json_path), nullptr, /*allow_exceptions=*/false);
     MYRIAD_REQUIRE(j.is_object(), kFormat, json_path, ": not a JSON object");
-    MYRIAD_REQUIRE(j.value("type", "") == "sentencepiece-bpe", kFormat, json_path,
-                   ": \"type\" must be \"sentencepiece-bpe\"");
+    MYRIAD_REQUIRE(describes_sentencepiece(j), kFormat, json_path, ": \"type\" must be \"sentencepiece-bpe\"");
     MYRIAD_REQUIRE(j.contains("vocab_size") && j["vocab_size"].is_number_integer() &&
                        j["vocab_size"].get<int64_t>() == t.vocab_size(),
                    kFormat, json_path, ": \"vocab_size\" ", j.value("vocab_size", nlohmann::json()).dump(),

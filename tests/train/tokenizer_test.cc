@@ -304,6 +304,16 @@ TEST_F(TokenizerTest, Errors) {
   std::ofstream(dir_ / "tokenizer.model") << "garbage";
   expect_error([&] { Tokenizer::load(dir_.string()); }, ErrorKind::kFormat, "tokenizer.model");
   expect_error([&] { Tokenizer::load((dir_ / "nowhere").string()); }, ErrorKind::kIo, "nowhere");
+  // A tokenizer.json whose "type" is not a string (found by fuzzing: it ended the process with nlohmann's
+  // type_error): one error, read as a Hugging Face file (no model) or beside a tokenizer.model (not its type).
+  fs::create_directories(dir_ / "odd");
+  std::ofstream(dir_ / "odd" / "tokenizer.json") << R"({"type": 7})";
+  expect_error([&] { Tokenizer::load((dir_ / "odd" / "tokenizer.json").string()); }, ErrorKind::kConfig,
+               "model: required field is missing");
+  tok_->save((dir_ / "spm").string());
+  std::ofstream(dir_ / "spm" / "tokenizer.json", std::ios::trunc) << R"({"type": 7, "vocab_size": 1})";
+  fs::remove(dir_ / "spm" / "checksums.json");
+  expect_error([&] { Tokenizer::load((dir_ / "spm").string()); }, ErrorKind::kFormat, "\"type\" must be");
   EXPECT_FALSE(Tokenizer().loaded());
   EXPECT_THROW(Tokenizer().encode("x"), Error);
 }
