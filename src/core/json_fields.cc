@@ -30,6 +30,13 @@ std::string short_dump(const json& v) {
   return s;
 }
 
+std::string_view string_member(const json& j, const char* key) {
+  if (!j.is_object()) return {};
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) return {};
+  return it->get_ref<const std::string&>();
+}
+
 JsonFields::JsonFields(const json& j, std::string path, const JsonSource& src)
     : j_(j), path_(std::move(path)), src_(src) {
   MYRIAD_REQUIRE(j_.is_object(), kConfig, src_.name, ": ", path_.empty() ? std::string("the document") : path_,

@@ -44,6 +44,11 @@ nlohmann::json parse_json_document(std::string_view text, const std::string& sou
 // A JSON value for a message: at most 80 characters.
 std::string short_dump(const nlohmann::json& v);
 
+// The string `j` holds at `key`, or "" when `j` is not an object, lacks the key or holds another type there: for
+// testing a tag ("type": "NFC") where anything else is simply no match. (nlohmann's value(key, "") throws a
+// type_error when the member is, say, a boolean.)
+std::string_view string_member(const nlohmann::json& j, const char* key);
+
 class JsonFields {
  public:
   // `j` must outlive this reader; a non-object is refused with the path.

@@ -242,10 +242,10 @@ BpeTokenizer BpeTokenizer::load_hugging_face(const std::string& json_path) {
   if (const nlohmann::json* norm = top.find("normalizer"); norm && !norm->is_null()) {
     // NFC alone, or a Sequence holding only NFC (Qwen's tokenizers).
     const nlohmann::json* n = norm;
-    if (n->is_object() && n->value("type", "") == "Sequence" && n->contains("normalizers") &&
-        (*n)["normalizers"].is_array() && (*n)["normalizers"].size() == 1)
+    if (string_member(*n, "type") == "Sequence" && n->contains("normalizers") && (*n)["normalizers"].is_array() &&
+        (*n)["normalizers"].size() == 1)
       n = &(*n)["normalizers"][0];
-    if (!(n->is_object() && n->value("type", "") == "NFC" && n->size() == 1))
+    if (!(string_member(*n, "type") == "NFC" && n->size() == 1))
       top.fail_unsupported("normalizer", *norm, "the normalizer myriad implements is NFC (through ICU)");
     t.nfc_ = true;
   }

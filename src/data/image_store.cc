@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "data/image_text_records.h"
 #include "io/atomic_file.h"
 
@@ -136,7 +137,7 @@ ImageTextPrepareResult prepare_image_text(const std::string& records_path, const
         for (json& m : j["messages"])
           if (m.contains("content") && m["content"].is_array())
             for (json& part : m["content"])
-              if (part.is_object() && part.value("type", "") == "image_url") part["image_url"]["url"] = stored();
+              if (string_member(part, "type") == "image_url") part["image_url"]["url"] = stored();
       } else {
         for (json& im : j["images"]) im = stored();
       }

@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "core/log.h"
 #include "core/utf8.h"
 #include "data/bpe_tokenizer.h"
@@ -28,9 +29,7 @@ namespace {
 // myriad's own tokenizer.json (beside a tokenizer.model) says {"type": "sentencepiece-bpe"}; any other file,
 // including one whose "type" is not a string (found by fuzzing: json::value threw type_error), is not one.
 bool describes_sentencepiece(const nlohmann::json& j) {
-  if (!j.is_object()) return false;
-  const auto it = j.find("type");
-  return it != j.end() && it->is_string() && it->get_ref<const std::string&>() == "sentencepiece-bpe";
+  return string_member(j, "type") == "sentencepiece-bpe";
 }
 
 namespace fs = std::filesystem;

@@ -256,6 +256,31 @@ TEST_F(TokenizerFiles, RefusesAnIdSpaceOutOfProportionToTheFile) {
   }
 }
 
+// Found by fuzzing (tokenizer_json): a normalizer whose "type" was a boolean ended the process (nlohmann's
+// value("type", "") threw type_error, which nothing catches). A tag of the wrong type is an unsupported normalizer,
+// at the top level and inside a Sequence; NFC in either form still loads.
+TEST_F(TokenizerFiles, ANormalizerTypeThatIsNotAStringIsRefused) {
+  const auto load_with = [&](const nlohmann::json& normalizer) {
+    nlohmann::json j = hand_written_tokenizer_json({{"<|eot|>", true}});
+    j["normalizer"] = normalizer;
+    std::ofstream(dir_ / "tokenizer.json", std::ios::trunc) << j.dump();
+    return Tokenizer::load(dir_.string());
+  };
+  EXPECT_EQ(load_with({{"type", "NFC"}}).vocab_size(), 259);
+  EXPECT_EQ(load_with({{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}}}}).vocab_size(), 259);
+  for (const nlohmann::json& bad : {nlohmann::json{{"type", true}, {"use_regex", true}}, nlohmann::json{{"type", 7}},
+                                    nlohmann::json{{"type", "Sequence"}, {"normalizers", {{{"type", false}}}}}}) {
+    try {
+      load_with(bad);
+      ADD_FAILURE() << bad.dump() << ": loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("normalizer = "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("the normalizer myriad implements is NFC"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST_F(TokenizerFiles, FindsAModelsTokenizerOrSaysWhereItLooked) {
   EXPECT_THROW(
       {
