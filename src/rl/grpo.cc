@@ -167,7 +167,11 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
     meta["model_checkpoint"] = fs::absolute(latest_checkpoint(req.model_dir)).string();
     meta["pretrain_data"] = req.pretrain_data.empty() ? std::string() : fs::absolute(req.pretrain_data).string();
   }
-  const std::string start_ck = meta["model_checkpoint"].get<std::string>();
+  // grpo.json read through JsonFields: a damaged field is one error naming the file and the field.
+  const JsonSource meta_src{out + "/grpo.json", UnknownFields::kWarn, nullptr, nullptr};
+  JsonFields saved(meta, "", meta_src);
+  const std::string start_ck = saved.string_or("model_checkpoint", "");
+  MYRIAD_REQUIRE(!start_ck.empty(), kFormat, meta_src.name, ": \"model_checkpoint\" is missing or empty");
   const std::string ck = resuming ? latest_checkpoint(out) : start_ck;
   const CheckpointModel source = open_checkpoint_model(ck, resuming ? std::string() : req.tokenizer);
   const std::string& config_json = source.config_json;
@@ -182,7 +186,7 @@ GrpoSummary run_grpo(const GrpoRequest& req) {
   if (req.steps) cfg.steps = *req.steps;
   if (req.seed) cfg.seed = *req.seed;
   const std::string pretrain_data =
-      req.pretrain_data.empty() ? meta.value("pretrain_data", std::string()) : req.pretrain_data;
+      req.pretrain_data.empty() ? saved.string_or("pretrain_data", "") : req.pretrain_data;
   std::vector<Batch> pretrain_val;
   if (!pretrain_data.empty())
     pretrain_val = text_validation_batches(pretrain_data, std::min<int64_t>(256, mc.max_position_embeddings), 8);

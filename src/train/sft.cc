@@ -41,12 +41,16 @@ TrainSummary run_sft(const SftRequest& req) {
   const std::string out = req.out_dir.empty() ? req.resume : req.out_dir;
   MYRIAD_REQUIRE(!out.empty(), kValue, "sft needs --out DIR (or --resume DIR)");
   nlohmann::json meta;
+  // The resumed run's sft.json, read through JsonFields: a damaged field is one error naming the file and the field
+  // (json::value would throw a bare type_error for a number where a path belongs, or a null).
+  const JsonSource meta_src{out + "/sft.json", UnknownFields::kWarn, nullptr, nullptr};
+  const auto saved = [&] { return JsonFields(meta, "", meta_src); };
   if (resuming) {
     MYRIAD_REQUIRE(fs::exists(out + "/sft.json"), kIo, out, " is not an SFT run (no sft.json)");
     meta = parse_json_document(read_file(out + "/sft.json"), out + "/sft.json", ErrorKind::kFormat);
   }
   // The source model: the fine-tuned run's own copy when resuming (its checkpoints hold everything).
-  const std::string model_dir = resuming ? meta.value("model", std::string()) : req.model_dir;
+  const std::string model_dir = resuming ? saved().string_or("model", "") : req.model_dir;
   MYRIAD_REQUIRE(!model_dir.empty(), kValue, "sft needs --model DIR (a training run or a checkpoint)");
   // A resumed run reads the tokenizer its checkpoints saved; --tokenizer applies to a new run.
   const CheckpointModel start = resuming ? open_checkpoint_model(latest_checkpoint(out))
@@ -57,9 +61,9 @@ TrainSummary run_sft(const SftRequest& req) {
   const Tokenizer& tok = start.tokenizer;
 
   // The conversations, all checked before anything is written.
-  const std::string data = req.data_path.empty() && resuming ? meta.value("data", std::string()) : req.data_path;
+  const std::string data = req.data_path.empty() && resuming ? saved().string_or("data", "") : req.data_path;
   MYRIAD_REQUIRE(!data.empty(), kValue, "sft needs --data FILE.jsonl (OpenAI-format conversations)");
-  const std::string val = req.val_path.empty() && resuming ? meta.value("val", std::string()) : req.val_path;
+  const std::string val = req.val_path.empty() && resuming ? saved().string_or("val", "") : req.val_path;
   std::vector<Conversation> convs = read_conversations(data);
   MYRIAD_REQUIRE(!convs.empty(), kValue, data, " holds no conversations");
   std::vector<Conversation> val_convs;
@@ -71,9 +75,9 @@ TrainSummary run_sft(const SftRequest& req) {
     convs = std::move(train);
   }
   const std::string pretrain_data =
-      req.pretrain_data.empty() && resuming ? meta.value("pretrain_data", std::string()) : req.pretrain_data;
+      req.pretrain_data.empty() && resuming ? saved().string_or("pretrain_data", "") : req.pretrain_data;
   const double pretrain_mix =
-      req.pretrain_data.empty() && resuming ? meta.value("pretrain_mix", 0.0) : req.pretrain_mix;
+      req.pretrain_data.empty() && resuming ? saved().double_or("pretrain_mix", 0.0) : req.pretrain_mix;
   MYRIAD_REQUIRE(pretrain_mix >= 0 && pretrain_mix < 1, kValue, "--pretrain-mix ", pretrain_mix, " must lie in [0, 1)");
   MYRIAD_REQUIRE(pretrain_mix == 0 || !pretrain_data.empty(), kValue,
                  "--pretrain-mix needs --pretrain-data DIR (a prepared shard directory)");
@@ -153,7 +157,7 @@ TrainSummary run_sft(const SftRequest& req) {
     std::fprintf(stderr, "myriad sft: %lld training conversations (%lld assistant tokens), %lld for validation\n",
                  static_cast<long long>(source.train_conversations()),
                  static_cast<long long>(source.assistant_tokens()),
-                 static_cast<long long>(meta.value("val_conversations", 0)));
+                 static_cast<long long>(saved().int_or("val_conversations", 0)));
   Trainer trainer(model, tc, source, to);
   if (resuming) trainer.resume(out);
   TrainSummary s = trainer.run();

@@ -52,6 +52,16 @@ sft --resume "$work/B" >"$work/B.log" 2>&1 || { tail -5 "$work/B.log"; fail "res
 diff <(losses "$work/A" 6) <(losses "$work/B" 6) >/dev/null || {
   diff <(losses "$work/A" 6) <(losses "$work/B" 6) | head; fail "resumed SFT losses differ"; }
 echo "ok: resumed SFT, $(losses "$work/B" 6 | wc -l) later steps identical"
+# A damaged sft.json (a number where the model's path belongs) is one error naming the file and the field, not a
+# bare JSON type_error.
+cp -r "$work/B" "$work/B-damaged"
+python3 -c "
+import json, sys
+m = json.load(open(sys.argv[1])); m['model'] = 5; json.dump(m, open(sys.argv[1], 'w'))" "$work/B-damaged/sft.json"
+out=$(sft --resume "$work/B-damaged" 2>&1); rc=$?
+[[ $rc != 0 && "$out" == *"B-damaged/sft.json: model = 5"* && "$out" != *"type_error"* ]] ||
+  fail "a damaged sft.json: $out"
+rm -rf "$work/B-damaged"
 # With a quarter of the rows from the pretraining shards: resumes bit for bit too, and logs the text loss.
 sft --model "$work/pre" --data "$work/demos.jsonl" --out "$work/M1" --pretrain-data "$work/pre/data" --pretrain-mix 0.25 \
   >/dev/null 2>&1 || fail "SFT with a pretraining mix"
@@ -171,6 +181,17 @@ for s, r in refill.items():
 assert refill[1]["groups_kept"] >= plain[1]["groups_kept"], (refill[1], plain[1])
 assert refill[1]["groups_kept"] == plain[1]["groups_kept"] or refill[1]["rollout_rounds"] > 1
 PY
+# A damaged grpo.json: a missing start checkpoint and one of the wrong type, each one error naming the file.
+for bad in "del m['model_checkpoint']" "m['model_checkpoint'] = [1]"; do
+  rm -rf "$work/D-damaged"; cp -r "$work/D" "$work/D-damaged"
+  python3 -c "
+import json, sys
+m = json.load(open(sys.argv[1])); $bad; json.dump(m, open(sys.argv[1], 'w'))" "$work/D-damaged/grpo.json"
+  out=$(grpo --resume "$work/D-damaged" 2>&1); rc=$?
+  [[ $rc != 0 && "$out" == *"D-damaged/grpo.json"*"model_checkpoint"* && "$out" != *"type_error"* ]] ||
+    fail "a damaged grpo.json ($bad): $out"
+done
+rm -rf "$work/D-damaged"
 echo '{"refill_rounds": 17}' >"$work/bad_grpo.json"
 out=$("$bin" grpo --model "$work/A" --out "$work/E" --train-config "$work/bad_grpo.json" 2>&1); rc=$?
 [[ $rc != 0 && "$out" == *"refill_rounds"* ]] || fail "a bad GRPO refill_rounds: $out"
