@@ -16,7 +16,40 @@ void warn(const JsonSource& src, const std::string& message) {
   if (src.warnings) src.warnings->push_back(m);
 }
 
+int json_nesting_depth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+void require_json_nesting(std::string_view text, const std::string& source, ErrorKind kind) {
+  if (const int d = json_nesting_depth(text); d > kMaxJsonNesting)
+    throw_error(kind, source, ": JSON nested ", d, " levels deep; at most ", kMaxJsonNesting, " are read");
+}
+
+json parse_json_or_discarded(std::string_view text) {
+  if (json_nesting_depth(text) > kMaxJsonNesting) return json(json::value_t::discarded);
+  return json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+}
+
 json parse_json_document(std::string_view text, const std::string& source, ErrorKind kind) {
+  require_json_nesting(text, source, kind);
   try {
     return json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {

@@ -41,6 +41,18 @@ void warn(const JsonSource& src, const std::string& message);
 // naming the source.
 nlohmann::json parse_json_document(std::string_view text, const std::string& source, ErrorKind kind);
 
+// How deep JSON read from outside may nest. nlohmann parses and frees any depth without recursion, but dump() and
+// copies recurse once per level: a 200 KB config holding 100,000 nested arrays crashed `myriad params` on the
+// stack. myriad's own files and every published config nest fewer than 10 levels.
+constexpr int kMaxJsonNesting = 256;
+// The deepest nesting of arrays and objects in `text` (brackets inside strings skipped); linear, no parse.
+int json_nesting_depth(std::string_view text);
+// Throws one `kind` error naming `source` when `text` nests deeper than kMaxJsonNesting.
+void require_json_nesting(std::string_view text, const std::string& source, ErrorKind kind);
+// json::parse(text, nullptr, false) for outside data: a discarded value when `text` is not valid JSON or nests
+// deeper than kMaxJsonNesting (callers' "not valid JSON" covers both).
+nlohmann::json parse_json_or_discarded(std::string_view text);
+
 // A JSON value for a message: at most 80 characters.
 std::string short_dump(const nlohmann::json& v);
 

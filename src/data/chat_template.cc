@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "core/utf8.h"
 #include "data/chat_format_support.h"
 #include "data/chatml_chat_format.h"
@@ -82,7 +83,7 @@ AssistantReply malformed_reply(const Tokenizer& tok, std::span<const int32_t> id
 }
 
 std::string read_arguments(const std::string& body, size_t k, nlohmann::json& out) {
-  out = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  out = parse_json_or_discarded(body);
   if (out.is_discarded()) return str("tool call ", k, "'s arguments are not valid JSON: '", body, "'");
   if (!out.is_object()) return str("tool call ", k, "'s arguments are not a JSON object: '", body, "'");
   return "";
@@ -109,7 +110,7 @@ AssistantReply parse_json_calls(const Tokenizer& tok, std::span<const int32_t> i
     const size_t k = r.tool_calls.size();
     if (end == ids.end()) return malformed(str("tool call ", k, " is not closed by ", close_marker));
     const std::string body = tok.decode(std::span<const int32_t>(it + 1, end));
-    const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+    const nlohmann::json j = parse_json_or_discarded(body);
     if (j.is_discarded()) return malformed(str("tool call ", k, " is not valid JSON: '", body, "'"));
     if (!j.is_object() || !j.contains("name") || !j["name"].is_string() || j["name"].get<std::string>().empty())
       return malformed(str("tool call ", k, " has no \"name\" string: '", body, "'"));

@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/json_fields.h"
 #include "io/atomic_file.h"
 
 namespace myriad {
@@ -90,7 +91,7 @@ ToolCall tool_call_of(const json& c, const std::string& at) {
     call.arguments = json::object();
   } else if (args->is_string()) {
     call.arguments_text = args->get<std::string>();
-    call.arguments = json::parse(call.arguments_text, nullptr, /*allow_exceptions=*/false);
+    call.arguments = parse_json_or_discarded(call.arguments_text);
     if (call.arguments.is_discarded())
       throw FieldError(af, str("'", af, "' is not valid JSON: '", args->get<std::string>(), "'"));
     if (!call.arguments.is_object())
@@ -224,7 +225,7 @@ std::vector<Conversation> read_conversations(const std::string& path) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = str(path, ":", n, ": ");
-    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    json j = parse_json_or_discarded(line);
     MYRIAD_REQUIRE(!j.is_discarded(), kFormat, where, "not valid JSON");
     MYRIAD_REQUIRE(j.is_object(), kFormat, where, "expected a JSON object {\"messages\": [...]}, got ", j.type_name());
     Conversation c;

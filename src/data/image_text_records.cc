@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "data/conversation.h"
 #include "data/image_store.h"
 
@@ -54,7 +55,7 @@ std::vector<ImageTextRecord> read_image_text_records(const std::string& path, co
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     ImageTextRecord r;
     r.where = str(path, ":", n);
-    const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const json j = parse_json_or_discarded(line);
     MYRIAD_REQUIRE(!j.is_discarded(), kFormat, r.where, ": not valid JSON");
     MYRIAD_REQUIRE(j.is_object(), kFormat, r.where, ": expected a JSON object, got ", j.type_name());
     if (j.contains("messages")) {
@@ -141,7 +142,7 @@ bool is_image_text_file(const std::string& path) {
   std::string line;
   while (in && std::getline(in, line)) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const json j = parse_json_or_discarded(line);
     if (!j.is_object()) return false;
     if (j.contains("images") || j.contains("videos")) return true;
     if (!j.contains("messages")) return false;

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 
 namespace myriad {
 
@@ -309,7 +310,7 @@ AssistantReply parse_k3_reply(const Tokenizer& tok, std::span<const int32_t> ids
       if (is(Item::Kind::kOpen, "json")) {
         ++at;
         call.arguments_text = take_text();
-        call.arguments = nlohmann::json::parse(call.arguments_text, nullptr, /*allow_exceptions=*/false);
+        call.arguments = parse_json_or_discarded(call.arguments_text);
         if (call.arguments.is_discarded() || !call.arguments.is_object())
           return malformed(str("tool call ", k, "'s json block is not a JSON object: '", call.arguments_text, "'"));
         if (std::string why = expect(Item::Kind::kClose, "json"); !why.empty()) return malformed(why);
@@ -322,7 +323,7 @@ AssistantReply parse_k3_reply(const Tokenizer& tok, std::span<const int32_t> ids
         const std::string value = take_text();
         nlohmann::json v = value;
         if (type->second != "string") {
-          v = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+          v = parse_json_or_discarded(value);
           if (v.is_discarded() || json_type(v) != type->second)
             return malformed(
                 str("tool call ", k, ": argument '", key->second, "' is not a ", type->second, ": '", value, "'"));

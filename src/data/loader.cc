@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 
 namespace myriad {
 
@@ -153,7 +154,7 @@ Loader::Loader(const std::string& dir, uint64_t seed) : dir_(dir), seed_(seed) {
     std::ifstream in(meta_path, std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
-    meta_ = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+    meta_ = parse_json_or_discarded(ss.str());
     MYRIAD_REQUIRE(!meta_.is_discarded() && meta_.is_object(), kFormat, meta_path, ": not a JSON object");
     if (meta_.contains("vocab_size")) {
       MYRIAD_REQUIRE(meta_["vocab_size"].is_number_integer() && meta_["vocab_size"].get<int64_t>() > 0, kFormat,

@@ -19,6 +19,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "core/log.h"
 #include "io/atomic_file.h"
 
@@ -364,7 +365,7 @@ void read_jsonl_documents(const DataFile& file, const std::function<void(std::st
     offset += line.size() + 1;
     if (on_bytes) on_bytes(line.size() + 1);
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const nlohmann::json j = parse_json_or_discarded(line);
     const char* reason = nullptr;
     if (j.is_discarded())
       reason = "not valid JSON";

@@ -408,7 +408,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
     if (name.size() > 5 && name.ends_with(".json")) {
       verify_checksum(path);
       // myriad's own tokenizer.json describes a tokenizer.model beside it.
-      const nlohmann::json head = nlohmann::json::parse(read_file(path), nullptr, /*allow_exceptions=*/false);
+      const nlohmann::json head = parse_json_or_discarded(read_file(path));
       if (!describes_sentencepiece(head)) return from_bpe(BpeTokenizer::load_hugging_face(path));
       return load(fs::path(path).parent_path().string());
     }
@@ -419,7 +419,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
   const std::string json_path = (fs::path(model_path).parent_path() / kTokenizerJsonFile).string();
   if (fs::exists(json_path, ec)) {
     verify_checksum(json_path);
-    nlohmann::json j = nlohmann::json::parse(read_file(json_path), nullptr, /*allow_exceptions=*/false);
+    nlohmann::json j = parse_json_or_discarded(read_file(json_path));
     MYRIAD_REQUIRE(j.is_object(), kFormat, json_path, ": not a JSON object");
     MYRIAD_REQUIRE(describes_sentencepiece(j), kFormat, json_path, ": \"type\" must be \"sentencepiece-bpe\"");
     MYRIAD_REQUIRE(j.contains("vocab_size") && j["vocab_size"].is_number_integer() &&

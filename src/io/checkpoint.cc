@@ -9,6 +9,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "core/json_fields.h"
 #include "io/atomic_file.h"
 #include "io/checksums.h"
 
@@ -60,6 +61,7 @@ Checkpoint Checkpoint::open(const std::string& path, const std::string& stem) {
       const std::string text = read_file(index);
       json j;
       std::optional<JsonDuplicateKey> dup;
+      require_json_nesting(text, index, ErrorKind::kFormat);
       try {
         j = parse_json_checking_duplicates(text, &dup);
       } catch (const json::exception& e) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "io/atomic_file.h"
 
 namespace myriad {
@@ -75,7 +76,7 @@ namespace {
 
 // The manifest at `manifest_path`, validated; kFormat naming it when damaged.
 nlohmann::json read_manifest(const std::string& manifest_path) {
-  const nlohmann::json m = nlohmann::json::parse(read_file(manifest_path), nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json m = parse_json_or_discarded(read_file(manifest_path));
   MYRIAD_REQUIRE(!m.is_discarded() && m.is_object(), kFormat, manifest_path,
                  ": not a JSON object (the checksum manifest is damaged)");
   const auto alg = m.find("algorithm");

@@ -15,6 +15,7 @@
 #include <set>
 #include <unordered_set>
 
+#include "core/json_fields.h"
 #include "io/atomic_file.h"
 #include "io/checksums.h"
 
@@ -191,6 +192,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   // Parse the JSON header.
   json header;
   std::optional<JsonDuplicateKey> dup;
+  require_json_nesting(std::string_view(reinterpret_cast<const char*>(base + 8), size_t(n)), path + ": header",
+                       ErrorKind::kFormat);
   try {
     header = parse_json_checking_duplicates(std::string_view(reinterpret_cast<const char*>(base + 8), size_t(n)), &dup);
   } catch (const json::exception& e) {

@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 
+#include "core/json_fields.h"
 #include "data/tokenizer.h"
 #include "data/tool_call_grammar.h"
 
@@ -55,36 +56,9 @@ uint64_t random_u64() {
 
 // ---- JSON request bodies ------------------------------------------------------------------------------------------
 
-namespace {
-
-// Nesting depth of a JSON text (brackets outside strings); checked before parsing so that no body can exhaust a
-// stack.
-int json_depth(const std::string& s) {
-  int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : s) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
-}  // namespace
-
+// The nesting is checked before parsing, so that no body can exhaust a stack.
 json parse_body(const std::string& body) {
-  if (json_depth(body) > kMaxJsonDepth)
+  if (json_nesting_depth(body) > kMaxJsonDepth)
     throw bad_request(str("malformed JSON: nested deeper than ", kMaxJsonDepth, " levels"), "", "invalid_json");
   json j;
   try {

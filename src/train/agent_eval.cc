@@ -5,6 +5,7 @@
 #include <chrono>
 #include <fstream>
 
+#include "core/json_fields.h"
 #include "data/corpus.h"
 #include "infer/generate.h"
 #include "model/config.h"
@@ -144,7 +145,7 @@ std::vector<AgentTask> read_agent_suite(const std::string& path) {
   std::string line;
   for (int64_t n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    const nlohmann::json j = parse_json_or_discarded(line);
     MYRIAD_REQUIRE(j.is_object() && j.contains("family") && j["family"].is_string() && j.contains("seed") &&
                        j["seed"].is_number_unsigned(),
                    kFormat, path, ":", n, ": expected {\"family\": NAME, \"seed\": non-negative integer}");

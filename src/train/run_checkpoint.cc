@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
 #include "io/checksums.h"
@@ -135,7 +136,7 @@ CheckpointModel open_checkpoint_model(const std::string& ck, const std::string& 
 }
 
 nlohmann::json parse_trainer_state(std::string_view text, const std::string& source) {
-  nlohmann::json st = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  nlohmann::json st = parse_json_or_discarded(text);
   MYRIAD_REQUIRE(!st.is_discarded(), kFormat, source, ": not valid JSON (a damaged checkpoint?)");
   MYRIAD_REQUIRE(st.is_object(), kFormat, source, ": must be a JSON object, got ", st.type_name());
   return st;

@@ -26,5 +26,27 @@ TEST(StringMember, ReturnsTheStringOrEmptyForAnythingElse) {
   EXPECT_EQ(string_member(j["obj"], "type"), "Q");
 }
 
+// The nesting bound for outside JSON: counted without parsing (brackets inside strings, escaped quotes included,
+// are not nesting), and both parsers refuse one level past it while the bound itself still parses.
+TEST(JsonNesting, CountsBracketsOutsideStringsAndBoundsBothParsers) {
+  EXPECT_EQ(json_nesting_depth("1"), 0);
+  EXPECT_EQ(json_nesting_depth(R"({"a": [1, {"b": []}], "c": {}})"), 4);
+  EXPECT_EQ(json_nesting_depth(R"(["[[[", "\"[[", {"k]}": "\\"}, [[]]])"), 3);
+  const auto nested = [](int n) { return std::string(size_t(n), '[') + std::string(size_t(n), ']'); };
+  EXPECT_EQ(json_nesting_depth(nested(100000)), 100000);
+  EXPECT_FALSE(parse_json_or_discarded(nested(kMaxJsonNesting)).is_discarded());
+  EXPECT_TRUE(parse_json_or_discarded(nested(kMaxJsonNesting + 1)).is_discarded());
+  EXPECT_TRUE(parse_json_or_discarded("[1,").is_discarded());
+  EXPECT_EQ(parse_json_or_discarded(R"({"a": [1, 2]})")["a"][1], 2);
+  EXPECT_EQ(parse_json_document(nested(kMaxJsonNesting), "f.json", ErrorKind::kConfig).size(), 1u);
+  try {
+    parse_json_document(nested(kMaxJsonNesting + 1), "f.json", ErrorKind::kConfig);
+    ADD_FAILURE() << "parsed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_STREQ(e.what(), "f.json: JSON nested 257 levels deep; at most 256 are read");
+  }
+}
+
 }  // namespace
 }  // namespace myriad
