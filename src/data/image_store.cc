@@ -138,8 +138,9 @@ ImageTextPrepareResult prepare_image_text(const std::string& records_path, const
           if (m.contains("content") && m["content"].is_array())
             for (json& part : m["content"])
               if (string_member(part, "type") == "image_url") part["image_url"]["url"] = stored();
-      } else {
-        for (json& im : j["images"]) im = stored();
+      } else if (const auto images = j.find("images"); images != j.end()) {
+        // A record of "videos": [] and no "images" has none to rewrite (j["images"] would write "images": null).
+        for (json& im : *images) im = stored();
       }
       MYRIAD_CHECK(k == record_images[i].size(), records[i].where, ": ", k, " image references rewritten of ",
                    record_images[i].size());

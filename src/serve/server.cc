@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "core/log.h"
 #include "data/chat_template.h"
 #include "data/tokenizer.h"
@@ -155,9 +156,8 @@ struct Server::Impl {
         if (got && got->status == 200) break;
         if (got && got->status == 503) {
           const json health = json::parse(got->body, nullptr, false);
-          MYRIAD_REQUIRE(!(health.is_object() && health.value("status", "") == "error"), kIo, "replica ", i, " (",
-                         r.host, ":", r.port,
-                         ") failed to load: ", health.is_object() ? health.value("message", "") : "");
+          MYRIAD_REQUIRE(!(string_member(health, "status") == "error"), kIo, "replica ", i, " (", r.host, ":", r.port,
+                         ") failed to load: ", std::string(string_member(health, "message")));
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
