@@ -1,5 +1,6 @@
 #include "train/optimizer.h"
 
+#include <charconv>
 #include <cmath>
 
 #include "io/checkpoint.h"
@@ -72,7 +73,13 @@ void AdamW::load(const std::string& path) {
   const Checkpoint f = Checkpoint::open(path, "optimizer");
   auto it = f.metadata().find("adamw_step");
   MYRIAD_REQUIRE(it != f.metadata().end(), kFormat, path, ": optimizer state has no adamw_step metadata");
-  step_ = std::stoll(it->second);
+  // Strictly a non-negative decimal (std::stoll took "5junk" and "-3", and threw a bare invalid_argument on "x").
+  const std::string& s = it->second;
+  int64_t step = -1;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), step);
+  MYRIAD_REQUIRE(ec == std::errc() && end == s.data() + s.size() && step >= 0, kFormat, path,
+                 ": optimizer state's adamw_step metadata \"", s, "\" is not a non-negative integer");
+  step_ = step;
   for (auto* table : {&m_, &v_}) {
     const std::string prefix = table == &m_ ? "m." : "v.";
     for (auto& [name, t] : *table) {
