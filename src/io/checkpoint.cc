@@ -61,9 +61,8 @@ Checkpoint Checkpoint::open(const std::string& path, const std::string& stem) {
       const std::string text = read_file(index);
       json j;
       std::optional<JsonDuplicateKey> dup;
-      require_json_nesting(text, index, ErrorKind::kFormat);
       try {
-        j = parse_json_checking_duplicates(text, &dup);
+        j = parse_json_checking_duplicates(text, index, &dup);
       } catch (const json::exception& e) {
         throw_error(ErrorKind::kFormat, index, ": not valid JSON: ", e.what());
       }

@@ -114,8 +114,10 @@ struct DuplicateKeyFinder {
 
 }  // namespace
 
-json parse_json_checking_duplicates(std::string_view text, std::optional<JsonDuplicateKey>* dup) {
-  json j = json::parse(text.begin(), text.end());  // throws json::exception on invalid JSON
+json parse_json_checking_duplicates(std::string_view text, const std::string& source,
+                                    std::optional<JsonDuplicateKey>* dup) {
+  require_json_nesting(text, source, ErrorKind::kFormat);  // before any parse: copies and dump() recurse per level
+  json j = json::parse(text.begin(), text.end());          // throws json::exception on invalid JSON
   DuplicateKeyFinder finder{{}, {}, dup};
   json::sax_parse(text.begin(), text.end(), &finder);
   return j;
@@ -192,10 +194,9 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   // Parse the JSON header.
   json header;
   std::optional<JsonDuplicateKey> dup;
-  require_json_nesting(std::string_view(reinterpret_cast<const char*>(base + 8), size_t(n)), path + ": header",
-                       ErrorKind::kFormat);
   try {
-    header = parse_json_checking_duplicates(std::string_view(reinterpret_cast<const char*>(base + 8), size_t(n)), &dup);
+    header = parse_json_checking_duplicates(std::string_view(reinterpret_cast<const char*>(base + 8), size_t(n)),
+                                            path + ": header", &dup);
   } catch (const json::exception& e) {
     throw_error(ErrorKind::kFormat, path, ": header is not valid JSON: ", e.what());
   }

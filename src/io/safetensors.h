@@ -118,11 +118,13 @@ std::string safetensors_header(const std::vector<TensorSpec>& specs,
 // JSON parsing that notices the first key repeated within one object (nlohmann keeps the last duplicate
 // silently). Shared by the safetensors header and the checkpoint index. Throws nlohmann::json::exception on
 // syntax errors; *dup is set (and the parse completes) on a duplicate. depth 1 is the top-level object.
+// Nesting deeper than kMaxJsonNesting is refused first as a kFormat error naming `source`.
 struct JsonDuplicateKey {
   std::string key;
   std::string parent;  // key under which the object holding the duplicate sits; empty at the top level
   int depth = 0;
 };
-nlohmann::json parse_json_checking_duplicates(std::string_view text, std::optional<JsonDuplicateKey>* dup);
+nlohmann::json parse_json_checking_duplicates(std::string_view text, const std::string& source,
+                                              std::optional<JsonDuplicateKey>* dup);
 
 }  // namespace myriad

@@ -402,6 +402,19 @@ TEST_F(IoTest, HundredThousandEntryHeaderOpensInLinearTime) {
 #endif
 }
 
+// Nesting is bounded before parsing (nlohmann parses any depth, but copying or printing a value recurses once per
+// level: 100,000 levels overflow the stack). A header whose metadata value is 100,001 levels deep is refused by
+// name within the 2 s that bounds any input; 255 levels inside the top-level object still open (256 in all).
+TEST_F(IoTest, RejectsHeaderNestedBeyondTheLimit) {
+  const auto deep = [](int levels) { return std::string(size_t(levels), '[') + std::string(size_t(levels), ']'); };
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_bad_file(path("deep.safetensors"), st_file(R"({"w": )" + deep(100000) + "}", ""),
+                  {path("deep.safetensors") + ": header", "nested 100001 levels deep", "at most 256"});
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  // The deepest accepted header: 256 levels reach the parser, which then refuses the entry for what it is.
+  expect_bad_file(path("edge.safetensors"), st_file(R"({"w": )" + deep(255) + "}", ""), {"tensor 'w'"});
+}
+
 TEST_F(IoTest, RejectsNegativeShapeDims) {
   expect_bad_file(path("neg.safetensors"), st_file(R"({"w":{"dtype":"F32","shape":[2,-1],"data_offsets":[0,0]}})", ""),
                   {"tensor 'w'", "negative dimension -1", "[2, -1]"});
@@ -653,6 +666,12 @@ TEST_F(IoTest, CheckpointIndexErrors) {
                R"({"a": "s1.safetensors", "b": "s2.safetensors", "a": "s2.safetensors"})");
   expect_error([&] { Checkpoint::open(case_dir("dupkey").string()); }, ErrorKind::kFormat,
                {(case_dir("dupkey") / kCheckpointIndexFile).string(), "tensor 'a'", "listed twice"});
+
+  // An index nested beyond the limit is refused by name before it is parsed.
+  write_shards(case_dir("deep"), {{"s1.safetensors", {{"a", t}}}},
+               R"({"a": "s1.safetensors", "b": )" + std::string(300, '[') + std::string(300, ']') + "}");
+  expect_error([&] { Checkpoint::open(case_dir("deep").string()); }, ErrorKind::kFormat,
+               {(case_dir("deep") / kCheckpointIndexFile).string(), "nested 302 levels deep", "at most 256"});
 
   // One tensor present in two files.
   write_shards(case_dir("twofiles"), {{"s1.safetensors", {{"a", t}}}, {"s2.safetensors", {{"a", t}, {"b", t}}}},
