@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages myriad needs, skipping those already present (idempotent, quiet).
-#   scripts/deps.sh build   : compiler, CMake, OpenBLAS, nlohmann-json, SentencePiece, cpp-httplib, jemalloc, GoogleTest,
+#   scripts/deps.sh build   : compiler, CMake, OpenBLAS and oneDNN (GEMM), nlohmann-json, SentencePiece, cpp-httplib, jemalloc, GoogleTest,
 #                             OpenMPI, xxHash, PCRE2, ICU, libjpeg-turbo, libpng,
 #                             giflib, libwebp (image decoding), stb (resizing), pybind11 (the Python module)
 #   scripts/deps.sh fuzz    : the build set plus clang 14 with its sanitizer and libFuzzer runtime and OpenMP
@@ -9,7 +9,7 @@
 #                             in a venv under build/pyenv)
 set -euo pipefail
 what="${1:-build}"
-pkgs=(build-essential cmake pkg-config python3 libopenblas-dev nlohmann-json3-dev libgtest-dev libgmock-dev
+pkgs=(build-essential cmake pkg-config python3 libopenblas-dev libdnnl-dev nlohmann-json3-dev libgtest-dev libgmock-dev
       libsentencepiece-dev libcpp-httplib-dev libjemalloc-dev libopenmpi-dev openmpi-bin libxxhash-dev libpcre2-dev libicu-dev
       libstb-dev libturbojpeg0-dev libpng-dev libgif-dev libwebp-dev zlib1g-dev
       python3-dev pybind11-dev)

@@ -43,6 +43,19 @@ check "bad --threads" 1 "$bin" version --threads many
 one_error_line "threads"
 check "bad MYRIAD_THREADS" 1 env MYRIAD_THREADS=abc "$bin" version
 one_error_line "MYRIAD_THREADS"
+check "bad MYRIAD_GEMM" 1 env MYRIAD_GEMM=fastest "$bin" version
+one_error_line "MYRIAD_GEMM=fastest: must be auto, onednn or openblas"
+# OpenBLAS told to run its generic kernels (as Debian's 0.3.21 does by itself on CPUs newer than it) and chosen by
+# hand: it runs, but says so once, and `version` names the kernel as generic.
+check "generic OpenBLAS is never silent" 0 env OPENBLAS_CORETYPE=Prescott MYRIAD_GEMM=openblas "$bin" version
+if grep -q -E "avx2|avx512f" "$work/out"; then  # a CPU for which Prescott is generic
+  grep -q "warning: OpenBLAS runs its Prescott kernels" "$work/err" || { echo "FAIL: no warning for a generic OpenBLAS"; fails=$((fails + 1)); }
+  grep -q "Prescott (generic for this CPU)" "$work/out" || { echo "FAIL: version does not name the generic kernel"; fails=$((fails + 1)); }
+fi
+check "version names the GEMM backend and the ISA paths" 0 "$bin" version
+for w in "cpu:" "kernels:" "gemm:"; do
+  grep -q "$w" "$work/out" || { echo "FAIL: version prints no '$w' line"; fails=$((fails + 1)); }
+done
 printf 'garbage!!' >"$work/bad.safetensors"
 check "inspect bad file" 1 "$bin" inspect "$work/bad.safetensors"
 one_error_line "bad.safetensors"

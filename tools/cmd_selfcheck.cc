@@ -9,6 +9,7 @@
 #include "core/threads.h"
 #include "core/timing.h"
 #include "ops/devices.h"
+#include "ops/gemm_backend.h"
 #include "ops/op_cases.h"
 
 namespace {
@@ -25,6 +26,7 @@ int run_selfcheck(const myriad::cli::Args& args) {
       "|ref|,\n"
       "  finite, and no write past the output buffers; skip: no kernel for this device\n\n",
       device_name(device), myriad::num_threads());
+  if (device == Device::kCPU) std::printf("%s\n", compute_paths("  ").c_str());
   print_selfcheck_header(stdout);
   const double t0 = now_seconds();
   const auto lines = run_op_cases(device, [](const SelfcheckLine& l) { print_selfcheck_line(stdout, l); });

@@ -33,9 +33,9 @@ int run_train(const myriad::cli::Args& args) {
   if (!s.root) return 0;  // rank 0 reports
   std::printf(
       "trained %lld steps (%lld skipped): loss %.4f, val loss %.4f, %.3f bits/byte; %.0f tokens/s, MFU %.1f%% "
-      "of %.0f GFLOP/s sgemm\nrun: %s (metrics.jsonl, checkpoints/, tokenizer/); last checkpoint: %s\n",
+      "of the %.0f GFLOP/s f32 FMA peak\nrun: %s (metrics.jsonl, checkpoints/, tokenizer/); last checkpoint: %s\n",
       (long long)s.steps, (long long)s.skipped, s.last_loss, s.last_val_loss, s.last_val_bpb, s.tokens_per_s,
-      100.0 * s.mfu, s.sgemm_gflops, r.out_dir.c_str(), s.last_checkpoint.c_str());
+      100.0 * s.mfu, s.peak_gflops, r.out_dir.c_str(), s.last_checkpoint.c_str());
   myriad::cli::print_parallel_summary(r.parallel.dims, s);
   return 0;
 }

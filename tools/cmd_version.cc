@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "core/threads.h"
+#include "ops/gemm_backend.h"
 
 namespace {
 int run_version(const myriad::cli::Args&) {
@@ -11,7 +12,8 @@ int run_version(const myriad::cli::Args&) {
 #else
   const char* cuda = "cpu only";
 #endif
-  std::printf("myriad 0.1.0 (%s, %d threads)\n", cuda, myriad::num_threads());
+  std::printf("myriad 0.1.0 (%s, %d threads)\n%s", cuda, myriad::num_threads(),
+              myriad::ops::compute_paths("  ").c_str());
   return 0;
 }
 }  // namespace

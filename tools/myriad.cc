@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "dist/mpi_communicator.h"
+#include "ops/gemm_backend.h"
 
 #if defined(MYRIAD_JEMALLOC)
 // jemalloc's options for this binary (it reads this symbol at start; MALLOC_CONF in the environment still
@@ -207,20 +208,33 @@ int main(int argc, char** argv) {
   // the spin (scripts/shared_machine_bench.sh); so then myriad takes only the cores that are free (at least one
   // thread) and waits passively. libgomp reads its settings when it loads, so the process re-executes itself once
   // with those that fit the machine at start-up; a setting the user chose (GOMP_SPINCOUNT, OMP_WAIT_POLICY,
-  // MYRIAD_THREADS, --threads) wins.
-  if (!std::getenv("GOMP_SPINCOUNT") && !std::getenv("OMP_WAIT_POLICY") && !std::getenv("MYRIAD_NO_REEXEC")) {
-    const int others = other_runnable_threads();
-    if (others > 0) {
-      ::setenv("OMP_WAIT_POLICY", "passive", 1);
-      cpu_set_t mask;
-      const int cores = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 1;
-      const std::string threads = std::to_string(std::max(1, cores - others));
-      if (!std::getenv("MYRIAD_THREADS")) ::setenv("MYRIAD_THREADS", threads.c_str(), 1);
-    } else {
-      ::setenv("GOMP_SPINCOUNT", "10000", 1);
+  // MYRIAD_THREADS, --threads) wins. The same re-execution tells OpenBLAS the CPU's core type where it would not know
+  // it (below).
+  if (!std::getenv("MYRIAD_NO_REEXEC")) {
+    bool reexec = false;
+    if (!std::getenv("GOMP_SPINCOUNT") && !std::getenv("OMP_WAIT_POLICY")) {
+      const int others = other_runnable_threads();
+      if (others > 0) {
+        ::setenv("OMP_WAIT_POLICY", "passive", 1);
+        cpu_set_t mask;
+        const int cores = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 1;
+        const std::string threads = std::to_string(std::max(1, cores - others));
+        if (!std::getenv("MYRIAD_THREADS")) ::setenv("MYRIAD_THREADS", threads.c_str(), 1);
+      } else {
+        ::setenv("GOMP_SPINCOUNT", "10000", 1);
+      }
+      reexec = true;
     }
-    ::setenv("MYRIAD_NO_REEXEC", "1", 1);
-    ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the default
+    // OpenBLAS picks its kernels by the CPU's model number when it loads, and runs generic ones on a CPU newer than
+    // the library; told the core type of the CPU's ISA (ops/gemm_backend.h) it runs its AVX2 / AVX-512 kernels.
+    if (!std::getenv("OPENBLAS_CORETYPE") && myriad::ops::openblas_kernel_is_generic()) {
+      const std::string core = myriad::ops::openblas_coretype_for_cpu();
+      if (!core.empty()) ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1), reexec = true;
+    }
+    if (reexec) {
+      ::setenv("MYRIAD_NO_REEXEC", "1", 1);
+      ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the default
+    }
   }
   std::vector<std::string> rest(argv + 1, argv + argc);
   if (rest.empty() || rest[0] == "--help" || rest[0] == "-h" || rest[0] == "help") {

@@ -122,7 +122,7 @@ void run_model_sections(const ModelConfig& c, int64_t T, const MachineLimits& li
   const ModelAccounting acc = account_model(c);
   const TrainingFlops tf = training_flops_per_token(c, acc, T);
   const FlopsPerToken fl = model_flops(acc, tf);
-  const double sgemm = limits.sgemm.gflops;
+  const double peak = limits.peak_gflops();
 
   const double t0 = now_seconds();
   Transformer model(c, ModelWeights::random(c, 0));
@@ -142,7 +142,7 @@ void run_model_sections(const ModelConfig& c, int64_t T, const MachineLimits& li
 
   ordered_json rows = ordered_json::array();
   auto model_row = [&](const char* name, double flops_per_token, const Timing& t, double target) {
-    const double flops = flops_per_token * double(T), gflops = flops / t.best_s * 1e-9, ratio = gflops / sgemm;
+    const double flops = flops_per_token * double(T), gflops = flops / t.best_s * 1e-9, ratio = gflops / peak;
     const char* verdict = target > 0.0 ? verdicts.add(ratio >= target) : "info";
     char tgt[16] = "-";
     if (target > 0.0) std::snprintf(tgt, sizeof tgt, ">=%.0f%%", 100.0 * target);
@@ -155,7 +155,7 @@ void run_model_sections(const ModelConfig& c, int64_t T, const MachineLimits& li
                       {"timing", timing_json(t)},
                       {"time_per_token_s", t.best_s / double(T)},
                       {"gflops", gflops},
-                      {"sgemm_gflops", sgemm},
+                      {"peak_gflops", peak},
                       {"ratio", ratio}};
     r["target"] = target > 0.0 ? ordered_json(target) : ordered_json(nullptr);
     if (target > 0.0) r["pass"] = ratio >= target;
@@ -250,7 +250,7 @@ void run_model_sections(const ModelConfig& c, int64_t T, const MachineLimits& li
     sum_flops += flops * double(layers);
     print("   %-22s %6lld %11s %11s %12s %7s %9.1f %7s\n", name.c_str(), (long long)layers, time_str(f.best_s).c_str(),
           time_str(fb.best_s).c_str(), time_str(all).c_str(), pct(all / fwdbwd.best_s).c_str(), gflops,
-          pct(gflops / sgemm).c_str());
+          pct(gflops / peak).c_str());
     brows.push_back({{"module", name},
                      {"layers", layers},
                      {"forward", timing_json(f)},
@@ -259,7 +259,7 @@ void run_model_sections(const ModelConfig& c, int64_t T, const MachineLimits& li
                      {"share_of_model_forward_backward", all / fwdbwd.best_s},
                      {"flops_per_token_per_layer_fwdbwd", flops_per_token},
                      {"gflops", gflops},
-                     {"ratio_to_sgemm", gflops / sgemm}});
+                     {"ratio_to_peak", gflops / peak}});
   };
   for (const Module& m : modules) {
     const ag::Var x = random_var(T, c.hidden_size, 14, true);
@@ -536,13 +536,13 @@ void run_moe_section(const ModelConfig& c, const std::string& path, int64_t T, d
   const double extra_bytes = 4.0 * double(hits[1] * expert_params[1] - hits[0] * expert_params[0]);
   const double extra_router = 2.0 * double(T) * double(c.hidden_size) * double(kMoeExpertsLarge - kMoeExpertsSmall);
   const double floor_fwd =
-      results[0].fwd.best_s + extra_bytes / (limits.triad.gbs * 1e9) + extra_router / (limits.sgemm.gflops * 1e9);
+      results[0].fwd.best_s + extra_bytes / (limits.triad.gbs * 1e9) + extra_router / (limits.peak_gflops() * 1e9);
   const double floor_fb = results[0].fwdbwd.best_s + 4.0 * extra_bytes / (limits.triad.gbs * 1e9) +
-                          3.0 * extra_router / (limits.sgemm.gflops * 1e9);
+                          3.0 * extra_router / (limits.peak_gflops() * 1e9);
   print(
       "   floor for %lld experts: the small config's time + the experts hit streaming their weights at the triad\n"
       "   bandwidth (forward 1 pass, forward+backward 4: weights twice, gradients read and written) + the wider\n"
-      "   router at the sgemm ceiling: forward %s (%.2fx of %lld experts), forward+backward %s (%.2fx);\n"
+      "   router at the FMA peak: forward %s (%.2fx of %lld experts), forward+backward %s (%.2fx);\n"
       "   measured against it: forward %.2fx, forward+backward %.2fx of the floor (info)\n",
       (long long)kMoeExpertsLarge, time_str(floor_fwd).c_str(), floor_fwd / results[0].fwd.best_s,
       (long long)kMoeExpertsSmall, time_str(floor_fb).c_str(), floor_fb / results[0].fwdbwd.best_s,
@@ -597,10 +597,10 @@ ModelBenchResult run_model_bench(const ModelBenchOptions& opt, const MachineLimi
   run_moe_section(c, opt.config_path, T, opt.budget_s, limits, print, verdicts, j);
 
   // The ceiling again: on a shared machine it drifts, and a large drift makes the ratios above suspect.
-  const SgemmCeiling end = measure_sgemm(limits.sgemm.n, 1.0);
-  print("\nsgemm at the end of the run: %.1f GFLOP/s (start: %.1f; %+.1f%%)\n", end.gflops, limits.sgemm.gflops,
-        100.0 * (end.gflops / limits.sgemm.gflops - 1.0));
-  j["sgemm_end_of_run"] = {{"n", end.n}, {"gflops", end.gflops}, {"timing", timing_json(end.timing)}};
+  const FmaPeak end = measure_fma_peak(0.5);
+  print("\nFMA peak at the end of the run: %.1f GFLOP/s (start: %.1f; %+.1f%%)\n", end.gflops, limits.fma.gflops,
+        100.0 * (end.gflops / std::max(limits.fma.gflops, 1e-9) - 1.0));
+  j["fma_peak_end_of_run"] = {{"isa", end.isa}, {"gflops", end.gflops}, {"timing", timing_json(end.timing)}};
   res.targeted = verdicts.targeted;
   res.passed = verdicts.passed;
   return res;

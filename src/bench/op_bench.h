@@ -1,7 +1,9 @@
 // `myriad bench ops`: the CPU kernels at training-sized shapes, each figure beside the machine's own
 // ceiling measured in the same run (bench/machine_limits.h):
+//   - the GEMM backends: oneDNN's and OpenBLAS's sgemm (and ops::gemm, which routes between them) side by side
+//     on the shapes myriad multiplies, each against the FMA peak, and ops::gemm against the best library;
 //   - compute-bound ops (matmul and its backward transposes, causal attention) in GFLOP/s against the
-//     OpenBLAS sgemm ceiling;
+//     f32 FMA peak;
 //   - memory-bound ops (RMSNorm, SiTU-GLU, AdamW, MoE gather / scatter-add) in GB/s against the STREAM
 //     triad, counting the bytes each op necessarily moves (every input read once, every output written
 //     once, accumulated gradients read and written); the count of each op is stated where it is measured.
@@ -13,7 +15,9 @@
 // It is a benchmark, not a test: figures below target are reported, never fatal.
 #pragma once
 
+#include <cstdio>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "bench/report.h"
@@ -21,8 +25,13 @@
 
 namespace myriad::bench {
 
-constexpr double kAttentionTarget = 0.40;    // attention fwd+bwd, fraction of sgemm
+constexpr double kAttentionTarget = 0.40;    // attention fwd+bwd, fraction of the FMA peak
+constexpr double kGemmVsBestTarget = 0.90;   // ops::gemm, fraction of the best library on every shape
 constexpr double kMemoryBoundTarget = 0.60;  // memory-bound ops, fraction of triad
+
+// The GEMM candidates on myriad's shapes, printed to out as a table; returns its JSON (rows, the worst ratio of
+// ops::gemm to the best library, and whether that meets kGemmVsBestTarget).
+nlohmann::ordered_json run_gemm_backends(const MachineLimits& limits, double budget_s, std::FILE* out);
 
 // Runs every op row; budget_s (seconds of timed repeats, all rows together) is split evenly between rows.
 // on_row is called as each row completes.

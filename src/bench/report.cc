@@ -3,7 +3,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/cpu_info.h"
 #include "core/error.h"
+#include "ops/gemm_backend.h"
 
 namespace myriad::bench {
 
@@ -43,15 +45,27 @@ BenchRow make_row(std::string op, std::string shape, std::string unit, double wo
 }
 
 void print_ceilings(std::FILE* out, const MachineLimits& m) {
-  std::fprintf(out, "ceilings (%d threads, best of repeats):\n", m.threads);
-  std::fprintf(out, "  sgemm  %6.1f GFLOP/s  OpenBLAS %lldx%lldx%lld, %s per call (%d reps)\n", m.sgemm.gflops,
-               (long long)m.sgemm.n, (long long)m.sgemm.n, (long long)m.sgemm.n,
-               time_str(m.sgemm.timing.best_s).c_str(), m.sgemm.timing.reps);
+  std::fprintf(out, "machine:\n%s", ops::compute_paths("  ").c_str());
+  std::fprintf(out, "ceilings (%d threads, best of repeats; measured in this run):\n", m.threads);
+  if (m.fma.gflops > 0)
+    std::fprintf(out, "  fma    %6.1f GFLOP/s  f32 FMA peak (%s microkernel, 12 independent chains per thread), %s\n",
+                 m.fma.gflops, m.fma.isa.c_str(), time_str(m.fma.timing.best_s).c_str());
+  else
+    std::fprintf(out, "  fma    none: this CPU has no AVX2 FMA; compute ratios are against the sgemm figure\n");
+  if (m.vnni.gops > 0)
+    std::fprintf(out, "  int8   %6.1f GOP/s   int8 peak (%s dot products, 2 ops per multiply-add)\n", m.vnni.gops,
+                 m.vnni.isa.c_str());
   std::fprintf(out,
                "  triad  %6.1f GB/s     a = b + s*c over 3 x %lld MiB, %d bytes/element counted (read b, c; write a; "
                "write-allocate not counted), %s per pass (%d reps)\n",
                m.triad.gbs, (long long)(m.triad.elements * 4 >> 20), TriadCeiling::kBytesPerElem,
                time_str(m.triad.timing.best_s).c_str(), m.triad.timing.reps);
+  std::fprintf(out, "  read   %6.1f GB/s     sum of one %lld MiB array\n", m.read.gbs,
+               (long long)(m.read.elements * 4 >> 20));
+  std::fprintf(
+      out, "figure (not a ceiling):\n  sgemm  %6.1f GFLOP/s  %lld^3 through %s, %s per call = %.0f%% of the fma peak\n",
+      m.sgemm.gflops, (long long)m.sgemm.n, m.gemm.c_str(), time_str(m.sgemm.timing.best_s).c_str(),
+      m.fma.gflops > 0 ? 100 * m.sgemm.gflops / m.fma.gflops : 0.0);
 }
 
 void print_table_header(std::FILE* out) {
@@ -76,6 +90,12 @@ void print_table_row(std::FILE* out, const BenchRow& r) {
 nlohmann::ordered_json limits_json(const MachineLimits& m) {
   nlohmann::ordered_json j;
   j["threads"] = m.threads;
+  j["cpu"] = cpu_info().summary();
+  j["kernels"] = kernel_isa_path();
+  j["gemm"] = m.gemm;
+  j["fma_peak"] = {{"isa", m.fma.isa}, {"gflops", m.fma.gflops}, {"best_s", m.fma.timing.best_s}};
+  j["int8_peak"] = {{"isa", m.vnni.isa}, {"gops", m.vnni.gops}};
+  j["read"] = {{"gbs", m.read.gbs}, {"array_bytes", m.read.elements * 4}};
   j["sgemm"] = {{"n", m.sgemm.n},
                 {"gflops", m.sgemm.gflops},
                 {"best_s", m.sgemm.timing.best_s},

@@ -1,13 +1,22 @@
 #include "ops/machine_limits.h"
 
-#include <cblas.h>
+// NOTE: GCC 12's AVX-512 headers build "undefined" vectors by self-initialisation (_mm512_reduce_add_*), which
+// -Wuninitialized reports wherever they are inlined (as in ops/cpu/gemm.cc).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
 #include <omp.h>
 
 #include <cstdlib>
 #include <memory>
 
+#include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "ops/gemm_backend.h"
+#include "ops/kernels.h"
 
 namespace myriad {
 
@@ -22,7 +31,116 @@ Floats aligned_floats(int64_t n) {
   return Floats(p, std::free);
 }
 
+// The peak microkernels: kChains independent accumulators, each updated once per iteration, so the FMA units
+// never wait on a result (latency 4 cycles x 2 units needs 8 in flight; 12 leaves margin and fits the 16
+// registers of AVX2). a = a * m + c with m just below 1 keeps every value finite and normal however long it runs.
+// Each returns a sum of the accumulators so that the work cannot be optimised away.
+constexpr int kChains = 12;
+
+__attribute__((target("avx512f"))) float fma_chains_avx512(int64_t iters) {
+  __m512 a[kChains];
+  for (int i = 0; i < kChains; ++i) a[i] = _mm512_set1_ps(1.0f + 0.01f * float(i));
+  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-6f);
+  for (int64_t it = 0; it < iters; ++it)
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) a[i] = _mm512_fmadd_ps(a[i], m, c);
+  __m512 s = a[0];
+  for (int i = 1; i < kChains; ++i) s = _mm512_add_ps(s, a[i]);
+  return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma"))) float fma_chains_avx2(int64_t iters) {
+  __m256 a[kChains];
+  for (int i = 0; i < kChains; ++i) a[i] = _mm256_set1_ps(1.0f + 0.01f * float(i));
+  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-6f);
+  for (int64_t it = 0; it < iters; ++it)
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) a[i] = _mm256_fmadd_ps(a[i], m, c);
+  __m256 s = a[0];
+  for (int i = 1; i < kChains; ++i) s = _mm256_add_ps(s, a[i]);
+  alignas(32) float f[8];
+  _mm256_store_ps(f, s);
+  return f[0] + f[1] + f[2] + f[3] + f[4] + f[5] + f[6] + f[7];
+}
+
+// VPDPBUSD: per 32-bit lane, 4 products of u8 x s8 added to the accumulator. Inputs of 1 keep the sums exact.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) int vnni_chains_avx512(int64_t iters) {
+  __m512i a[kChains];
+  for (int i = 0; i < kChains; ++i) a[i] = _mm512_set1_epi32(i);
+  const __m512i u = _mm512_set1_epi8(1), s = _mm512_set1_epi8(1);
+  for (int64_t it = 0; it < iters; ++it)
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) a[i] = _mm512_dpbusd_epi32(a[i], u, s);
+  __m512i t = a[0];
+  for (int i = 1; i < kChains; ++i) t = _mm512_add_epi32(t, a[i]);
+  return _mm512_reduce_add_epi32(t);
+}
+
+__attribute__((target("avx2,avxvnni"))) int vnni_chains_avx(int64_t iters) {
+  __m256i a[kChains];
+  for (int i = 0; i < kChains; ++i) a[i] = _mm256_set1_epi32(i);
+  const __m256i u = _mm256_set1_epi8(1), s = _mm256_set1_epi8(1);
+  for (int64_t it = 0; it < iters; ++it)
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) a[i] = _mm256_dpbusd_avx_epi32(a[i], u, s);
+  __m256i t = a[0];
+  for (int i = 1; i < kChains; ++i) t = _mm256_add_epi32(t, a[i]);
+  alignas(32) int f[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(f), t);
+  return f[0] + f[1] + f[2] + f[3] + f[4] + f[5] + f[6] + f[7];
+}
+
+// Runs kernel(iters) on every thread at once; the region's wall time is the call's time.
+template <class Kernel>
+Timing time_all_threads(Kernel kernel, int64_t iters, double budget_s) {
+  volatile double sink = 0;
+  return time_repeats(
+      [&] {
+        double s = 0;
+#pragma omp parallel num_threads(num_threads()) reduction(+ : s)
+        s += double(kernel(iters));
+        sink = sink + s;
+      },
+      budget_s, 5);
+}
+
 }  // namespace
+
+FmaPeak measure_fma_peak(double budget_s) {
+  FmaPeak p;
+  const CpuInfo& cpu = cpu_info();
+  p.isa = cpu.fma_isa();
+  constexpr int64_t kIters = 1 << 20;  // 12 M FMA instructions per thread: ~6 ms at 2 per cycle and 1 GHz
+  int lanes = 0;
+  if (p.isa == "avx512") {
+    p.timing = time_all_threads(fma_chains_avx512, kIters, budget_s), lanes = 16;
+  } else if (p.isa == "avx2") {
+    p.timing = time_all_threads(fma_chains_avx2, kIters, budget_s), lanes = 8;
+  } else {
+    return p;  // no FMA: no vector kernel of myriad's targets this machine; the peak stays 0 (benches say so)
+  }
+  const double flops = 2.0 * lanes * kChains * double(kIters) * num_threads();
+  p.gflops = flops / p.timing.best_s * 1e-9;
+  return p;
+}
+
+VnniPeak measure_vnni_peak(double budget_s) {
+  VnniPeak p;
+  const CpuInfo& cpu = cpu_info();
+  p.isa = cpu.vnni_isa();
+  constexpr int64_t kIters = 1 << 20;
+  int lanes = 0;
+  if (p.isa == "avx512-vnni") {
+    p.timing = time_all_threads(vnni_chains_avx512, kIters, budget_s), lanes = 16;
+  } else if (p.isa == "avx-vnni") {
+    p.timing = time_all_threads(vnni_chains_avx, kIters, budget_s), lanes = 8;
+  } else {
+    return p;
+  }
+  const double ops = 2.0 * 4 * lanes * kChains * double(kIters) * num_threads();  // 4 MACs per lane, 2 ops each
+  p.gops = ops / p.timing.best_s * 1e-9;
+  return p;
+}
 
 SgemmCeiling measure_sgemm(int64_t n, double budget_s) {
   SgemmCeiling c;
@@ -35,11 +153,8 @@ SgemmCeiling measure_sgemm(int64_t n, double budget_s) {
     C[size_t(i)] = 0.0f;
   }
   c.timing = time_repeats(
-      [&] {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f, A.get(), int(n), B.get(),
-                    int(n), 0.0f, C.get(), int(n));
-      },
-      budget_s, 3);
+      [&] { ops::gemm(Device::kCPU, false, false, n, n, n, 1.0f, A.get(), n, B.get(), n, 0.0f, C.get(), n); }, budget_s,
+      3);
   c.gflops = 2.0 * double(n) * double(n) * double(n) / c.timing.best_s * 1e-9;
   return c;
 }
@@ -75,11 +190,45 @@ TriadCeiling measure_triad(int64_t array_bytes, double budget_s) {
   return c;
 }
 
+ReadCeiling measure_read(int64_t array_bytes, double budget_s) {
+  ReadCeiling c;
+  c.elements = array_bytes / int64_t(sizeof(float));
+  const int64_t n = c.elements / 64 * 64;
+  Floats a = aligned_floats(n);
+  float* p = a.get();
+#pragma omp parallel for simd num_threads(num_threads()) schedule(static)
+  for (int64_t i = 0; i < n; ++i) p[i] = 1.0f;
+  volatile float sink = 0;
+  c.timing = time_repeats(
+      [&] {
+        float total = 0;
+    // Four independent vector sums per thread (a single one would wait on the add latency, not memory).
+#pragma omp parallel num_threads(num_threads()) reduction(+ : total)
+        {
+          const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+          const int64_t begin = n / 64 * t / nt * 64, end = n / 64 * (t + 1) / nt * 64;
+          float s[64] = {};
+          for (int64_t i = begin; i < end; i += 64)
+#pragma omp simd
+            for (int j = 0; j < 64; ++j) s[j] += p[i + j];
+          for (float v : s) total += v;
+        }
+        sink = sink + total;
+      },
+      budget_s, 5);
+  c.gbs = double(n) * sizeof(float) / c.timing.best_s * 1e-9;
+  return c;
+}
+
 MachineLimits measure_machine_limits(double budget_s) {
   MachineLimits m;
   m.threads = num_threads();
-  m.sgemm = measure_sgemm(2048, 0.6 * budget_s);
-  m.triad = measure_triad(kTriadArrayBytes, 0.4 * budget_s);
+  m.fma = measure_fma_peak(0.1 * budget_s);
+  m.vnni = measure_vnni_peak(0.1 * budget_s);
+  m.sgemm = measure_sgemm(2048, 0.35 * budget_s);
+  m.triad = measure_triad(kTriadArrayBytes, 0.3 * budget_s);
+  m.read = measure_read(kTriadArrayBytes * 3, 0.15 * budget_s);
+  m.gemm = ops::gemm_backend_summary();
   return m;
 }
 

@@ -384,11 +384,11 @@ TrainSummary Trainer::run() {
   // The MFU denominator, measured in this run: every rank at once (they share the machine's cores here, or
   // each has its own), summed.
   groups_->world->barrier();
-  sgemm_gflops_ = groups_->world->all_reduce_value(measure_sgemm(2048, 1.0).gflops);
+  peak_gflops_ = groups_->world->all_reduce_value(measure_fma_peak(0.3).gflops);
   const int64_t total = cfg_.total_steps();
   const int64_t end = opt_.stop_after_step >= 0 ? std::min(total, opt_.stop_after_step) : total;
   TrainSummary sum;
-  sum.sgemm_gflops = sgemm_gflops_;
+  sum.peak_gflops = peak_gflops_;
   const auto t_start = std::chrono::steady_clock::now();
   const double exchange_at_start = expert_exchange_seconds();
   int64_t stage = step_ < total ? cfg_.stage_of(step_) : -1;
@@ -574,7 +574,7 @@ TrainSummary Trainer::run() {
     window_tokens += double(n_seq * T);
     window_time += dt;
     const double tps = double(n_seq * T) / dt;
-    const double mfu = training_flops_per_token(mc, acc, T).total() * tps / (sgemm_gflops_ * 1e9);
+    const double mfu = training_flops_per_token(mc, acc, T).total() * tps / (peak_gflops_ * 1e9);
     const double loss = loss_sum / double(n_seq);
     nlohmann::json rec = {{"type", "step"},
                           {"step", step_},
@@ -679,7 +679,7 @@ TrainSummary Trainer::run() {
   sum.mfu =
       training_flops_per_token(mc, acc, cfg_.stages[size_t(cfg_.stage_of(std::max<int64_t>(step_ - 1, 0)))].seq_len)
           .total() *
-      sum.tokens_per_s / (sgemm_gflops_ * 1e9);
+      sum.tokens_per_s / (peak_gflops_ * 1e9);
   sum.last_checkpoint = last_checkpoint_;
   sum.root = root();
   sum.grad_sync_s = sync_->seconds();

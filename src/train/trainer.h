@@ -93,7 +93,7 @@ struct TrainSummary {
   double last_val_bpb = 0;
   double tokens_per_s = 0;
   double mfu = 0;
-  double sgemm_gflops = 0;
+  double peak_gflops = 0;  // the MFU denominator (f32 FMA peak, all ranks)
   std::string last_checkpoint;
   bool root = true;                   // this process writes and reports (rank 0, or the only one)
   double grad_sync_s = 0;             // time the steps waited for the gradient reductions (0 in one process)
@@ -136,7 +136,7 @@ class Trainer {
   int64_t consecutive_skips_ = 0;
   NanFault fault_ = nan_fault_from_env();  // tests only (fault_injection.h)
   int64_t tokens_seen_ = 0;
-  double sgemm_gflops_ = 0;
+  double peak_gflops_ = 0;  // the f32 FMA peak of every rank, summed: the MFU denominator
   std::string last_checkpoint_;
   SingleCommunicator single_;
   ProcessGroups own_groups_;  // the one-process layout when options.groups is null

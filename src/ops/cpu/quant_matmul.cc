@@ -620,9 +620,8 @@ void gemm_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y) {
       const int64_t a = c * 16, b = std::min(nr, a + 16);
       dequantize_rows(w, r0 + a, b - a, dw.data() + a * G, buf.data() + a * cols);
     }
-    // y[:, r0:r0+nr] = x [n, cols] . panel^T [cols, nr]; OpenBLAS threads this itself.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(nr), int(cols), 1.0f, x, int(cols), buf.data(),
-                int(cols), 0.0f, y + r0, int(rows));
+    // y[:, r0:r0+nr] = x [n, cols] . panel^T [cols, nr]; the GEMM library threads this itself.
+    cpu::gemm(false, true, n, nr, cols, 1.0f, x, cols, buf.data(), cols, 0.0f, y + r0, rows);
   }
 }
 
