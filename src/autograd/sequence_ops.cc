@@ -188,13 +188,14 @@ std::pair<Var, Var> kda(const Var& q, const Var& k, const Var& v, const Var& g, 
                    shape_str(state_shape));
   Tensor o = Tensor::empty(v.shape()), st = Tensor::empty(state_shape);
   const float* s0 = state_in.defined() ? cf(state_in.value()) : nullptr;
-  ops::kda_chunk_forward(dev, mf(o), mf(st), cf(q.value()), cf(k.value()), cf(v.value()), cf(g.value()),
-                         cf(beta.value()), s0, s);
+  const ops::KdaForm form = ops::kda_sequence_form(dev);  // the same form forward and backward
+  ops::kda_sequence_forward(dev, form, mf(o), mf(st), cf(q.value()), cf(k.value()), cf(v.value()), cf(g.value()),
+                            cf(beta.value()), s0, s);
   const bool needs = needs_grad({&q, &k, &v, &g, &beta, &state_in});
   Var out = make_output(o, needs), state_out = make_output(st, needs);
   if (needs) {
     auto oi = out.impl(), si = state_out.impl();
-    Tape::current().record("kda", {oi, si}, [q, k, v, g, beta, state_in, oi, si, s, dev]() mutable {
+    Tape::current().record("kda", {oi, si}, [q, k, v, g, beta, state_in, oi, si, s, dev, form]() mutable {
       auto grad_or_scratch = [](const Var& x) {
         return x.requires_grad() ? x.grad_buffer() : Tensor::zeros(x.shape());
       };
@@ -204,9 +205,9 @@ std::pair<Var, Var> kda(const Var& q, const Var& k, const Var& v, const Var& g, 
       // Either output may have no gradient (e.g. the final state is unused): read zeros for it.
       Tensor dout = oi->grad.defined() ? oi->grad : Tensor::zeros(oi->value.shape());
       const float* dsout = si->grad.defined() ? cf(si->grad) : nullptr;
-      ops::kda_backward(dev, mf(dq), mf(dk), mf(dv), mf(dg), mf(db), ds0, cf(dout), dsout, cf(q.value()), cf(k.value()),
-                        cf(v.value()), cf(g.value()), cf(beta.value()),
-                        state_in.defined() ? cf(state_in.value()) : nullptr, s);
+      ops::kda_sequence_backward(dev, form, mf(dq), mf(dk), mf(dv), mf(dg), mf(db), ds0, cf(dout), dsout, cf(q.value()),
+                                 cf(k.value()), cf(v.value()), cf(g.value()), cf(beta.value()),
+                                 state_in.defined() ? cf(state_in.value()) : nullptr, s);
     });
   }
   return {out, state_out};

@@ -272,6 +272,24 @@ void run_model_sections(const ModelConfig& c, int64_t T, const MachineLimits& li
     const Timing fb = time_call([&] { ag::backward(probe_loss(m.run(x), probe)); }, per_module * 0.7);
     breakdown_row(m.name, m.layers, m.flops_fwdbwd_per_token, f, fb);
   }
+  // The KDA mixer with each sequence form of KDA (ops::kda_sequence_form), interleaved so both see the same machine:
+  // the measurement the form is chosen by (section 2 prints it beside the kernels alone).
+  if (!modules.empty() && acc.kda_mixer.layers > 0) {
+    const Module& kda = modules.front();
+    const ag::Var x = random_var(T, c.hidden_size, 14, true);
+    const ops::KdaForm chosen = ops::kda_sequence_form(Device::kCPU);
+    auto run_with = [&](ops::KdaForm f) {
+      ops::set_kda_sequence_form(f);
+      ag::backward(probe_loss(kda.run(x), probe));
+    };
+    const TimingPair t = time_interleaved([&] { run_with(ops::KdaForm::kChunk); },
+                                          [&] { run_with(ops::KdaForm::kRecurrent); }, per_module);
+    ops::set_kda_sequence_form(chosen);
+    json["kda_in_model"] = {{"module", kda.name},
+                            {"chunk_forward_backward", timing_json(t.a)},
+                            {"recurrent_forward_backward", timing_json(t.b)},
+                            {"chosen", ops::kda_form_name(chosen)}};
+  }
   {
     const ag::Var h = random_var(T, c.hidden_size, 15, true);
     const ag::Var& head = model.p(tied ? "model.embed_tokens.weight" : "lm_head.weight");
@@ -391,7 +409,17 @@ void run_kda_section(const ModelConfig& c, int64_t T, double budget_s, const Pri
                t_ref = time_call(ref_train, 0.2 * b);
   const double lower = 3.0 * t_rec.best_s, speedup = t_rec_train.best_s / t_train.best_s,
                speedup_lower = lower / t_train.best_s, oracle = t_ref.best_s / t_train.best_s;
-  const char* verdict = verdicts.add(speedup >= kKdaTarget);
+  // The form ag::kda runs (ops::kda_sequence_form) must be the faster one inside the model (section 4's KDA mixer,
+  // forward + backward with each form), or within kKdaFormSlack of it.
+  const ops::KdaForm form = ops::kda_sequence_form(Device::kCPU);
+  double mixer_chunk = 0, mixer_rec = 0;
+  if (json.contains("kda_in_model")) {
+    mixer_chunk = json["kda_in_model"]["chunk_forward_backward"]["best_s"].get<double>();
+    mixer_rec = json["kda_in_model"]["recurrent_forward_backward"]["best_s"].get<double>();
+  }
+  const double t_chosen = form == ops::KdaForm::kChunk ? mixer_chunk : mixer_rec;
+  const double chosen_vs_best = t_chosen > 0 ? std::min(mixer_chunk, mixer_rec) / t_chosen : 0.0;
+  const char* verdict = verdicts.add(chosen_vs_best >= kKdaFormSlack);
 
   print(
       "\n2. KDA training, chunkwise vs recurrent: the op alone (cpu:: kernels), B 1, T %lld, H %lld, K = V = %lld, "
@@ -405,13 +433,21 @@ void run_kda_section(const ModelConfig& c, int64_t T, double budget_s, const Pri
   piece("recurrent forward (kda_recurrent_forward)", t_rec.best_s);
   piece("chunkwise backward (kda_backward: per-chunk matrix products)", t_bwd.best_s);
   piece("recurrent backward (kda_recurrent_backward: per-token, states recomputed)", t_rec_bwd.best_s);
-  piece("chunkwise training = chunk forward + kda_backward (what ag::kda runs)", t_train.best_s);
+  piece("chunkwise training = chunk forward + kda_backward", t_train.best_s);
   piece("recurrent training = recurrent forward + kda_recurrent_backward", t_rec_train.best_s);
   piece("recurrent training, lower bound 3 x recurrent forward (info)", lower);
   piece("recurrent training, ref:: oracle (naive loops, all states kept; info)", t_ref.best_s);
-  print("   speedup recurrent / chunkwise training: %.2fx (target >= %.0fx)  %s\n", speedup, kKdaTarget, verdict);
-  print("   against the lower bound 3 x recurrent forward: %.2fx; against the ref:: oracle: %.2fx (info)\n",
-        speedup_lower, oracle);
+  print("   kernels alone: training time chunkwise / recurrent %.2fx\n", 1.0 / speedup);
+  print(
+      "   in the model (the KDA mixer, forward + backward, each form, interleaved): chunkwise %s, recurrent %s;\n"
+      "   ag::kda and prefill run the %s form (MYRIAD_KDA_FORM overrides): %.0f%% of the faster form's speed\n"
+      "   (target >= %.0f%%)  %s\n",
+      time_str(mixer_chunk).c_str(), time_str(mixer_rec).c_str(), ops::kda_form_name(form), 100 * chosen_vs_best,
+      100 * kKdaFormSlack, verdict);
+  print(
+      "   recurrent training against its lower bound 3 x recurrent forward: %.2fx; the ref:: oracle against\n"
+      "   chunkwise training: %.2fx (info)\n",
+      t_rec_train.best_s / lower, oracle);
   json["kda"] = {{"shape", {{"B", 1}, {"T", T}, {"H", H}, {"K", K}, {"V", V}, {"chunk", chunk}}},
                  {"chunk_forward", timing_json(t_chunk)},
                  {"recurrent_forward", timing_json(t_rec)},
@@ -421,11 +457,13 @@ void run_kda_section(const ModelConfig& c, int64_t T, double budget_s, const Pri
                  {"recurrent_training", timing_json(t_rec_train)},
                  {"recurrent_training_lower_bound_s", lower},
                  {"ref_oracle_training", timing_json(t_ref)},
-                 {"speedup", speedup},
-                 {"speedup_vs_lower_bound", speedup_lower},
-                 {"speedup_vs_ref_oracle", oracle},
-                 {"target", kKdaTarget},
-                 {"pass", speedup >= kKdaTarget}};
+                 {"recurrent_over_chunkwise_time", speedup},
+                 {"lower_bound_over_chunkwise_time", speedup_lower},
+                 {"ref_oracle_over_chunkwise_time", oracle},
+                 {"form", ops::kda_form_name(form)},
+                 {"chosen_vs_best", chosen_vs_best},
+                 {"target", kKdaFormSlack},
+                 {"pass", chosen_vs_best >= kKdaFormSlack}};
 }
 
 // ---------------------------------------------------------------- 3: MoE scaling

@@ -137,8 +137,9 @@ struct HostKda {
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < K; ++i) eye[size_t((h * K + i) * K + i)] = 1.0f;
     std::vector<float> mine(size_t(2 * KK));  // [M | S~]
-    ops::kda_chunk_forward(device, o.data(), mine.data(), q, k, zeros_v.data(), g, beta, eye.data(), shape);
-    ops::kda_chunk_forward(device, o.data(), mine.data() + KK, q, k, v, g, beta, zero_state.data(), shape);
+    const ops::KdaForm form = ops::kda_sequence_form(device);
+    ops::kda_sequence_forward(device, form, o.data(), mine.data(), q, k, zeros_v.data(), g, beta, eye.data(), shape);
+    ops::kda_sequence_forward(device, form, o.data(), mine.data() + KK, q, k, v, g, beta, zero_state.data(), shape);
     std::vector<int64_t> counts(size_t(S_count), 2 * KK);
     std::vector<float> all(size_t(S_count * 2 * KK));
     shards.all_gather(mine.data(), counts, all.data());
@@ -190,11 +191,13 @@ struct HostKda {
       if (s.rows > 0) {
         Tensor S_next = Tensor::empty(s.state->S.shape());
         const KdaShape shape{1, s.rows, H, K, V, chunk};
-        // One token: the recurrent form (decode). More: the chunkwise form (prefill). Same state either way.
-        (s.rows == 1 && !s.shards ? ops::kda_recurrent_forward : ops::kda_chunk_forward)(
-            device, o.data<float>() + r0 * H * V, S_next.data<float>(), q.data<float>() + r0 * HK,
-            k.data<float>() + r0 * HK, v.data<float>() + r0 * H * V, g.data<float>() + r0 * HK,
-            beta.data<float>() + r0 * H, s.state->S.data<float>(), shape);
+        // One token: the recurrent form (decode). More: the sequence form (prefill, as training runs it). Same
+        // state either way, to f32 rounding.
+        const ops::KdaForm form = s.rows == 1 && !s.shards ? ops::KdaForm::kRecurrent : ops::kda_sequence_form(device);
+        ops::kda_sequence_forward(device, form, o.data<float>() + r0 * H * V, S_next.data<float>(),
+                                  q.data<float>() + r0 * HK, k.data<float>() + r0 * HK, v.data<float>() + r0 * H * V,
+                                  g.data<float>() + r0 * HK, beta.data<float>() + r0 * H, s.state->S.data<float>(),
+                                  shape);
         s.state->S = S_next;
       }
       s.state->tokens = (s.shards ? s.shards->offset(s.shards->index()) : s.state->tokens) + s.rows;

@@ -1,5 +1,9 @@
 // The dispatch of the kernel table (ops/kernels.h): each ops:: entry runs the kernel of the device it is given.
 // The one place where the layers above src/ops meet the backends' kernels.
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
 #include "core/error.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cuda/cuda_backend.h"
@@ -345,6 +349,45 @@ void kda_recurrent_backward(Device device, float* dq, float* dk, float* dv, floa
   if (device == Device::kCPU)
     return cpu::kda_recurrent_backward(dq, dk, dv, dg, dbeta, dS0, dout, dS_out, q, k, v, g, beta, S0, s);
   missing_kernel("kda_recurrent_backward", device);
+}
+
+namespace {
+std::atomic<int> g_kda_form{-1};  // -1: not chosen yet
+}  // namespace
+
+KdaForm kda_sequence_form(Device device) {
+  (void)device;  // the same form on every device today (see kernels.h)
+  int f = g_kda_form.load(std::memory_order_relaxed);
+  if (f < 0) {
+    const char* env = std::getenv("MYRIAD_KDA_FORM");
+    const std::string want = env && *env ? env : "chunk";
+    MYRIAD_REQUIRE(want == "chunk" || want == "recurrent", kValue, "MYRIAD_KDA_FORM=", want,
+                   ": must be chunk or recurrent");
+    int expected = -1;
+    g_kda_form.compare_exchange_strong(expected, want == "chunk" ? 0 : 1);
+    f = g_kda_form.load();
+  }
+  return f == 0 ? KdaForm::kChunk : KdaForm::kRecurrent;
+}
+
+void set_kda_sequence_form(KdaForm form) {
+  g_kda_form.store(form == KdaForm::kChunk ? 0 : 1);
+}
+
+const char* kda_form_name(KdaForm form) {
+  return form == KdaForm::kChunk ? "chunkwise" : "recurrent";
+}
+
+void kda_sequence_forward(Device device, KdaForm form, float* o, float* S_out, const float* q, const float* k,
+                          const float* v, const float* g, const float* beta, const float* S0, KdaShape s) {
+  (form == KdaForm::kChunk ? kda_chunk_forward : kda_recurrent_forward)(device, o, S_out, q, k, v, g, beta, S0, s);
+}
+
+void kda_sequence_backward(Device device, KdaForm form, float* dq, float* dk, float* dv, float* dg, float* dbeta,
+                           float* dS0, const float* dout, const float* dS_out, const float* q, const float* k,
+                           const float* v, const float* g, const float* beta, const float* S0, KdaShape s) {
+  (form == KdaForm::kChunk ? kda_backward : kda_recurrent_backward)(device, dq, dk, dv, dg, dbeta, dS0, dout, dS_out, q,
+                                                                    k, v, g, beta, S0, s);
 }
 
 double sum_all(Device device, const float* x, int64_t n) {

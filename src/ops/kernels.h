@@ -358,6 +358,23 @@ void kda_recurrent_backward(Device device, float* dq, float* dk, float* dv, floa
                             const float* dout, const float* dS_out, const float* q, const float* k, const float* v,
                             const float* g, const float* beta, const float* S0, KdaShape s);
 
+// The form that runs KDA over a sequence (training's ag::kda, prefill, sequence-parallel shard maps), chosen in
+// this one place so that every path computes the same way: the chunkwise form, on every device. Measured inside the
+// model (`myriad bench model`, section 2: the KDA mixer's forward + backward with each form, on the mixer's own
+// inputs), it was the faster on a Sapphire Rapids Xeon at configs/small.json's shape (2 threads, T 1024, H 8,
+// K = V = 64: 54.5 ms per layer against 64 ms recurrent), although the two kernels alone on synthetic inputs
+// rank the other way (section 2 prints both). MYRIAD_KDA_FORM=chunk|recurrent overrides it for a process (read
+// once), set_kda_sequence_form() within one (the bench times both).
+enum class KdaForm { kChunk, kRecurrent };
+KdaForm kda_sequence_form(Device device);
+void set_kda_sequence_form(KdaForm form);
+const char* kda_form_name(KdaForm form);
+void kda_sequence_forward(Device device, KdaForm form, float* o, float* S_out, const float* q, const float* k,
+                          const float* v, const float* g, const float* beta, const float* S0, KdaShape s);
+void kda_sequence_backward(Device device, KdaForm form, float* dq, float* dk, float* dv, float* dg, float* dbeta,
+                           float* dS0, const float* dout, const float* dS_out, const float* q, const float* k,
+                           const float* v, const float* g, const float* beta, const float* S0, KdaShape s);
+
 // Sum of all elements (double accumulation); sum over rows into [N] (bias/broadcast gradients).
 double sum_all(Device device, const float* x, int64_t n);
 

@@ -484,6 +484,52 @@ TEST(Transformer, GradientCheckpointingGivesTheSameLossStatisticsAndGradients) {
   }
 }
 
+// The two sequence forms of KDA (ops::kda_sequence_form: chunkwise, the default, and recurrent) run through the
+// whole model give the same loss and the same gradient for every weight: the form is a speed choice, never a
+// change of the model. Chunks of 16 over 80 tokens so that the chunkwise form crosses chunk boundaries with a
+// partial last chunk. Tolerance: the forms sum the delta rule's terms in different orders (the WY form's
+// triangular solve against per-token updates): f32 reassociation, ~1e-6 relative per op, compounded over the
+// layers and the backward; 2e-4 relative L2 per weight. A wrong backward in either form gives O(1) errors.
+TEST(Kda, ChunkwiseAndRecurrentFormsGiveTheSameLossAndGradients) {
+  const ModelConfig c = load("tiny.json");
+  Transformer model(c, ModelWeights::random(c, 21));
+  const int64_t T = 80;
+  std::vector<int64_t> ids(T), tg(T);
+  for (int64_t t = 0; t < T; ++t) ids[size_t(t)] = (t * 31 + 7) % c.vocab_size;
+  for (int64_t t = 0; t < T; ++t) tg[size_t(t)] = t + 1 < T ? ids[size_t(t + 1)] : -100;
+  const Tensor tokens = Tensor::from_vector(ids, {T}), targets = Tensor::from_vector(tg, {T});
+  const ops::KdaForm before = ops::kda_sequence_form(Device::kCPU);
+  auto run = [&](ops::KdaForm form, std::map<std::string, std::vector<float>>& grads) {
+    ops::set_kda_sequence_form(form);
+    model.weights().zero_grad();
+    ForwardOptions o;
+    o.kda_chunk = 16;
+    ForwardResult r = model.forward(tokens, targets, o);
+    ag::backward(r.loss);
+    for (const auto& [name, w] : model.weights().all())
+      if (w.has_grad()) grads[name] = w.grad().to_vector();
+    return r.loss.value().data<float>()[0];
+  };
+  std::map<std::string, std::vector<float>> chunk, rec;
+  const float chunk_loss = run(ops::KdaForm::kChunk, chunk), rec_loss = run(ops::KdaForm::kRecurrent, rec);
+  ops::set_kda_sequence_form(before);
+  EXPECT_NEAR(rec_loss, chunk_loss, 1e-5 * std::abs(chunk_loss));
+  ASSERT_EQ(rec.size(), chunk.size());
+  int kda_weights = 0;
+  for (const auto& [name, g] : chunk) {
+    ASSERT_TRUE(rec.count(name)) << name;
+    kda_weights += name.find("A_log") != std::string::npos;
+    const std::vector<float>& h = rec[name];
+    double num = 0, den = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      num += double(h[i] - g[i]) * double(h[i] - g[i]);
+      den += double(g[i]) * g[i];
+    }
+    EXPECT_LE(std::sqrt(num / std::max(den, 1e-30)), 2e-4) << name;
+  }
+  EXPECT_GT(kda_weights, 0) << "tiny.json must have KDA layers for this test to mean anything";
+}
+
 // Routing replay (model/ffn_module.h RoutingTap): imposing experts {a, b} on every token equals a forward whose
 // correction bias selects exactly them (noaux_tc: the bias selects, it never weighs), in the loss and in every
 // gradient, the router's included (the mixture weights come from this forward's own scores of the imposed
