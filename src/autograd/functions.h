@@ -48,6 +48,10 @@ Var situ_glu(const Var& g, const Var& u, SituParams p);  // g, u [..., F]
 Var rmsnorm(const Var& x, const Var& w, float eps);
 Var rmsnorm_gated(const Var& x, const Var& w, const Var& gate, float eps);
 Var l2norm(const Var& x, float eps);
+// The AttnRes read (DESIGN 1.4) of candidates [T, D] (one or more, all of one shape) with the read's norm weight
+// [D] and projection [1, D] (or [D]): softmax over the candidates of q . rmsnorm(v_c; w), the candidates weighted
+// by it and summed. One tape node (ops::attn_res_read_*).
+Var attn_res_read(const std::vector<Var>& cands, const Var& norm, const Var& proj, float eps);
 
 Var softmax(const Var& x);      // over the last dim
 Var log_softmax(const Var& x);  // over the last dim

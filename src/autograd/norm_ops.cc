@@ -47,6 +47,53 @@ Var rmsnorm_gated(const Var& x, const Var& w, const Var& gate, float eps) {
   return rmsnorm_impl(x, w, &gate, eps);
 }
 
+Var attn_res_read(const std::vector<Var>& cands, const Var& norm, const Var& proj, float eps) {
+  MYRIAD_REQUIRE(!cands.empty(), kShape, "attn_res_read: no candidates");
+  const Shape& shape = cands[0].shape();
+  MYRIAD_REQUIRE(shape.size() == 2, kShape, "attn_res_read: candidates must be [T, D], got ", shape_str(shape));
+  const int64_t T = shape[0], D = shape[1], C = int64_t(cands.size());
+  for (const Var& c : cands)
+    MYRIAD_REQUIRE(c.shape() == shape, kShape, "attn_res_read: candidate ", shape_str(c.shape()), " differs from ",
+                   shape_str(shape));
+  MYRIAD_REQUIRE(norm.value().numel() == D && proj.value().numel() == D, kShape, "attn_res_read: norm ",
+                 shape_str(norm.shape()), " and proj ", shape_str(proj.shape()), " must hold D = ", D, " values");
+  const Device dev = cpu_op_device("attn_res_read", {&norm.value(), &proj.value()});
+  for (const Var& c : cands) (void)cpu_op_device("attn_res_read", {&c.value()});
+  Tensor u = Tensor::empty({D});  // the score weight norm * proj
+  for (int64_t j = 0; j < D; ++j) mf(u)[j] = cf(norm.value())[j] * cf(proj.value())[j];
+  std::vector<const float*> vp;
+  for (const Var& c : cands) vp.push_back(cf(c.value()));
+  Tensor out = Tensor::empty({T, D}), p = Tensor::empty({T, C}), r = Tensor::empty({T, C});
+  ops::attn_res_read_forward(dev, mf(out), mf(p), mf(r), vp.data(), C, T, D, cf(u), eps);
+  bool needs = needs_grad({&norm, &proj});
+  for (const Var& c : cands) needs = needs || needs_grad({&c});
+  Var y = make_output(out, needs);
+  if (needs) {
+    auto oi = y.impl();
+    Tape::current().record(
+        "attn_res_read", {oi}, [cands = std::vector<Var>(cands), norm, proj, u, p, r, oi, T, D, C, dev]() mutable {
+          std::vector<const float*> v;
+          std::vector<float*> dv;
+          for (Var& c : cands) {
+            v.push_back(cf(c.value()));
+            dv.push_back(c.requires_grad() ? mf(c.grad_buffer()) : nullptr);
+          }
+          Tensor du = Tensor::zeros({D});
+          ops::attn_res_read_backward(dev, dv.data(), mf(du), cf(oi->grad), v.data(), cf(p), cf(r), C, T, D, cf(u));
+          // u = norm * proj: each weight's gradient is du times the other
+          if (norm.requires_grad()) {
+            float* g = mf(norm.grad_buffer());
+            for (int64_t j = 0; j < D; ++j) g[j] += cf(du)[j] * cf(proj.value())[j];
+          }
+          if (proj.requires_grad()) {
+            float* g = mf(proj.grad_buffer());
+            for (int64_t j = 0; j < D; ++j) g[j] += cf(du)[j] * cf(norm.value())[j];
+          }
+        });
+  }
+  return y;
+}
+
 Var l2norm(const Var& x, float eps) {
   const Device dev = cpu_op_device("l2norm", {&x.value()});
   const int64_t N = x.shape().back(), rows = rows_of(x.shape());

@@ -144,41 +144,21 @@ Tensor InferenceModel::rmsnorm(const Tensor& x_in, const float* weight) const {
 }
 
 Tensor InferenceModel::attn_res_read(const float* norm, const float* proj, const std::vector<Tensor>& cands) const {
-  // model/layer_module.h's AttnRes read on the kernels. Every Value it makes is its own, so add() sums in place.
-  struct HostResRead {
-    using Value = Tensor;
-    using Weight = const float*;
-    const InferenceModel& m;
-    Device device;
-    Tensor rmsnorm(const Tensor& v, const float* w) const { return m.rmsnorm(v, w); }
-    Tensor project(const Tensor& n, const float* q) const {  // [T, 1]
-      Tensor s = Tensor::empty({n.size(0), 1});
-      ops::gemm_skinny(device, n.size(0), 1, n.size(1), n.data<float>(), q, s.data<float>(), 1);
-      return s;
-    }
-    Tensor softmax_columns(const std::vector<Tensor>& scores) const {
-      const int64_t T = scores[0].size(0), C = int64_t(scores.size());
-      Tensor s = Tensor::empty({T, C}), p = Tensor::empty({T, C});
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t t = 0; t < T; ++t) s.data<float>()[t * C + c] = scores[size_t(c)].data<float>()[t];
-      ops::softmax_forward(device, p.data<float>(), s.data<float>(), T, C);
-      return p;
-    }
-    Tensor weighted(const Tensor& v_in, const Tensor& p, int64_t c) const {
-      const Tensor v = v_in.contiguous();
-      const int64_t T = v.size(0), D = v.size(1), C = p.size(1);
-      Tensor out = Tensor::empty({T, D});
-      for (int64_t t = 0; t < T; ++t)
-        ops::scale(device, out.data<float>() + t * D, v.data<float>() + t * D, p.data<float>()[t * C + c], D);
-      return out;
-    }
-    Tensor add(const Tensor& a, const Tensor& b) const {
-      ops::axpy(device, a.data<float>(), b.data<float>(), 1.0f, a.numel());
-      return a;
-    }
-  };
-  HostResRead x{*this, w_->device()};
-  return myriad::attn_res_read(x, norm, proj, cands);
+  // The AttnRes read as training runs it (ops::attn_res_read_forward: one op, DESIGN 1.4).
+  std::vector<Tensor> held;  // contiguous copies where a candidate is a view
+  std::vector<const float*> v;
+  for (const Tensor& c : cands) {
+    held.push_back(c.contiguous());
+    v.push_back(held.back().data<float>());
+  }
+  const int64_t T = cands[0].size(0), D = cands[0].size(1), C = int64_t(cands.size());
+  std::vector<float> u(static_cast<size_t>(D));
+  for (int64_t j = 0; j < D; ++j) u[size_t(j)] = norm[j] * proj[j];
+  Tensor out = Tensor::empty({T, D});
+  std::vector<float> p(static_cast<size_t>(T * C)), r(static_cast<size_t>(T * C));
+  ops::attn_res_read_forward(w_->device(), out.data<float>(), p.data(), r.data(), v.data(), C, T, D, u.data(),
+                             float(config_.rms_norm_eps));
+  return out;
 }
 
 namespace {

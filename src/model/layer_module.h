@@ -13,7 +13,7 @@
 //   Value mixer(l, h)                 the layer's mixer of its input (input_layernorm applied inside)
 //   Value ffn(l, h)                   the layer's FFN (post_attention_layernorm applied inside)
 //   Value add(a, b)
-//   Value res_read(l, which, cands)   an AttnRes read over the candidates (attn_res_read below with the read's
+//   Value res_read(l, which, cands)   an AttnRes read over the candidates (the op described below, with the read's
 //                                     weights): which = kMixerRead, kFfnRead (layer l), or kOutputRead (l = -1)
 //   Value layer(l, sealed, running, mixer_out)   runs attn_res_layer (the execution may wrap it: gradient
 //                                     checkpointing, routing statistics)
@@ -30,26 +30,8 @@ enum class ResRead : uint8_t { kMixerRead, kFfnRead, kOutputRead };
 
 // The AttnRes read (DESIGN 1.4) of candidates v_c [T, D] with the read's norm weight w [D] and projection q [1, D]:
 // s_c = q . rmsnorm(v_c; w) (eps rms_norm_eps), p = softmax over the candidates of each row's s, read = sum_c p_c v_c.
-// Its execution R provides Value (with defined()), Weight (how it holds a weight) and the steps
-//   Value rmsnorm(v, w)            Value project(n, q)          [T, D] -> [T, 1]
-//   Value softmax_columns(scores)  the [T, 1] scores side by side, a softmax over each row -> [T, C]
-//   Value weighted(v, p, c)        each row of v times p[row, c]
-//   Value add(a, b)
-template <class R>
-typename R::Value attn_res_read(R& x, const typename R::Weight& norm, const typename R::Weight& proj,
-                                const std::vector<typename R::Value>& cands) {
-  using Value = typename R::Value;
-  std::vector<Value> scores;
-  scores.reserve(cands.size());
-  for (const Value& v : cands) scores.push_back(x.project(x.rmsnorm(v, norm), proj));
-  const Value p = x.softmax_columns(scores);
-  Value read;
-  for (size_t c = 0; c < cands.size(); ++c) {
-    Value term = x.weighted(cands[c], p, int64_t(c));
-    read = read.defined() ? x.add(read, term) : term;
-  }
-  return read;
-}
+// Each execution's res_read runs it as the one op ops::attn_res_read_forward / _backward (ag::attn_res_read on the
+// tape), so training, prefill and decode compute it alike.
 
 // One layer. sealed: the snapshots sealed before it; mixer_out (may be null) receives the mixer's output.
 template <class X>

@@ -364,19 +364,7 @@ Var Transformer::attn_res_read(const std::string& norm, const std::string& proj,
   if (checkpoint && ag::grad_enabled())
     return ag::checkpoint(
         [this, norm, proj](const std::vector<Var>& in) { return attn_res_read(norm, proj, in, false); }, cands);
-  // model/layer_module.h's AttnRes read on the tape.
-  struct TapeResRead {
-    using Value = Var;
-    using Weight = Var;
-    float eps;
-    Var rmsnorm(const Var& v, const Var& w) const { return ag::rmsnorm(v, w, eps); }
-    Var project(const Var& n, const Var& q) const { return ag::linear(n, q); }  // [T, 1]
-    Var softmax_columns(const std::vector<Var>& scores) const { return ag::softmax(ag::concat_last(scores)); }
-    Var weighted(const Var& v, const Var& p, int64_t c) const { return ag::mul(v, ag::slice_last(p, c, c + 1)); }
-    Var add(const Var& a, const Var& b) const { return ag::add(a, b); }
-  };
-  TapeResRead x{float(config_.rms_norm_eps)};
-  return myriad::attn_res_read(x, p(norm), p(proj), cands);
+  return ag::attn_res_read(cands, p(norm), p(proj), float(config_.rms_norm_eps));  // one tape node
 }
 
 // model/layer_module.h's execution on the tape: the layer's norms and modules, AttnRes reads by their weight names,

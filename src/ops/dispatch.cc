@@ -122,6 +122,18 @@ void rmsnorm_backward(Device device, float* dx, float* dw, float* dg, const floa
   missing_kernel("rmsnorm_backward", device);
 }
 
+void attn_res_read_forward(Device device, float* out, float* p, float* r, const float* const* v, int64_t C,
+                           int64_t rows, int64_t N, const float* u, float eps) {
+  if (device == Device::kCPU) return cpu::attn_res_read_forward(out, p, r, v, C, rows, N, u, eps);
+  missing_kernel("attn_res_read_forward", device);
+}
+
+void attn_res_read_backward(Device device, float* const* dv, float* du, const float* dout, const float* const* v,
+                            const float* p, const float* r, int64_t C, int64_t rows, int64_t N, const float* u) {
+  if (device == Device::kCPU) return cpu::attn_res_read_backward(dv, du, dout, v, p, r, C, rows, N, u);
+  missing_kernel("attn_res_read_backward", device);
+}
+
 void l2norm_forward(Device device, float* y, float* rnorm, const float* x, int64_t rows, int64_t N, float eps) {
   if (device == Device::kCPU) return cpu::l2norm_forward(y, rnorm, x, rows, N, eps);
   missing_kernel("l2norm_forward", device);

@@ -206,6 +206,16 @@ void rmsnorm_forward(Device device, float* y, float* rstd, const float* x, const
 void rmsnorm_backward(Device device, float* dx, float* dw, float* dg, const float* dy, const float* x, const float* w,
                       const float* g, const float* rstd, int64_t rows, int64_t N);
 
+// The AttnRes read (DESIGN 1.4) of C candidates v[c], each [rows, N], with u = w_norm * w_proj [N]:
+//   r[t, c] = 1 / sqrt(mean_j v[c][t, j]^2 + eps), s[t, c] = r[t, c] (u . v[c][t]), p[t] = softmax_c(s[t]),
+//   out[t] = sum_c p[t, c] v[c][t];  p and r [rows, C] are saved for the backward.
+// One op for what was rmsnorm + projection + softmax + weighted sum per candidate (ops/cpu/attn_res.cc).
+void attn_res_read_forward(Device device, float* out, float* p, float* r, const float* const* v, int64_t C,
+                           int64_t rows, int64_t N, const float* u, float eps);
+// Accumulates dv[c] (null: not wanted) and du [N].
+void attn_res_read_backward(Device device, float* const* dv, float* du, const float* dout, const float* const* v,
+                            const float* p, const float* r, int64_t C, int64_t rows, int64_t N, const float* u);
+
 // L2 normalisation over rows: y = x / sqrt(sum x^2 + eps); rnorm [rows] saved.
 void l2norm_forward(Device device, float* y, float* rnorm, const float* x, int64_t rows, int64_t N, float eps);
 

@@ -207,6 +207,35 @@ Check check_rmsnorm(Device d, std::mt19937& rng, bool gated) {
   return c;
 }
 
+// Three candidates of different scales (the snapshots of a residual stream grow), one row-block wide enough to
+// split over threads; dv of the middle candidate not wanted (null), which must leave its buffer untouched.
+Check check_attn_res_read(Device d, std::mt19937& rng) {
+  const int64_t C = 3, rows = 96, N = 160, n = rows * N;
+  Check c("attn_res_read", "3 x [96, 160]", kRedR, kRedA, "kRed: sums over N, softmax over C; du over rows");
+  std::vector<Vec> v = {rnd(rng, n, -1, 1), rnd(rng, n, -4, 4), rnd(rng, n, -0.3, 0.3)};
+  Vec u = rnd(rng, N, -2, 2), dout = rnd(rng, n), du0 = rnd(rng, N), du = du0;
+  std::vector<Vec> dv0 = {rnd(rng, n), rnd(rng, n), rnd(rng, n)}, dv = dv0;
+  Vec out(sz(n)), p(sz(rows * C)), r(sz(rows * C));
+  const double* vp[] = {v[0].data(), v[1].data(), v[2].data()};
+  double* dvp[] = {dv[0].data(), nullptr, dv[2].data()};
+  ref::attn_res_read_forward<double>(out.data(), p.data(), r.data(), vp, C, rows, N, u.data(), 1e-5);
+  ref::attn_res_read_backward<double>(dvp, du.data(), dout.data(), vp, p.data(), r.data(), C, rows, N, u.data());
+  Buf v0(v[0], d), v1(v[1], d), v2(v[2], d), ub(u, d), gb(dout, d), ob(n, d), pb(rows * C, d), rb(rows * C, d);
+  Buf dv0b(dv0[0], d), dv1b(dv0[1], d), dv2b(dv0[2], d), dub(du0, d);
+  const float* vf[] = {v0.data(), v1.data(), v2.data()};
+  float* dvf[] = {dv0b.data(), nullptr, dv2b.data()};
+  ops::attn_res_read_forward(d, ob.data(), pb.data(), rb.data(), vf, C, rows, N, ub.data(), 1e-5f);
+  ops::attn_res_read_backward(d, dvf, dub.data(), gb.data(), vf, pb.data(), rb.data(), C, rows, N, ub.data());
+  c.fwd("out", ob, out);
+  c.fwd("p", pb, p);
+  c.fwd("r", rb, r);
+  c.bwd("dv0", dv0b, dv[0]);
+  c.bwd("dv1 (not wanted)", dv1b, dv0[1]);
+  c.bwd("dv2", dv2b, dv[2]);
+  c.bwd("du", dub, du);
+  return c;
+}
+
 Check check_l2norm(Device d, std::mt19937& rng) {
   const int64_t rows = 32, N = 128, n = rows * N;
   Check c("l2norm", "[32, 128]", kRedR, kRedA, "kRed: sums over N");
@@ -666,6 +695,7 @@ std::vector<SelfcheckLine> run_op_cases(Device device, const std::function<void(
       {"rmsnorm", [&] { return check_rmsnorm(device, rng, false); }},
       {"rmsnorm (gated)", [&] { return check_rmsnorm(device, rng, true); }},
       {"l2norm", [&] { return check_l2norm(device, rng); }},
+      {"attn_res_read", [&] { return check_attn_res_read(device, rng); }},
       {"situ_glu", [&] { return check_situ(device, rng); }},
       {"softmax", [&] { return check_softmax(device, rng, false); }},
       {"log_softmax", [&] { return check_softmax(device, rng, true); }},

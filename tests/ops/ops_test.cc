@@ -14,6 +14,8 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <string>
+#include <tuple>
 
 #include "core/error.h"
 #include "harness.h"
@@ -300,6 +302,42 @@ TEST(OpL2Norm, MatchesReferenceAndFiniteDifferences) {
           return dot(yy, dy);
         },
         x, dx, "l2norm d/dx");
+  }
+}
+
+// The AttnRes read: the reference's backward against central finite differences of its forward, w.r.t. every
+// candidate and u (the op-case table checks the CPU kernel against this reference); one and four candidates, a
+// row count that leaves threads uneven.
+TEST(OpAttnResRead, ReferenceBackwardMatchesFiniteDifferences) {
+  std::mt19937 rng(16);
+  for (auto [C, rows, N] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 3, 8}, {4, 5, 24}}) {
+    const int64_t n = rows * N;
+    std::vector<Vec> v;
+    for (int64_t c = 0; c < C; ++c) v.push_back(f32_round(random_vec(rng, n)));
+    Vec u = f32_round(random_vec(rng, N)), dout = f32_round(random_vec(rng, n)), du(sz(N), 0.0);
+    std::vector<Vec> dv(sz(C), Vec(sz(n), 0.0));
+    auto forward = [&](const std::vector<Vec>& vv, const Vec& uu) {
+      std::vector<const double*> vp;
+      for (const Vec& x : vv) vp.push_back(x.data());
+      Vec out(sz(n)), p(sz(rows * C)), r(sz(rows * C));
+      ref::attn_res_read_forward<double>(out.data(), p.data(), r.data(), vp.data(), C, rows, N, uu.data(), 1e-5);
+      return std::make_tuple(out, p, r);
+    };
+    const auto [out, p, r] = forward(v, u);
+    std::vector<const double*> vp;
+    std::vector<double*> dvp;
+    for (int64_t c = 0; c < C; ++c) vp.push_back(v[sz(c)].data()), dvp.push_back(dv[sz(c)].data());
+    ref::attn_res_read_backward<double>(dvp.data(), du.data(), dout.data(), vp.data(), p.data(), r.data(), C, rows, N,
+                                        u.data());
+    for (int64_t c = 0; c < C; ++c)
+      expect_grad_fd(
+          [&](const Vec& x) {
+            std::vector<Vec> vv = v;
+            vv[sz(c)] = x;
+            return dot(std::get<0>(forward(vv, u)), dout);
+          },
+          v[sz(c)], dv[sz(c)], "attn_res_read d/dv" + std::to_string(c));
+    expect_grad_fd([&](const Vec& x) { return dot(std::get<0>(forward(v, x)), dout); }, u, du, "attn_res_read d/du");
   }
 }
 

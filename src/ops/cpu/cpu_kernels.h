@@ -36,6 +36,10 @@ void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, cons
                      float eps);
 void rmsnorm_backward(float* dx, float* dw, float* dg, const float* dy, const float* x, const float* w, const float* g,
                       const float* rstd, int64_t rows, int64_t N);
+void attn_res_read_forward(float* out, float* p, float* r, const float* const* v, int64_t C, int64_t rows, int64_t N,
+                           const float* u, float eps);
+void attn_res_read_backward(float* const* dv, float* du, const float* dout, const float* const* v, const float* p,
+                            const float* r, int64_t C, int64_t rows, int64_t N, const float* u);
 void l2norm_forward(float* y, float* rnorm, const float* x, int64_t rows, int64_t N, float eps);
 void l2norm_backward(float* dx, const float* dy, const float* y, const float* rnorm, int64_t rows, int64_t N);
 void situ_glu_forward(float* y, int64_t ldy, const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t rows,
