@@ -233,10 +233,17 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& opt, const MachineLimi
           dense_gflop, 1e3 * t_dense, routed / 1e6, 1e3 * t_routed, r.bandwidth_gbs, 1e3 * (t_dense + t_routed),
           16.0 / (t_dense + t_routed) / (1.0 / t1));
     }
-    if (r.format == "q8")
-      std::fprintf(out, "decode q8 batch 1: %.1f%% of the triad (target %.0f%%: %s)\n",
+    if (r.format == "q8" || r.format == "q4") {
+      std::fprintf(out, "decode %s batch 1: %.1f%% of the triad (target %.0f%%: %s)\n", r.format.c_str(),
                    100 * r.bandwidth_gbs / r.triad_gbs, 100 * kDecodeQ8BandwidthTarget,
                    verdict(r.bandwidth_gbs >= kDecodeQ8BandwidthTarget * r.triad_gbs));
+      // A quantized prefill must be no slower than f32's (it reads fewer weight bytes and, with VNNI, can multiply
+      // in int8).
+      for (const ServeBenchRow& f : res.rows)
+        if (f.format == "f32")
+          std::fprintf(out, "prefill %s / f32: %.2fx (target >= 1x: %s)\n", r.format.c_str(),
+                       r.prefill_tokens_s / f.prefill_tokens_s, verdict(r.prefill_tokens_s >= f.prefill_tokens_s));
+    }
   }
   // Each latent cache has its own verdict (one cache meeting the target says nothing of the others).
   for (const ServeBenchResult::ContextRow& r : res.context) {
