@@ -2,7 +2,7 @@
 # Each installs the Debian packages it needs first (scripts/deps.sh skips what is present).
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo demo-agent demo-vision demo-video bench-mnist test test-release test-sanitize test-tsan test-fuzz fuzz python interop-llama cuda format clean
+.PHONY: all deps build demo demo-agent demo-vision demo-video bench-mnist test test-release test-sanitize test-tsan test-fuzz fuzz python interop-llama bench-peers cuda format clean
 
 all: build
 
@@ -93,6 +93,16 @@ interop-llama: build
 	@build/pyenv/bin/python -c "import llama_cpp" 2>/dev/null || \
 	  CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) build/pyenv/bin/pip install -q --no-deps llama-cpp-python==0.3.36
 	@build/pyenv/bin/python tests/interop/gguf_llama_cpp.py build/release/myriad . build/release/gguf-llama
+
+# Optional: myriad beside its peers on this machine, same shapes and threads, interleaved rounds, printed as ratios
+# beside `myriad bench ops`'s ceilings (scripts/bench_peers.py): a training step against PyTorch (the reference model
+# in float32) on configs/small.json and configs/deepseek2-small.json; prefill and decode against llama.cpp on
+# `myriad export gguf` files when llama-cpp-python is installed (`make interop-llama`), else that part is skipped.
+# Several minutes on 2 cores, so not part of `make test`. PEERS_ARGS="--threads 4 --seconds 5 --json F" and so on.
+PEERS_ARGS ?=
+bench-peers: build
+	@bash scripts/deps.sh test
+	@build/pyenv/bin/python scripts/bench_peers.py $(PEERS_ARGS)
 
 cuda:
 	@cmake --preset cuda >/dev/null
