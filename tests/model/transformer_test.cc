@@ -39,6 +39,16 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
   return m;
 }
 
+// ||b - a|| / ||a|| (L2), in double.
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += double(b[i] - a[i]) * double(b[i] - a[i]);
+    den += double(a[i]) * a[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
 // The training forward's logits of `ids` against the inference model's, from one prefill and token by token.
 // f32 through 4 layers on both sides (chunkwise KDA, naive against absorbed MLA): ~1e-6 of O(1) logits, bound tol.
 // Returns the training logits.
@@ -474,13 +484,7 @@ TEST(Transformer, GradientCheckpointingGivesTheSameLossStatisticsAndGradients) {
   ASSERT_EQ(ck.size(), plain.size());
   for (const auto& [name, g] : plain) {
     ASSERT_TRUE(ck.count(name)) << name;
-    const std::vector<float>& h = ck[name];
-    double num = 0, den = 0;
-    for (size_t i = 0; i < g.size(); ++i) {
-      num += double(h[i] - g[i]) * double(h[i] - g[i]);
-      den += double(g[i]) * g[i];
-    }
-    EXPECT_LE(std::sqrt(num / std::max(den, 1e-30)), 1e-4) << name;
+    EXPECT_LE(relative_l2(g, ck[name]), 1e-4) << name;
   }
 }
 
@@ -519,13 +523,7 @@ TEST(Kda, ChunkwiseAndRecurrentFormsGiveTheSameLossAndGradients) {
   for (const auto& [name, g] : chunk) {
     ASSERT_TRUE(rec.count(name)) << name;
     kda_weights += name.find("A_log") != std::string::npos;
-    const std::vector<float>& h = rec[name];
-    double num = 0, den = 0;
-    for (size_t i = 0; i < g.size(); ++i) {
-      num += double(h[i] - g[i]) * double(h[i] - g[i]);
-      den += double(g[i]) * g[i];
-    }
-    EXPECT_LE(std::sqrt(num / std::max(den, 1e-30)), 2e-4) << name;
+    EXPECT_LE(relative_l2(g, rec[name]), 2e-4) << name;
   }
   EXPECT_GT(kda_weights, 0) << "tiny.json must have KDA layers for this test to mean anything";
 }
