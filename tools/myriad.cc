@@ -1,14 +1,17 @@
 // myriad: entry point. Dispatches to subcommands; catches the one typed Error at the boundary, prints it
 // once and exits with status 1 (2 for usage errors).
+#include <dirent.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
@@ -178,20 +181,53 @@ void end_job_on_error() {
   }
 }
 
-// Threads of other processes that are runnable now: procs_running of /proc/stat less this process's one thread,
-// the least of a few samples (a passing process is not load). -1 when unreadable.
+// Runnable threads of other processes now: threads in state R under /proc/PID/task/, this process's own and
+// kernel threads left out. Counting procs_running of /proc/stat instead (less one for this thread) also counted
+// OpenBLAS's worker threads, which spin in this very process just after it loads, and on an idle 2-core VM started
+// every command on one thread (`make demo` at half speed). -1 when /proc is unreadable.
+int runnable_threads_of_others() {
+  DIR* proc = opendir("/proc");
+  if (!proc) return -1;
+  const long self = long(getpid());
+  int n = 0;
+  while (const dirent* e = readdir(proc)) {
+    if (!std::isdigit(static_cast<unsigned char>(e->d_name[0])) || std::atol(e->d_name) == self) continue;
+    const std::string tasks = std::string("/proc/") + e->d_name + "/task";
+    DIR* td = opendir(tasks.c_str());
+    if (!td) continue;  // the process ended meanwhile
+    while (const dirent* t = readdir(td)) {
+      if (!std::isdigit(static_cast<unsigned char>(t->d_name[0]))) continue;
+      std::FILE* f = std::fopen((tasks + "/" + t->d_name + "/stat").c_str(), "r");
+      if (!f) continue;
+      char buf[512];
+      const size_t len = std::fread(buf, 1, sizeof buf - 1, f);
+      std::fclose(f);
+      buf[len] = '\0';
+      // After the command name's closing parenthesis: state, ppid, pgrp, session, tty_nr, tpgid, flags.
+      const char* close = std::strrchr(buf, ')');
+      char state = 0;
+      long skip[5];
+      unsigned long flags = 0;
+      if (!close || std::sscanf(close + 1, " %c %ld %ld %ld %ld %ld %lu", &state, &skip[0], &skip[1], &skip[2],
+                                &skip[3], &skip[4], &flags) != 7)
+        continue;
+      constexpr unsigned long kKernelThread = 0x00200000;  // PF_KTHREAD
+      if (state == 'R' && !(flags & kKernelThread)) ++n;
+    }
+    closedir(td);
+  }
+  closedir(proc);
+  return n;
+}
+
+// The least of a few samples (a passing process is not load). -1 when unreadable.
 int other_runnable_threads() {
   int least = -1;
   for (int sample = 0; sample < 5; ++sample) {
-    std::FILE* f = std::fopen("/proc/stat", "r");
-    if (!f) return -1;
-    char line[256];
-    int running = -1;
-    while (std::fgets(line, sizeof line, f))
-      if (std::sscanf(line, "procs_running %d", &running) == 1) break;
-    std::fclose(f);
-    if (running < 0) return -1;
-    least = least < 0 ? running - 1 : std::min(least, running - 1);
+    const int n = runnable_threads_of_others();
+    if (n < 0) return -1;
+    least = least < 0 ? n : std::min(least, n);
+    if (least == 0) break;
     ::usleep(2000);
   }
   return least;
