@@ -32,8 +32,8 @@ const CpuInfo& cpu_info();  // read once
 // with "+vnni" where the int8 kernels use it.
 std::string kernel_isa_path();
 
-// Whether the CPU has every ISA extension the build was compiled for; the reason names the first one missing.
-// A binary built with -march=native on one machine dies of SIGILL on an older one; the CLI says why instead.
+// Whether the CPU has every ISA extension the build was compiled for; `missing` names the first one it lacks (a binary
+// built with -march=native on one machine dies of SIGILL on an older one; the tests check the build against the CPU).
 bool cpu_runs_build(std::string* missing);
 
 }  // namespace myriad
