@@ -253,7 +253,7 @@ nlohmann::ordered_json run_gemm_backends(const MachineLimits& limits, double bud
                           s.N);
               else
                 ops::gemm_on(which == 0 ? ops::GemmLibrary::kOneDnn : ops::GemmLibrary::kOpenBlas, s.ta, s.tb, s.M, s.N,
-                             s.K, A.data(), lda, B.data(), ldb, C.data(), s.N);
+                             s.K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C.data(), s.N);
             }
           },
           per_call);

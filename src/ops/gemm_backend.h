@@ -44,11 +44,12 @@ constexpr int64_t kLargeTransposedOutputs = int64_t(1) << 19;  // M N at or abov
 GemmLibrary gemm_library_for(bool ta, bool tb, int64_t M, int64_t N, int64_t K);
 std::string gemm_backend_summary();  // "oneDNN 2.6.3 (avx512_core_amx JIT kernels; auto: ...)"
 
-// C = op(A) op(B) (row-major, alpha 1, beta 0) run by the named library on myriad's thread count, whatever the
-// choice above: for `myriad bench ops` to time the candidates side by side. kOneDnn without oneDNN built in
-// throws kUnsupported.
-void gemm_on(GemmLibrary library, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-             const float* B, int64_t ldb, float* C, int64_t ldc);
+// C = alpha op(A) op(B) + beta C (row-major) run by the named library: the one place either library is called
+// (ops::gemm routes each product here; `myriad bench ops` times the candidates side by side). Threads: myriad's
+// count, one under a ScopedSerialBlas or inside a parallel region. kOneDnn without oneDNN built in throws
+// kUnsupported.
+void gemm_on(GemmLibrary library, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+             int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // Three lines, each starting with `indent`: the CPU and its ISA, the ISA path of myriad's own kernels (and of its
 // int8 products), and the GEMM backend with its kernel path. For `myriad version`, `selfcheck` and every bench.

@@ -80,7 +80,7 @@ TEST(GemmBackend, EveryLibraryMatchesADoubleLoop) {
       for (const bool tb : {false, true})
         for (const Shape s : kShapes) {
           Product p(ta, tb, s, rng);
-          ops::gemm_on(lib, ta, tb, s.M, s.N, s.K, p.A.data(), p.lda, p.B.data(), p.ldb, p.C.data(), p.ldc);
+          ops::gemm_on(lib, ta, tb, s.M, s.N, s.K, 1.0f, p.A.data(), p.lda, p.B.data(), p.ldb, 0.0f, p.C.data(), p.ldc);
           p.check(1.0f, 0.0f, (lib == ops::GemmLibrary::kOneDnn ? "oneDNN " : "OpenBLAS ") + name(ta, tb, s));
         }
 }

@@ -1,7 +1,5 @@
 // GEMM through the library ops/gemm_backend.h chooses (oneDNN or OpenBLAS), and myriad's own few-row kernels
 // (gemm_skinny*) where a library would spend its time packing the large operand.
-#include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -17,18 +15,12 @@
 #include <immintrin.h>
 #endif
 
-#ifdef MYRIAD_ONEDNN
-#include <oneapi/dnnl/dnnl.h>
-#endif
-
 #include "core/dtype.h"
-#include "core/error.h"
 #include "core/threads.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/simd_vec.h"
 #include "ops/gemm_backend.h"
-#include "ops/serial_blas.h"
 
 namespace myriad::cpu {
 
@@ -71,25 +63,10 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
     }
     return;
   }
-#ifdef MYRIAD_ONEDNN
-  if (ops::gemm_library_for(ta, tb, M, N, K) == ops::GemmLibrary::kOneDnn) {
-    // oneDNN (OpenMP runtime) threads a call over omp_get_max_threads() of the calling thread, one thread inside a
-    // parallel region. That ICV is per thread (the server's engine thread has its own), so it is set here to
-    // myriad's thread count, or to one under a ScopedSerialBlas, and put back after.
-    const int want = ops::serial_blas_active() || omp_in_parallel() ? 1 : num_threads(), had = omp_get_max_threads();
-    if (want != had) omp_set_num_threads(want);
-    for (int64_t b = 0; b < batch; ++b) {
-      const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A + b * stride_a, lda,
-                                          B + b * stride_b, ldb, beta, C + b * stride_c, ldc);
-      MYRIAD_CHECK(st == dnnl_success, "dnnl_sgemm failed with status ", int(st), " on ", M, " x ", N, " x ", K);
-    }
-    if (want != had) omp_set_num_threads(had);
-    return;
-  }
-#endif
+  const ops::GemmLibrary library = ops::gemm_library_for(ta, tb, M, N, K);
   for (int64_t b = 0; b < batch; ++b)
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N), int(K),
-                alpha, A + b * stride_a, int(lda), B + b * stride_b, int(ldb), beta, C + b * stride_c, int(ldc));
+    ops::gemm_on(library, ta, tb, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb, beta, C + b * stride_c,
+                 ldc);
 }
 
 namespace {

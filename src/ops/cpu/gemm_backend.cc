@@ -17,10 +17,10 @@
 #include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "ops/serial_blas.h"
 
 extern "C" char* openblas_get_corename(void);
 extern "C" char* openblas_get_config(void);
-extern "C" void openblas_set_num_threads(int);
 
 namespace myriad::ops {
 
@@ -161,22 +161,25 @@ std::string gemm_backend_summary() {
   return b.name + " (" + b.kernel + " kernels; " + b.why + ")";
 }
 
-void gemm_on(GemmLibrary library, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-             const float* B, int64_t ldb, float* C, int64_t ldc) {
-  if (library == GemmLibrary::kOpenBlas) {
-    openblas_set_num_threads(num_threads());
+void gemm_on(GemmLibrary library, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+             int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (library == GemmLibrary::kOpenBlas) {  // on OpenBLAS's own thread count (ScopedSerialBlas: one)
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N), int(K),
-                1.0f, A, int(lda), B, int(ldb), 0.0f, C, int(ldc));
+                alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
     return;
   }
 #ifdef MYRIAD_ONEDNN
-  const int had = omp_get_max_threads();
-  omp_set_num_threads(num_threads());
-  const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
-  omp_set_num_threads(had);
-  MYRIAD_CHECK(st == dnnl_success, "dnnl_sgemm failed with status ", int(st));
+  // oneDNN (OpenMP runtime) threads a call over omp_get_max_threads() of the calling thread, one thread inside a
+  // parallel region. That ICV is per thread (the server's engine thread has its own), so it is set here to myriad's
+  // thread count, or to one under a ScopedSerialBlas, and put back after.
+  const int want = serial_blas_active() || omp_in_parallel() ? 1 : num_threads(), had = omp_get_max_threads();
+  if (want != had) omp_set_num_threads(want);
+  const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (want != had) omp_set_num_threads(had);
+  MYRIAD_CHECK(st == dnnl_success, "dnnl_sgemm failed with status ", int(st), " on ", M, " x ", N, " x ", K);
 #else
-  (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc;
+  (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta,
+      (void)C, (void)ldc;
   MYRIAD_REQUIRE(false, kUnsupported, "gemm: this build has no oneDNN (MYRIAD_ONEDNN is off)");
 #endif
 }
