@@ -52,7 +52,8 @@ int run_ops(const myriad::cli::Args& args) {
   // The ceilings take a fifth of the budget; the op rows share the rest.
   const MachineLimits limits = measure_machine_limits(0.2 * double(seconds));
   print_ceilings(stdout, limits);
-  const nlohmann::ordered_json gemm = run_gemm_backends(limits, 0.25 * double(seconds), stdout);
+  const nlohmann::ordered_json gemm = run_gemm_backends(limits, 0.2 * double(seconds), stdout);
+  const nlohmann::ordered_json quant = run_quant_products(limits, 0.1 * double(seconds), stdout);
   std::printf(
       "\nconventions:\n"
       "  time/call: best of repeats after one warm-up call; figure = work per call / time per call\n"
@@ -62,7 +63,7 @@ int run_ops(const myriad::cli::Args& args) {
       "read and written; per-op counts in src/bench/op_bench.cc);\n"
       "    ceiling = the triad timed in the same row, one pass after each op call (the bandwidth on offer drifts)\n\n");
   print_table_header(stdout);
-  const auto rows = run_op_bench(limits, 0.55 * double(seconds), [](const BenchRow& r) { print_table_row(stdout, r); });
+  const auto rows = run_op_bench(limits, 0.5 * double(seconds), [](const BenchRow& r) { print_table_row(stdout, r); });
 
   int below = 0, targeted = 0;
   for (const auto& r : rows) {
@@ -73,8 +74,9 @@ int run_ops(const myriad::cli::Args& args) {
       "\n%d of %d targeted rows meet their target (attention fwd+bwd >= %.0f%% of the FMA peak, memory-bound >= "
       "%.0f%% of triad)\n",
       targeted - below, targeted, 100 * kAttentionTarget, 100 * kMemoryBoundTarget);
-  write_bench_json(args, "ops", &limits,
-                   {{"seconds_budget", seconds}, {"gemm_backends", gemm}, {"rows", rows_json(rows)}});
+  write_bench_json(
+      args, "ops", &limits,
+      {{"seconds_budget", seconds}, {"gemm_backends", gemm}, {"quant_products", quant}, {"rows", rows_json(rows)}});
   return 0;
 }
 

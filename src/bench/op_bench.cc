@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "ops/block_quant.h"
 #include "ops/gemm_backend.h"
 #include "ops/kernels.h"
+#include "quant/quant.h"
 
 namespace myriad::bench {
 
@@ -296,6 +298,76 @@ nlohmann::ordered_json run_gemm_backends(const MachineLimits& limits, double bud
           {"worst_myriad_vs_best", worst},
           {"target", kGemmVsBestTarget},
           {"pass", met}};
+}
+
+nlohmann::ordered_json run_quant_products(const MachineLimits& limits, double budget_s, std::FILE* out) {
+  // One projection at Kimi-Linear-48B's hidden size (2304 -> 4096) for decode (1 row), a decode batch (16), a
+  // prefill chunk (128) and a prompt (512): f32 through ops::gemm, and q8 / q4 through each CPU path of quant_matmul.
+  const int64_t R = 4096, Cols = 2304;
+  const int64_t ns[] = {1, 8, 16, 128, 512};
+  const QuantKernel strips = quant_kernel_available(QuantKernel::kAvx512Vnni) ? QuantKernel::kAvx512Vnni
+                             : quant_kernel_available(QuantKernel::kAvx2)     ? QuantKernel::kAvx2
+                                                                              : QuantKernel::kScalar;
+  struct Path {
+    QuantType type;
+    QuantKernel kernel;
+  };
+  std::vector<Path> paths;
+  for (QuantType t : {QuantType::kQ8, QuantType::kQ4})
+    for (QuantKernel k : {QuantKernel::kAuto, strips, QuantKernel::kAvx512VnniGemm, QuantKernel::kDequantGemm})
+      if (quant_kernel_available(k)) paths.push_back({t, k});
+  const double peak = limits.peak_gflops(), vnni = limits.vnni.gops;
+  const double per_call = budget_s / double((paths.size() + 1) * (sizeof ns / sizeof ns[0]));
+  std::vector<float> W(size_t(R * Cols));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  for (float& v : W) v = nd(rng);
+  Tensor wt = Tensor::empty({R, Cols}, DType::kF32);
+  std::copy(W.begin(), W.end(), wt.data<float>());
+  const QuantMatrix q8 = quantize(wt, QuantType::kQ8), q4 = quantize(wt, QuantType::kQ4);
+  std::fprintf(out, "\nquantized products, W [%lld, %lld] (GFLOP/s, best of repeats; %% of the f32 FMA peak %.0f%s):\n",
+               (long long)R, (long long)Cols, peak,
+               vnni > 0 ? (", and of the int8 VNNI peak " + std::to_string(int(vnni)) + " GOP/s").c_str() : "");
+  std::fprintf(out, "  %-20s", "rows of x");
+  for (int64_t n : ns) std::fprintf(out, " %14lld", (long long)n);
+  std::fprintf(out, "\n");
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  std::vector<double> f32_g;
+  auto line = [&](const char* name, const std::function<void(int64_t, const float*, float*)>& product) {
+    std::fprintf(out, "  %-20s", name);
+    nlohmann::ordered_json row = {{"path", name}};
+    std::vector<double> gs;
+    for (int64_t n : ns) {
+      std::vector<float> x(size_t(n * Cols)), y(size_t(n * R));
+      for (float& v : x) v = nd(rng) * 50.0f;
+      const Timing t = time_repeats([&] { product(n, x.data(), y.data()); }, per_call);
+      const double g = 2.0 * double(n * R * Cols) / t.best_s * 1e-9;
+      gs.push_back(g);
+      char cell[48];
+      std::snprintf(cell, sizeof cell, "%.0f (%.0f%%)", g, 100 * g / peak);
+      std::fprintf(out, " %14s", cell);
+      row["gflops_n" + std::to_string(n)] = g;
+    }
+    std::fprintf(out, "\n");
+    rows.push_back(row);
+    return gs;
+  };
+  f32_g = line("f32 ops::gemm", [&](int64_t n, const float* x, float* y) {
+    ops::gemm(Device::kCPU, false, true, n, R, Cols, 1.0f, x, Cols, W.data(), Cols, 0.0f, y, R);
+  });
+  nlohmann::ordered_json verdicts = nlohmann::ordered_json::object();
+  for (const Path& p : paths) {
+    const QuantMatrix& q = p.type == QuantType::kQ8 ? q8 : q4;
+    const std::string name = std::string(quant_type_name(p.type)) + " " + quant_kernel_name(p.kernel);
+    const auto gs = line(name.c_str(), [&](int64_t n, const float* x, float* y) {
+      ops::quant_matmul(Device::kCPU, q, x, n, y, p.kernel);
+    });
+    if (p.kernel == QuantKernel::kAuto) verdicts[quant_type_name(p.type)] = gs.back() / f32_g.back();
+  }
+  std::fprintf(out, "  at %lld rows (prefill): q8 auto / f32 %.2fx, q4 auto / f32 %.2fx (kAuto from %lld rows: %s)\n",
+               (long long)ns[4], verdicts["q8"].get<double>(), verdicts["q4"].get<double>(),
+               (long long)quant_gemm_rows(), quant_gemm_exact_x() ? "dequant + sgemm" : "the packed int8 GEMM");
+  return {{"rows_of_x", ns}, {"paths", rows}, {"prefill_vs_f32", verdicts}};
 }
 
 std::vector<BenchRow> run_op_bench(const MachineLimits& limits, double budget_s,

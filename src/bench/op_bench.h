@@ -33,6 +33,11 @@ constexpr double kMemoryBoundTarget = 0.60;  // memory-bound ops, fraction of tr
 // ops::gemm to the best library, and whether that meets kGemmVsBestTarget).
 nlohmann::ordered_json run_gemm_backends(const MachineLimits& limits, double budget_s, std::FILE* out);
 
+// One projection (Kimi-Linear-48B's 2304 -> 4096) at decode, batch and prefill row counts: f32 against q8 / q4 by
+// each CPU path of quant_matmul, printed as a table; returns its JSON (GFLOP/s per path and row count, and the
+// prefill ratio of each quantized format to f32).
+nlohmann::ordered_json run_quant_products(const MachineLimits& limits, double budget_s, std::FILE* out);
+
 // Runs every op row; budget_s (seconds of timed repeats, all rows together) is split evenly between rows.
 // on_row is called as each row completes.
 std::vector<BenchRow> run_op_bench(const MachineLimits& limits, double budget_s,

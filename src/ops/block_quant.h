@@ -43,25 +43,31 @@ struct QuantMatrix {
 // shapes above for q.type, rows and cols (cols a positive multiple of 32).
 void check_quant_matrix(const QuantMatrix& q, const char* op);
 
-// Which CPU implementation quant_matmul uses; kAuto picks the best compiled-in integer kernel below quant_gemm_rows()
-// rows of x and kDequantGemm from there. The others force one path (tests, benchmarks).
-enum class QuantKernel : uint8_t { kAuto, kScalar, kAvx2, kAvx512Vnni, kDequantGemm };
-// Crossovers measured on a 2-core AMD EPYC, [4096, 4096]: 256 with AVX512-VNNI, 128 with AVX2 only; 8 for the
-// portable build (a guess: its scalar integer kernel is ~10x slower than the SIMD ones).
-int64_t quant_gemm_rows();                     // of the CPU kernels
-const char* quant_kernel_name(QuantKernel k);  // "auto", "scalar", "avx2", "avx512vnni", "dequant+sgemm"
+// Which CPU implementation quant_matmul uses. kAuto: the row-strip integer kernel of the best compiled-in family
+// below quant_gemm_rows() rows of x, and from there the GEMM-shaped path: the packed int8 GEMM where the build has
+// AVX512-VNNI (x quantized as below), dequant + sgemm elsewhere (x exact). The others force one path (tests,
+// benchmarks).
+enum class QuantKernel : uint8_t { kAuto, kScalar, kAvx2, kAvx512Vnni, kAvx512VnniGemm, kDequantGemm };
+// Crossovers, measured: 2-core Intel Xeon (model 207, AVX512-VNNI), [4096, 4096]: 16 rows to the packed int8 GEMM;
+// 2-core AMD EPYC with AVX2 only: 128 to dequant + sgemm; 8 for the portable build (a guess: its scalar integer
+// kernel is ~10x slower than the SIMD ones).
+int64_t quant_gemm_rows();  // of the CPU kernels
+// Whether kAuto uses x exactly (unquantized) from quant_gemm_rows() rows on: false where the int8 GEMM runs.
+bool quant_gemm_exact_x();
+// "auto", "scalar", "avx2", "avx512vnni", "avx512vnni-gemm", "dequant+sgemm"
+const char* quant_kernel_name(QuantKernel k);
 bool quant_kernel_available(QuantKernel k);  // on the CPU: compiled in (AVX2 needs __AVX2__, __FMA__ and __F16C__, ...)
 
 namespace ops {
 
 // y[n, rows] = x[n, cols] . W^T for f32 row-major x and y (y overwritten). Threads over rows (OpenMP) when the
 // work is large enough; AVX2 and AVX512-VNNI kernels, with a portable fallback.
-//   NOTE (accuracy): below quant_gemm_rows() rows of x (decode, and prefill up to a few hundred tokens), x is itself
-//   quantized per row and group of 32 to int8 with an f32 scale dx = max|x_g| / 127 (as llama.cpp's q8_0
-//   activations), and each group's dot product is exact in int32; the result differs from x . dequantize(W)^T by
-//   at most sum_g (dx_g / 2) sum_{i in g} |W_i| plus f32 rounding of the G scaled group sums. From
-//   quant_gemm_rows() rows on, panels of W rows are dequantized to f32 in a buffer and multiplied with sgemm:
-//   x stays exact.
+//   NOTE (accuracy): on the integer paths (below quant_gemm_rows() rows of x, and on every row count where the
+//   packed int8 GEMM runs: quant_gemm_exact_x() false), x is itself quantized per row and group of 32 to int8 with an
+//   f32 scale dx = max|x_g| / 127 (as llama.cpp's q8_0 activations), and each group's dot product is exact in int32;
+//   the result differs from x . dequantize(W)^T by at most sum_g (dx_g / 2) sum_{i in g} |W_i| plus f32 rounding of the
+//   G scaled group sums. On the dequant + sgemm path, panels of W rows are dequantized to f32 in a buffer and
+//   multiplied with sgemm: x stays exact.
 // `kernel` forces one CPU implementation (tests, benchmarks; kUnsupported when it is not compiled in). The
 // device is w's (codes and scales); x and y are buffers of that device.
 void quant_matmul(Device device, const QuantMatrix& w, const float* x, int64_t n, float* y,

@@ -305,7 +305,7 @@ TEST(QuantMatmul, AgreesWithNaiveLoop) {
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{96, 64}, {257, 128}, {33, 96}, {4, 32}, {520, 512}};
   std::vector<QuantKernel> kernels;
   for (QuantKernel k : {QuantKernel::kAuto, QuantKernel::kScalar, QuantKernel::kAvx2, QuantKernel::kAvx512Vnni,
-                        QuantKernel::kDequantGemm})
+                        QuantKernel::kAvx512VnniGemm, QuantKernel::kDequantGemm})
     if (quant_kernel_available(k)) kernels.push_back(k);
   std::printf("kernels tested:");
   for (QuantKernel k : kernels) std::printf(" %s", quant_kernel_name(k));
@@ -344,7 +344,8 @@ TEST(QuantMatmul, AgreesWithNaiveLoop) {
           }
         }
         for (QuantKernel k : kernels) {
-          const bool exact_x = k == QuantKernel::kDequantGemm || (k == QuantKernel::kAuto && n >= quant_gemm_rows());
+          const bool exact_x = k == QuantKernel::kDequantGemm ||
+                               (k == QuantKernel::kAuto && n >= quant_gemm_rows() && quant_gemm_exact_x());
           std::vector<float> y(size_t(n * rows), -1e30f);
           ops::quant_matmul(Device::kCPU, q, x, n, y.data(), k);
           int bad = 0;
@@ -364,20 +365,24 @@ TEST(QuantMatmul, AgreesWithNaiveLoop) {
 }
 
 // The integer kernels agree with each other up to f32 summation order (their integer group sums are identical).
+// 70 rows (the packed GEMM: 4 whole blocks of 16 and a tail of 6), 5 groups (odd: VNNI's pair steps), and row counts
+// of x that leave every tile width's tail (the packed GEMM's tiles are 6 tokens).
 TEST(QuantMatmul, KernelsAgree) {
-  for (QuantType t : kTypes) {
-    const QuantMatrix q = quantize(random_matrix(70, 160, 40, 0.1f), t);
-    const Tensor xt = random_matrix(5, 160, 41);
-    std::vector<float> ys(5 * 70);
-    ops::quant_matmul(Device::kCPU, q, xt.data<float>(), 5, ys.data(), QuantKernel::kScalar);
-    for (QuantKernel k : {QuantKernel::kAvx2, QuantKernel::kAvx512Vnni}) {
-      if (!quant_kernel_available(k)) continue;
-      std::vector<float> y(5 * 70);
-      ops::quant_matmul(Device::kCPU, q, xt.data<float>(), 5, y.data(), k);
-      for (size_t i = 0; i < y.size(); ++i)
-        EXPECT_NEAR(y[i], ys[i], 1e-5 * (1 + std::fabs(ys[i]))) << quant_type_name(t) << " " << quant_kernel_name(k);
+  for (QuantType t : kTypes)
+    for (int64_t n : {1, 5, 13, 40}) {
+      const QuantMatrix q = quantize(random_matrix(70, 160, 40, 0.1f), t);
+      const Tensor xt = random_matrix(n, 160, 41);
+      std::vector<float> ys(size_t(n * 70));
+      ops::quant_matmul(Device::kCPU, q, xt.data<float>(), n, ys.data(), QuantKernel::kScalar);
+      for (QuantKernel k : {QuantKernel::kAvx2, QuantKernel::kAvx512Vnni, QuantKernel::kAvx512VnniGemm}) {
+        if (!quant_kernel_available(k)) continue;
+        std::vector<float> y(size_t(n * 70), -1e30f);
+        ops::quant_matmul(Device::kCPU, q, xt.data<float>(), n, y.data(), k);
+        for (size_t i = 0; i < y.size(); ++i)
+          EXPECT_NEAR(y[i], ys[i], 1e-5 * (1 + std::fabs(ys[i])))
+              << quant_type_name(t) << " " << quant_kernel_name(k) << " n " << n << " at " << i;
+      }
     }
-  }
 }
 
 // Several matrices of one width times one x (decode's fused projections) equal each product alone, exactly: the
@@ -418,8 +423,8 @@ TEST(QuantMatmul, NonFiniteInputAndEmpty) {
   const QuantMatrix q = quantize(random_matrix(8, 64, 50), QuantType::kQ8);
   std::vector<float> x(2 * 64, 0.5f);
   x[70] = std::numeric_limits<float>::infinity();  // row 1
-  for (QuantKernel k :
-       {QuantKernel::kScalar, QuantKernel::kAvx2, QuantKernel::kAvx512Vnni, QuantKernel::kDequantGemm}) {
+  for (QuantKernel k : {QuantKernel::kScalar, QuantKernel::kAvx2, QuantKernel::kAvx512Vnni,
+                        QuantKernel::kAvx512VnniGemm, QuantKernel::kDequantGemm}) {
     if (!quant_kernel_available(k)) continue;
     std::vector<float> y(2 * 8);
     ops::quant_matmul(Device::kCPU, q, x.data(), 2, y.data(), k);

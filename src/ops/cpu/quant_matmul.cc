@@ -3,8 +3,9 @@
 //
 // Legend: N rows of x (tokens), R rows of W (outputs), Cols inputs, G = Cols / 32 groups per row.
 //
-// Two strategies:
-//  - integer (N < quant_gemm_rows(); decode is memory-bound): x is quantized per row and group of 32 to int8 with
+// Three strategies:
+//  - row-strip integer kernels (N < quant_gemm_rows(); decode is memory-bound): x is quantized per row and group of 32
+//  to int8 with
 //    an f32 scale dx (q8_0-style activations); each group's dot product is exact in int32 and is scaled by dw * dx
 //    in f32 (for N = 1 the two scales are multiplied once per strip: one scale per group). W is streamed once per
 //    call in strips of kStripRows rows, each strip prefetched while the previous one is computed; within a strip,
@@ -17,8 +18,10 @@
 //    The bias is removed exactly: each group's int32 accumulator starts at -bias * sum(x) of its lanes, computed
 //    once per x row (XQuant::init) and shared by every W row. x is stored permuted to match how the 4-bit codes
 //    unpack (low nibbles = even columns first), so no nibble is ever interleaved.
-//  - dequant + sgemm (N >= quant_gemm_rows(); compute-bound): panels of ~8 MiB of W rows are expanded to f32
-//    (in parallel) and multiplied with OpenBLAS sgemm (threaded); x is used exactly.
+//  - packed int8 GEMM (N >= quant_gemm_rows() where the build has AVX512-VNNI; compute-bound): W repacked so that
+//    one vpdpbusd serves 16 W rows, x quantized as above (ops/cpu/quant_gemm_vnni.cc).
+//  - dequant + sgemm (N >= quant_gemm_rows() elsewhere): panels of ~8 MiB of W rows are expanded to f32 (in
+//    parallel) and multiplied with the GEMM library (threaded); x is used exactly.
 // NOTE (accuracy of the integer path): x_g is replaced by dx_g q_g with |x_g - dx_g q_g| <= dx_g / 2,
 // dx_g = max|x_g| / 127, so each output moves by at most sum_g (dx_g / 2) sum_{i in g} |W_i| (about 0.4% of
 // |x| |W| per group in the worst case, far less on average since the errors are independent).
@@ -54,14 +57,7 @@
 #endif
 #include <immintrin.h>
 #endif
-
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#define MYRIAD_QUANT_AVX2 1
-#endif
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
-    defined(__F16C__)
-#define MYRIAD_QUANT_AVX512VNNI 1
-#endif
+#include "ops/cpu/quant_int8.h"
 
 namespace myriad {
 
@@ -74,185 +70,7 @@ constexpr int64_t kPanelBytes = int64_t(8) << 20;  // f32 W panel of the sgemm p
 // about half the bandwidth of two (q8 batch-1 decode: 46% -> 55% of the triad going from 2^18 to 2^14).
 constexpr int64_t kParallelWork = int64_t(1) << 14;
 
-// 4-bit code -> integer weight value. Signed (the scalar kernel and the dequantizer): q4 code - 8, mxfp4 2 * e2m1
-// (an exact integer in [-12, 12]; the scale is halved to match). Unsigned, for the SIMD kernels, whose W operand is
-// u8: the signed value plus kBias (q4: the code itself; mxfp4: 2 * e2m1 + 12 in [0, 24]; q8: w + 128 = w ^ 0x80).
-alignas(16) constexpr int8_t kQ4Lut[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
-alignas(16) constexpr int8_t kMxfp4Lut[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-alignas(16) constexpr uint8_t kMxfp4ULut[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
-
-template <QuantType T>
-constexpr const int8_t* lut4() {
-  return T == QuantType::kQ4 ? kQ4Lut : kMxfp4Lut;
-}
-
-template <QuantType T>
-constexpr int64_t kCodeBytes = T == QuantType::kQ8 ? kQuantGroup : kQuantGroup / 2;  // per group
-
-// Kernel families of the integer path.
-enum class Family : uint8_t { kScalar, kAvx2, kVnni };
-
-// Bias b of the unsigned W operand (u = w + b): the kernel computes sum u x exactly, and the -b sum x part is the
-// accumulator's starting value, precomputed once per x row (XQuant::init). 0: W is used signed (scalar; AVX2 q8,
-// whose maddubs would saturate on u8 w + 128 and uses |w| x sign(x, w) instead).
-template <Family F, QuantType T>
-constexpr int32_t kBias = F == Family::kScalar  ? 0
-                          : T == QuantType::kQ8 ? (F == Family::kVnni ? 128 : 0)
-                          : T == QuantType::kQ4 ? 8
-                                                : 12;
-
-// 0.5 * 2^(e-127) (mxfp4's codes are doubled), NaN for e = 255.
-inline float half_e8m0(uint8_t e) {
-  if (e >= 2 && e != 255) {
-    const uint32_t bits = uint32_t(e - 1) << 23;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-  }
-  return 0.5f * e8m0_to_f32(e);
-}
-
-// Scale of each group of W rows [r0, r0 + nr) in f32, times dx[g] when dx is given -> out[r * stride + g];
-// mxfp4's halved (doubled codes).
-void load_scales(const QuantMatrix& w, int64_t r0, int64_t nr, float* out, int64_t stride, const float* dx) {
-  const int64_t G = w.cols / kQuantGroup;
-  if (w.type == QuantType::kMxfp4) {
-    const uint8_t* e = w.scales.data<uint8_t>() + r0 * G;
-    for (int64_t r = 0; r < nr; ++r) {
-      float* o = out + r * stride;
-      int64_t g = 0;
-#if MYRIAD_QUANT_AVX2
-      for (; g + 8 <= G; g += 8) {
-        const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e + r * G + g)));
-        // e in [2, 254]: the float with exponent field e - 1; other lanes (subnormal results, NaN) go scalar.
-        const __m256i normal = _mm256_and_si256(_mm256_cmpgt_epi32(v, _mm256_set1_epi32(1)),
-                                                _mm256_cmpgt_epi32(_mm256_set1_epi32(255), v));
-        if (_mm256_movemask_epi8(normal) != -1) break;
-        __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23));
-        if (dx) f = _mm256_mul_ps(f, _mm256_loadu_ps(dx + g));
-        _mm256_storeu_ps(o + g, f);
-      }
-#endif
-      for (; g < G; ++g) o[g] = half_e8m0(e[r * G + g]) * (dx ? dx[g] : 1.0f);
-    }
-    return;
-  }
-  const uint16_t* h = w.scales.data<uint16_t>() + r0 * G;
-  for (int64_t r = 0; r < nr; ++r) {
-    float* o = out + r * stride;
-    int64_t g = 0;
-#if defined(__F16C__) && defined(__AVX__)
-    for (; g + 8 <= G; g += 8) {
-      __m256 f = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + r * G + g)));
-      if (dx) f = _mm256_mul_ps(f, _mm256_loadu_ps(dx + g));
-      _mm256_storeu_ps(o + g, f);
-    }
-#endif
-    for (; g < G; ++g) o[g] = f16_to_f32(h[r * G + g]) * (dx ? dx[g] : 1.0f);
-  }
-}
-
-// x quantized for one kernel family. Per row t:
-//   q     [Gp * 32]  int8 in the order the family's W decoding produces (below); Gp = G, or G rounded up to even
-//                    for VNNI (two groups per step), the extra group zero
-//   init  [Gp * 8]   -bias * (sum of the 4 stored bytes of each 32-bit lane): the exact correction of u = w + bias
-//   d     [Gp + 16]  dx per group (zero past G: padding for 64-byte loads)
-// Stored position of column i of group g:
-//   natural                  g * 32 + i                                  (scalar; q8 on AVX2 and VNNI)
-//   AVX2, 4-bit              g * 32 + (i odd ? 16 : 0) + i / 2           (low nibbles, then high nibbles)
-//   VNNI, 4-bit (pair p=g/2) p * 64 + (i odd ? 32 : 0) + (g % 2) * 16 + i / 2
-struct XQuant {
-  int64_t Gp = 0, qs = 0, is = 0, ds = 0;  // groups stored; row strides of q, init, d
-  std::vector<int8_t> q;
-  std::vector<int32_t> init;
-  std::vector<float> d;
-};
-
-// Into a per-thread XQuant that keeps its buffers from call to call (decode quantizes x for every product).
-const XQuant& quantize_x(const float* x, int64_t n, int64_t cols, Family f, QuantType type, int32_t bias) {
-  const int64_t G = cols / kQuantGroup;
-  thread_local XQuant xq;
-  xq.Gp = f == Family::kVnni ? (G + 1) / 2 * 2 : G;
-  xq.qs = xq.Gp * kQuantGroup;
-  xq.is = xq.Gp * 8;
-  xq.ds = xq.Gp + 16;
-  xq.q.assign(size_t(n * xq.qs), 0);
-  xq.init.assign(size_t(n * xq.is), 0);
-  xq.d.assign(size_t(n * xq.ds), 0.0f);
-  const bool four_bit = type != QuantType::kQ8;
-#if MYRIAD_QUANT_AVX512VNNI
-  if (f == Family::kVnni && !four_bit) {
-    // q8 on VNNI (natural order, bias 128): the same rounding as the loop below (x * (127 / amax) rounded to
-    // nearest even, clamped), 32 columns at a time; each lane's byte sum through vpdpbusd with ones. Decode
-    // quantizes x for every product on the calling thread, while the other waits.
-    const __m512 sign = _mm512_set1_ps(-0.0f), zero = _mm512_setzero_ps();
-    const __m512i ones = _mm512_set1_epi8(1);
-    for (int64_t t = 0; t < n; ++t) {
-      int8_t* qrow = xq.q.data() + t * xq.qs;
-      for (int64_t g = 0; g < G; ++g) {
-        const float* xg = x + t * cols + g * kQuantGroup;
-        const __m512 a = _mm512_loadu_ps(xg), b = _mm512_loadu_ps(xg + 16);
-        const __mmask16 fa = _mm512_cmp_ps_mask(_mm512_sub_ps(a, a), zero, _CMP_EQ_OQ);
-        const __mmask16 fb = _mm512_cmp_ps_mask(_mm512_sub_ps(b, b), zero, _CMP_EQ_OQ);
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, a), _mm512_andnot_ps(sign, b)));
-        __m256i q = _mm256_setzero_si256();
-        float d = amax / 127.0f;
-        if (fa != 0xffff || fb != 0xffff) {
-          d = std::numeric_limits<float>::quiet_NaN();
-        } else if (amax > 0) {
-          const __m512 id = _mm512_set1_ps(127.0f / amax), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
-          const __m512 ra = _mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(a, id), 0), lo), hi);
-          const __m512 rb = _mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(b, id), 0), lo), hi);
-          q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(_mm512_cvtps_epi32(ra))),
-                                      _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(rb)), 1);
-        }
-        xq.d[size_t(t * xq.ds + g)] = d;
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qrow + g * kQuantGroup), q);
-      }
-      // init = -128 * (sum of each lane's 4 bytes); the padding group (G odd) is zero.
-      for (int64_t l0 = 0; l0 < xq.is; l0 += 16) {
-        const __m512i v = _mm512_loadu_si512(qrow + l0 * 4);
-        const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, v);
-        _mm512_storeu_si512(xq.init.data() + t * xq.is + l0, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-bias)));
-      }
-    }
-    return xq;
-  }
-#endif
-  for (int64_t t = 0; t < n; ++t) {
-    int8_t* qrow = xq.q.data() + t * xq.qs;
-    for (int64_t g = 0; g < G; ++g) {
-      const float* xg = x + t * cols + g * kQuantGroup;
-      float amax = 0;
-      bool finite = true;
-      for (int i = 0; i < kQuantGroup; ++i) {
-        amax = std::max(amax, std::fabs(xg[i]));
-        finite = finite && std::isfinite(xg[i]);
-      }
-      float d = amax / 127.0f;
-      int8_t q[kQuantGroup] = {};
-      if (!finite) {
-        d = std::numeric_limits<float>::quiet_NaN();  // NaN / inf in x: this group's products become NaN
-      } else if (amax > 0) {
-        const float id = 127.0f / amax;
-        for (int i = 0; i < kQuantGroup; ++i) q[i] = int8_t(std::clamp(std::nearbyint(xg[i] * id), -127.0f, 127.0f));
-      }
-      xq.d[size_t(t * xq.ds + g)] = d;
-      for (int i = 0; i < kQuantGroup; ++i) {
-        int64_t pos = g * kQuantGroup + i;
-        if (four_bit && f == Family::kAvx2) pos = g * kQuantGroup + (i % 2) * 16 + i / 2;
-        if (four_bit && f == Family::kVnni) pos = (g / 2) * 64 + (i % 2) * 32 + (g % 2) * 16 + i / 2;
-        qrow[pos] = q[i];
-      }
-    }
-    if (bias != 0)
-      for (int64_t lane = 0; lane < xq.is; ++lane) {
-        const int8_t* b = qrow + lane * 4;
-        xq.init[size_t(t * xq.is + lane)] = -bias * (int32_t(b[0]) + b[1] + b[2] + b[3]);
-      }
-  }
-  return xq;
-}
+using namespace cpu::quant;  // NOLINT: the integer path's shared pieces
 
 // One tile: W rows [r, r + R) x x rows [t, t + C). FOLD (C = 1): dw already holds dw * dx of x row t.
 struct TileArgs {
@@ -629,11 +447,19 @@ void gemm_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y) {
 
 int64_t quant_gemm_rows() {
 #if MYRIAD_QUANT_AVX512VNNI
-  return 256;
+  return 16;
 #elif MYRIAD_QUANT_AVX2
   return 128;
 #else
   return 8;
+#endif
+}
+
+bool quant_gemm_exact_x() {
+#if MYRIAD_QUANT_AVX512VNNI
+  return false;
+#else
+  return true;
 #endif
 }
 
@@ -647,6 +473,8 @@ const char* quant_kernel_name(QuantKernel k) {
       return "avx2";
     case QuantKernel::kAvx512Vnni:
       return "avx512vnni";
+    case QuantKernel::kAvx512VnniGemm:
+      return "avx512vnni-gemm";
     case QuantKernel::kDequantGemm:
       return "dequant+sgemm";
   }
@@ -662,6 +490,7 @@ bool quant_kernel_available(QuantKernel k) {
       return false;
 #endif
     case QuantKernel::kAvx512Vnni:
+    case QuantKernel::kAvx512VnniGemm:
 #if MYRIAD_QUANT_AVX512VNNI
       return true;
 #else
@@ -712,8 +541,14 @@ void quant_matmul(const QuantMatrix& w, const float* x, int64_t n, float* y, Qua
                  " is not compiled into this build");
   if (n == 0 || w.rows == 0) return;
   MYRIAD_REQUIRE(x != nullptr && y != nullptr, kValue, "quant_matmul: null x or y");
-  // kAuto: dequant + sgemm from quant_gemm_rows() rows, else the best integer kernel (integer_path).
-  if (kernel == QuantKernel::kDequantGemm || (kernel == QuantKernel::kAuto && n >= quant_gemm_rows())) {
+  // kAuto: the GEMM-shaped path from quant_gemm_rows() rows, else the best row-strip integer kernel.
+  if (kernel == QuantKernel::kAuto && n >= quant_gemm_rows())
+    kernel = quant_gemm_exact_x() ? QuantKernel::kDequantGemm : QuantKernel::kAvx512VnniGemm;
+  if (kernel == QuantKernel::kAvx512VnniGemm) {
+    quant::vnni_quant_gemm(w, x, n, y);
+    return;
+  }
+  if (kernel == QuantKernel::kDequantGemm) {
     gemm_matmul(w, x, n, y);
     return;
   }
@@ -735,8 +570,8 @@ void quant_matmul_many(std::span<const QuantMatrix* const> ws, const float* x, i
   if (n == 0) return;
   MYRIAD_REQUIRE(x != nullptr, kValue, "quant_matmul_many: null x");
   for (float* y : ys) MYRIAD_REQUIRE(y != nullptr, kValue, "quant_matmul_many: null y");
-  if (n >= quant_gemm_rows()) {  // compute-bound: each its own dequant + sgemm
-    for (size_t m = 0; m < ws.size(); ++m) gemm_matmul(*ws[m], x, n, ys[m]);
+  if (n >= quant_gemm_rows()) {  // compute-bound: each its own GEMM-shaped product
+    for (size_t m = 0; m < ws.size(); ++m) quant_matmul(*ws[m], x, n, ys[m], QuantKernel::kAuto);
     return;
   }
   integer_path(QuantKernel::kAuto, ws, x, n, ys);
