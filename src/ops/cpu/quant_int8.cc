@@ -75,10 +75,11 @@ const XQuant& quantize_x(const float* x, int64_t n, int64_t cols, Family f, Quan
   xq.d.assign(size_t(n * xq.ds), 0.0f);
   const bool four_bit = type != QuantType::kQ8;
 #if MYRIAD_QUANT_AVX512VNNI
-  if (f == Family::kVnni && !four_bit) {
-    // q8 on VNNI (natural order, bias 128): the same rounding as the loop below (x * (127 / amax) rounded to
-    // nearest even, clamped), 32 columns at a time; each lane's byte sum through vpdpbusd with ones. Decode
-    // quantizes x for every product on the calling thread, while the other waits.
+  if (f == Family::kVnni) {
+    // VNNI: the same rounding as the loop below (x * (127 / amax) rounded to nearest even, clamped), 32 columns at
+    // a time, stored in the order below (4-bit: even columns, then odd ones, as two 16-byte halves); each lane's
+    // byte sum through vpdpbusd with ones. Decode quantizes x for every product on the calling thread, while the
+    // other waits.
     const __m512 sign = _mm512_set1_ps(-0.0f), zero = _mm512_setzero_ps();
     const __m512i ones = _mm512_set1_epi8(1);
 #pragma omp parallel for schedule(static) num_threads(nt) if (par)
@@ -102,9 +103,20 @@ const XQuant& quantize_x(const float* x, int64_t n, int64_t cols, Family f, Quan
                                       _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(rb)), 1);
         }
         xq.d[size_t(t * xq.ds + g)] = d;
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qrow + g * kQuantGroup), q);
+        if (!four_bit) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(qrow + g * kQuantGroup), q);
+        } else {
+          // Per 128-bit lane: its 8 even columns, then its 8 odd ones; then the quadwords as [even 0-7, even 8-15,
+          // odd 0-7, odd 8-15].
+          const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8,
+                                                 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+          const __m256i p = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(q, split), 0xd8);
+          int8_t* base = qrow + (g / 2) * 64 + (g % 2) * 16;
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(base), _mm256_castsi256_si128(p));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(base + 32), _mm256_extracti128_si256(p, 1));
+        }
       }
-      // init = -128 * (sum of each lane's 4 bytes); the padding group (G odd) is zero.
+      // init = -bias * (sum of each lane's 4 stored bytes); the padding group (G odd) is zero.
       for (int64_t l0 = 0; l0 < xq.is; l0 += 16) {
         const __m512i v = _mm512_loadu_si512(qrow + l0 * 4);
         const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, v);
