@@ -76,7 +76,12 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& opt, const MachineLimi
   c.max_position_embeddings = std::max<int64_t>(c.max_position_embeddings, opt.long_context + 256);
   const ModelAccounting acc = account_model(c);
   const TrainingFlops tf = training_flops_per_token(c, acc, opt.prompt_tokens);
-  const double prefill_flops_per_token = 2.0 * double(acc.active_params) + (tf.mla_attention + tf.kda_state) / 3.0;
+  // A prefill computes logits for its last token only: the lm_head's products count once per prompt, not per token
+  // (with a 163840-word vocabulary the head is most of a layer-poor model's parameters).
+  const double head = double(acc.components[size_t(Component::kHead)].active);
+  const double prefill_flops_per_token = 2.0 * (double(acc.active_params) - head) +
+                                         2.0 * head / double(opt.prompt_tokens) +
+                                         (tf.mla_attention + tf.kda_state) / 3.0;
   const double budget = opt.seconds / double(opt.formats.size() * 5 + 2);
   Triad triad;
 
