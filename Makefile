@@ -91,7 +91,8 @@ python:
 interop-llama: build
 	@bash scripts/deps.sh test
 	@build/pyenv/bin/python -c "import llama_cpp" 2>/dev/null || \
-	  CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) build/pyenv/bin/pip install -q --no-deps llama-cpp-python==0.3.36
+	  { build/pyenv/bin/pip install -q diskcache jinja2 && \
+	    CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) build/pyenv/bin/pip install -q --no-deps llama-cpp-python==0.3.36; }
 	@build/pyenv/bin/python tests/interop/gguf_llama_cpp.py build/release/myriad . build/release/gguf-llama
 
 # Optional: myriad beside its peers on this machine, same shapes and threads, interleaved rounds, printed as ratios

@@ -71,7 +71,7 @@ class Runner {
   const MachineLimits& limits_;
   double per_row_;
   const std::function<void(const BenchRow&)>& on_row_;
-  std::unique_ptr<Triad> triad_;  // 3 x 64 MiB, allocated at the first memory-bound row
+  std::unique_ptr<Triad> triad_;  // 3 x triad_array_bytes(), allocated at the first memory-bound row
   std::vector<BenchRow> rows_;
 };
 

@@ -56,10 +56,10 @@ void print_ceilings(std::FILE* out, const MachineLimits& m) {
     std::fprintf(out, "  int8   %6.1f GOP/s   int8 peak (%s dot products, 2 ops per multiply-add)\n", m.vnni.gops,
                  m.vnni.isa.c_str());
   std::fprintf(out,
-               "  triad  %6.1f GB/s     a = b + s*c over 3 x %lld MiB, %d bytes/element counted (read b, c; write a; "
-               "write-allocate not counted), %s per pass (%d reps)\n",
-               m.triad.gbs, (long long)(m.triad.elements * 4 >> 20), TriadCeiling::kBytesPerElem,
-               time_str(m.triad.timing.best_s).c_str(), m.triad.timing.reps);
+               "  triad  %6.1f GB/s     a = b + s*c over 3 x %lld MiB (last-level cache %lld MiB), %d bytes/element "
+               "counted (read b, c; write a; write-allocate not counted), %s per pass (%d reps)\n",
+               m.triad.gbs, (long long)(m.triad.elements * 4 >> 20), (long long)(last_level_cache_bytes() >> 20),
+               TriadCeiling::kBytesPerElem, time_str(m.triad.timing.best_s).c_str(), m.triad.timing.reps);
   std::fprintf(out, "  read   %6.1f GB/s     sum of one %lld MiB array\n", m.read.gbs,
                (long long)(m.read.elements * 4 >> 20));
   std::fprintf(

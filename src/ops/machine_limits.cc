@@ -9,8 +9,12 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
+#include <string>
 
 #include "core/cpu_info.h"
 #include "core/error.h"
@@ -159,6 +163,32 @@ SgemmCeiling measure_sgemm(int64_t n, double budget_s) {
   return c;
 }
 
+int64_t last_level_cache_bytes() {
+  // cpu0's caches: index0..N; the highest level's size ("260M", "32768K").
+  int64_t best = 0;
+  int best_level = 0;
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream level_file(dir + "level"), size_file(dir + "size");
+    int level = 0;
+    std::string size;
+    if (!(level_file >> level) || !(size_file >> size) || size.empty()) continue;
+    int64_t bytes = 0;
+    size_t k = 0;
+    while (k < size.size() && std::isdigit(static_cast<unsigned char>(size[k]))) bytes = bytes * 10 + (size[k++] - '0');
+    const char unit = k < size.size() ? size[k] : 'B';
+    bytes <<= unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : 0;
+    if (level > best_level || (level == best_level && bytes > best)) best_level = level, best = bytes;
+  }
+  return best;
+}
+
+int64_t triad_array_bytes() {
+  static const int64_t bytes =
+      std::clamp<int64_t>(4 * last_level_cache_bytes(), int64_t(64) << 20, int64_t(1) << 30) / 64 * 64;
+  return bytes;
+}
+
 Triad::Triad(int64_t array_bytes)
     : n_(array_bytes / int64_t(sizeof(float))), a_(aligned_floats(n_)), b_(aligned_floats(n_)), c_(aligned_floats(n_)) {
   float *a = a_.get(), *b = b_.get(), *c = c_.get();
@@ -226,8 +256,8 @@ MachineLimits measure_machine_limits(double budget_s) {
   m.fma = measure_fma_peak(0.1 * budget_s);
   m.vnni = measure_vnni_peak(0.1 * budget_s);
   m.sgemm = measure_sgemm(2048, 0.35 * budget_s);
-  m.triad = measure_triad(kTriadArrayBytes, 0.3 * budget_s);
-  m.read = measure_read(kTriadArrayBytes * 3, 0.15 * budget_s);
+  m.triad = measure_triad(triad_array_bytes(), 0.3 * budget_s);
+  m.read = measure_read(triad_array_bytes() * 3, 0.15 * budget_s);
   m.gemm = ops::gemm_backend_summary();
   return m;
 }

@@ -87,7 +87,12 @@ SgemmCeiling measure_sgemm(int64_t n, double budget_s);
 // The read stream over an array of array_bytes, best-of-repeats GB/s.
 ReadCeiling measure_read(int64_t array_bytes, double budget_s);
 
-constexpr int64_t kTriadArrayBytes = int64_t(64) << 20;  // per array: far beyond the L3 of laptops and CCDs
+// Bytes per triad array: 4x the last-level cache this process sees (STREAM's rule, so that a pass streams DRAM and
+// not the cache), at least 64 MiB and at most 1 GiB. Server parts have L3s of hundreds of MiB (an Intel Xeon of
+// model 207 reports 260 MiB): fixed 64 MiB arrays fit there, and back-to-back passes then measured the L3
+// (48 GB/s) where a pass after other work streamed DRAM at 28.
+int64_t triad_array_bytes();
+int64_t last_level_cache_bytes();  // from sysfs (cpu0's highest cache index); 0 where unknown
 
 // The STREAM triad kernel over three arrays it owns, first touched by the threads that use them. Kept as an
 // object so a bench can time it interleaved with the op it measures: on a shared machine the memory
@@ -95,7 +100,7 @@ constexpr int64_t kTriadArrayBytes = int64_t(64) << 20;  // per array: far beyon
 // moments as the figure keeps their ratio meaningful.
 class Triad {
  public:
-  explicit Triad(int64_t array_bytes = kTriadArrayBytes);
+  explicit Triad(int64_t array_bytes = triad_array_bytes());
   void run();  // one pass: a = b + s * c, threaded with OpenMP
   int64_t elements() const { return n_; }
   double bytes_per_pass() const { return double(TriadCeiling::kBytesPerElem) * double(n_); }
