@@ -132,6 +132,14 @@ int run_generate(const myriad::cli::Args& args) {
                "then %.1f tokens/s]\n",
                req.prompt.size(), (unsigned long long)mt.prefix_tokens_reused, (long long)n, reason.c_str(),
                secs(t0, t1), n ? secs(t1, first) : 0.0, n > 1 ? double(n - 1) / secs(first, t2) : 0.0);
+  if (mt.spec_verifies > 0)
+    std::fprintf(stderr,
+                 "[speculation (%s): %llu verifies, %llu of %llu drafted tokens accepted (%.1f%%), %.2f tokens "
+                 "per verify]\n",
+                 engine.options().draft.c_str(), (unsigned long long)mt.spec_verifies,
+                 (unsigned long long)mt.spec_accepted, (unsigned long long)mt.spec_drafted,
+                 100.0 * double(mt.spec_accepted) / double(std::max<uint64_t>(1, mt.spec_drafted)),
+                 double(mt.spec_emitted) / double(mt.spec_verifies));
   if (const auto path = args.get("save-state")) {
     const int64_t saved = engine.save_prefix(req.prompt, *path);
     MYRIAD_REQUIRE(saved > 0, kValue, "--save-state ", *path, ": the engine holds no snapshot of the prompt (",

@@ -25,6 +25,16 @@ inline std::vector<OptionSpec> with_engine_options(std::vector<OptionSpec> optio
   options.push_back({"load-state", "FILES",
                      "sequence state files (comma-separated; written by generate --save-state) loaded into the "
                      "prefix cache: a prompt starting with one's tokens resumes from it"});
+  options.push_back({"draft", "ngram|model",
+                     "speculative decoding: drafts from n-grams of the context (prompt lookup) or from "
+                     "--draft-model; the output keeps the model's distribution (greedy: the same tokens)"});
+  options.push_back({"draft-model", "DIR",
+                     "a smaller model with the same tokenizer that drafts tokens (implies "
+                     "--draft model)"});
+  options.push_back({"spec-tokens", "K", "drafted tokens verified per step, at most (default 4)"});
+  options.push_back({"spec-max-batch", "N",
+                     "speculate only in steps with at most N decoding sequences (default 4; larger batches are "
+                     "compute-bound)"});
   return options;
 }
 
@@ -35,6 +45,13 @@ inline EngineOptions engine_options(const Args& args, EngineOptions e = {}) {
   e.prefill_chunk = args.get_int("prefill-chunk", e.prefill_chunk, 1, 1 << 24);
   e.prefix_every = args.get_int("prefix-every", e.prefix_every, 0, 1 << 30);
   e.prefix_cache_mb = args.get_int("prefix-cache-mb", e.prefix_cache_mb, 0, 1 << 24);
+  e.draft =
+      args.has("draft") ? args.get_choice("draft", "", {"ngram", "model"}) : (args.has("draft-model") ? "model" : "");
+  MYRIAD_REQUIRE((e.draft == "model") == args.has("draft-model"), kValue,
+                 "--draft model needs --draft-model DIR, and --draft-model goes with --draft model (or alone)");
+  if (const auto dir = args.get("draft-model")) e.draft_model = InferenceModel::load(*dir);
+  e.spec_tokens = args.get_int("spec-tokens", e.spec_tokens, 1, 64);
+  e.spec_max_batch = args.get_int("spec-max-batch", e.spec_max_batch, 0, 1 << 20);
   return e;
 }
 

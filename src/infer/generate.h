@@ -11,6 +11,7 @@
 
 #include "infer/inference_model.h"
 #include "infer/sampling.h"
+#include "infer/speculative.h"
 
 namespace myriad {
 
@@ -26,9 +27,11 @@ using StopFn = std::function<bool(const std::vector<int32_t>& generated)>;
 //    ends when the context is full (the states hold every token: nothing can be dropped from the front).
 //  - prefill_chunk > 0: the prompt is prefilled in forwards of at most that many tokens (a long prompt's
 //    activations and MLA scores stay bounded); 0: in one forward.
+//  - speculation (infer/speculative.h): with a drafter, each step verifies up to `tokens` drafts in one forward;
+//    the output has the same distribution (greedy: the same tokens, to f32 rounding of the logits).
 // Throws kValue on an empty prompt, a negative max_new_tokens or bad sampling parameters.
 std::vector<int32_t> generate(const InferenceModel& model, std::span<const int32_t> prompt, int max_new_tokens,
                               const SamplingParams& sampling, int32_t stop_id, const StopFn& stop = {},
-                              int64_t prefill_chunk = 0);
+                              int64_t prefill_chunk = 0, const SpeculativeConfig& speculation = {});
 
 }  // namespace myriad

@@ -43,6 +43,46 @@ size_t SequenceState::mla_bytes() const {
   return b;
 }
 
+void SequenceState::begin_speculation() {
+  spec_.active = true;
+  spec_.start = tokens;
+  spec_.kda.assign(kda.size(), {});
+  for (size_t l = 0; l < kda.size(); ++l)
+    if (kda[l].S.defined()) spec_.kda[l].push_back(kda[l].clone());
+  spec_.routing_start.assign(routing.size(), 0);
+  for (size_t l = 0; l < routing.size(); ++l) spec_.routing_start[l] = routing[l].size();
+}
+
+void SequenceState::rewind(int64_t n) {
+  MYRIAD_REQUIRE(spec_.active && n >= spec_.start && n <= tokens, kValue, "sequence: rewinding to ", n,
+                 " tokens needs speculation begun at or before it (begun: ", spec_.active ? "yes" : "no", ", at ",
+                 spec_.start, " tokens; now ", tokens, ")");
+  if (n == tokens) return;
+  const auto back = size_t(n - spec_.start);
+  for (size_t l = 0; l < kda.size(); ++l) {
+    std::vector<KdaState>& h = spec_.kda[l];
+    if (kda[l].S.defined()) {
+      MYRIAD_CHECK(h.size() == size_t(tokens - spec_.start) + 1, "sequence: KDA layer ", l, " kept ", h.size(),
+                   " states for ", tokens - spec_.start, " tokens");
+      kda[l] = h[back].clone();
+      h.resize(back + 1);
+    } else {
+      mla[l].truncate(mla[l].size() - (tokens - n));  // an MLA layer's cache holds every processed token
+    }
+  }
+  const int64_t since = tokens - spec_.start;
+  for (size_t l = 0; l < routing.size(); ++l) {
+    const size_t r0 = l < spec_.routing_start.size() ? spec_.routing_start[l] : 0;
+    const size_t per = (routing[l].size() - r0) / size_t(since);  // entries per token (k on MoE layers)
+    routing[l].resize(r0 + per * back);
+  }
+  tokens = n;
+}
+
+void SequenceState::end_speculation() {
+  spec_ = {};
+}
+
 InferenceModel::InferenceModel(ModelConfig config, std::shared_ptr<const DecodeWeights> weights, Tokenizer tokenizer)
     : config_(std::move(config)), w_(std::move(weights)), tokenizer_(std::move(tokenizer)) {
   const int64_t Lc = config_.num_hidden_layers;
@@ -324,7 +364,8 @@ struct InferenceModel::Stack {
     const Tensor n = m.rmsnorm(h, m.layers_[size_t(l)].input_norm);
     if (m.kda_[size_t(l)]) {
       std::vector<KdaSegment> segs;
-      for (const BatchEntry& b : batch) segs.push_back({&b.seq->kda[size_t(l)], int64_t(b.tokens.size()), b.shards});
+      for (const BatchEntry& b : batch)
+        segs.push_back({&b.seq->kda[size_t(l)], int64_t(b.tokens.size()), b.shards, b.seq->kda_history(size_t(l))});
       return m.kda_[size_t(l)]->forward(n, segs, m.kda_chunk);
     }
     std::vector<MlaSegment> segs;
@@ -419,13 +460,20 @@ Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logit
   const Tensor h = layer_stack(stack, c, running);
   for (const BatchEntry& b : batch) b.seq->tokens += int64_t(b.tokens.size());
   Tensor rows = h;
-  if (!all_logits) {  // the last row of each entry
-    rows = Tensor::empty({int64_t(batch.size()), D});
-    int64_t r = 0;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      r += int64_t(batch[i].tokens.size());
-      MYRIAD_REQUIRE(!batch[i].tokens.empty(), kValue, "inference: a batch entry with no tokens has no last logits");
-      std::copy(h.data<float>() + (r - 1) * D, h.data<float>() + r * D, rows.data<float>() + int64_t(i) * D);
+  if (!all_logits) {  // the last logit_rows rows of each entry
+    int64_t out_rows = 0;
+    for (const BatchEntry& b : batch) {
+      MYRIAD_REQUIRE(b.logit_rows >= 1 && b.logit_rows <= int64_t(b.tokens.size()), kValue,
+                     "inference: a batch entry of ", b.tokens.size(), " tokens asks for the logits of ", b.logit_rows,
+                     " (1 to its tokens)");
+      out_rows += b.logit_rows;
+    }
+    rows = Tensor::empty({out_rows, D});
+    int64_t r = 0, o = 0;
+    for (const BatchEntry& b : batch) {
+      r += int64_t(b.tokens.size());
+      std::copy(h.data<float>() + (r - b.logit_rows) * D, h.data<float>() + r * D, rows.data<float>() + o * D);
+      o += b.logit_rows;
     }
   }
   const Tensor normed = rmsnorm(rows, final_norm_);

@@ -38,6 +38,27 @@ struct SequenceState {
   std::vector<std::vector<int32_t>> routing;
   size_t kda_bytes() const;
   size_t mla_bytes() const;
+
+  // Speculative decoding (infer/speculative.h): from begin_speculation() every forward keeps the KDA states as of
+  // after each token it processes, so that rewind(n) can return the sequence to any token count n since then:
+  // KDA states restored, MLA caches truncated (pages freed), routing records and `tokens` cut back. The state after
+  // rewind(n) is the state of a sequence that processed only those n tokens (to f32 rounding). kValue when n is
+  // outside [the count at begin_speculation(), tokens]. end_speculation() drops the kept states.
+  void begin_speculation();
+  void rewind(int64_t n);
+  void end_speculation();
+  bool speculating() const { return spec_.active; }
+  int64_t speculation_start() const { return spec_.start; }
+  std::vector<KdaState>* kda_history(size_t layer) { return spec_.active ? &spec_.kda[layer] : nullptr; }
+
+ private:
+  struct Speculation {
+    bool active = false;
+    int64_t start = 0;                       // tokens at begin_speculation()
+    std::vector<std::vector<KdaState>> kda;  // per layer: the state at `start`, then after each later token
+    std::vector<size_t> routing_start;       // per layer: routing[l].size() at `start`
+  };
+  Speculation spec_;
 };
 
 // One sequence's part of a batch: the tokens to run next. With `shards`: this process's shard of a
@@ -51,6 +72,9 @@ struct BatchEntry {
   // this entry's media_placeholder_token_id embeddings, in order; a prompt's rows split across its chunks as
   // its placeholders are. Empty: none (placeholders then read their own embedding).
   std::span<const float> image_rows = {};
+  // Rows of logits forward() returns for this entry: its last logit_rows tokens' (speculative verification wants
+  // every position of its chunk; a prefill chunk only its last).
+  int64_t logit_rows = 1;
 };
 
 class MoeDispatcher;
@@ -84,9 +108,9 @@ class InferenceModel {
 
   // cache_dtype: how the MLA latent caches store their rows, kF32 (exact) or kBF16 (half the bytes; MlaCache).
   SequenceState new_sequence(int64_t page_tokens = MlaCache::kDefaultPageTokens, DType cache_dtype = DType::kF32) const;
-  // Runs every entry's tokens, advancing its state. Returns f32 logits: [entries, vocab] for the last token of
-  // each entry, or with all_logits [total tokens, vocab] in entry order. Token ids and the context length are
-  // checked (kValue).
+  // Runs every entry's tokens, advancing its state. Returns f32 logits: the last logit_rows tokens' of each entry
+  // (one by default: [entries, vocab]) in entry order, or with all_logits [total tokens, vocab]. Token ids and the
+  // context length are checked (kValue).
   Tensor forward(std::span<const BatchEntry> batch, bool all_logits = false) const;
 
   // The vision tower and projector on image patches (model/vision_tower.h encode_images, no tape): [tokens,

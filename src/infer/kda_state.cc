@@ -106,11 +106,29 @@ struct HostKda {
       Tensor next = Tensor::empty({1, W - 1, HK});
       ops::conv1d_forward(device, y.data<float>() + r0 * HK, next.data<float>(), lin.data<float>() + r0 * HK,
                           w.data<float>(), tail.data<float>(), 1, s.rows, HK, W);
+      if (s.history) record_tails(*s.history, which, s.rows, tail, lin.data<float>() + r0 * HK);
       tail = next;
       r0 += s.rows;
     }
     ops::unary_forward(device, Unary::kSiLU, y.data<float>(), y.data<float>(), N * HK);
     return y;
+  }
+  // A history segment's conv tails as of after each of its rows: the last W-1 of [tail entering the segment; its
+  // inputs up to that row]. The q tails (which == 0, the first short conv kda_forward runs) append the entries.
+  void record_tails(std::vector<KdaState>& hist, int which, int64_t rows, const Tensor& tail, const float* in) const {
+    static constexpr Tensor KdaState::*kTail[3] = {&KdaState::conv_q, &KdaState::conv_k, &KdaState::conv_v};
+    const int64_t HK = H * K;
+    if (which == 0) hist.resize(hist.size() + size_t(rows));
+    const size_t base = hist.size() - size_t(rows);
+    std::vector<float> all(size_t((W - 1 + rows) * HK));
+    std::copy(tail.data<float>(), tail.data<float>() + (W - 1) * HK, all.begin());
+    std::copy(in, in + rows * HK, all.begin() + (W - 1) * HK);
+    for (int64_t j = 0; j < rows; ++j) {
+      Tensor t = Tensor::empty({1, W - 1, HK});
+      const float* from = all.data() + (j + 1) * HK;  // rows j + 1 .. j + W - 1 of `all`
+      std::copy(from, from + (W - 1) * HK, t.data<float>());
+      hist[base + size_t(j)].*kTail[which] = t;
+    }
   }
   // Sequence-parallel prefill: every shard's last W-1 conv inputs (`last`) gathered; the previous shard's become
   // this one's tail (the first shard's stays the fresh zeros).
@@ -188,7 +206,21 @@ struct HostKda {
         state_from_earlier_shards(*s.shards, q.data<float>() + r0 * HK, k.data<float>() + r0 * HK,
                                   g.data<float>() + r0 * HK, beta.data<float>() + r0 * H, v.data<float>() + r0 * H * V,
                                   s.rows, s.state->S);
-      if (s.rows > 0) {
+      if (s.rows > 0 && s.history) {  // the recurrent form one row at a time, keeping each row's state
+        const size_t base = s.history->size() - size_t(s.rows);
+        for (int64_t j = 0; j < s.rows; ++j) {
+          Tensor S_next = Tensor::empty(s.state->S.shape());
+          const int64_t r = r0 + j;
+          ops::kda_sequence_forward(device, ops::KdaForm::kRecurrent, o.data<float>() + r * H * V, S_next.data<float>(),
+                                    q.data<float>() + r * HK, k.data<float>() + r * HK, v.data<float>() + r * H * V,
+                                    g.data<float>() + r * HK, beta.data<float>() + r * H, s.state->S.data<float>(),
+                                    KdaShape{1, 1, H, K, V, chunk});
+          s.state->S = S_next;
+          KdaState& h = (*s.history)[base + size_t(j)];
+          h.S = S_next.clone();
+          h.tokens = s.state->tokens + j + 1;
+        }
+      } else if (s.rows > 0) {
         Tensor S_next = Tensor::empty(s.state->S.shape());
         const KdaShape shape{1, s.rows, H, K, V, chunk};
         // One token: the recurrent form (decode). More: the sequence form (prefill, as training runs it). Same

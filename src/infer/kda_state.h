@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "model/config.h"
 #include "model/kda_module.h"
@@ -29,10 +30,14 @@ struct KdaState {
 // Part of a batch for KdaDecoder::forward: `rows` consecutive input rows of one sequence, advancing `state`.
 // With `shards` (a batch of one segment, a fresh state): one shard of a sequence-parallel prefill
 // (model/prefill_shards.h); the conv halo and the state entering the shard come from the earlier shards.
+// With `history`: the state as of after each of the segment's rows is appended to it (speculative verification,
+// infer/speculative.h: a rejected draft rolls the state back to the last accepted row); such a segment runs the
+// recurrent form row by row.
 struct KdaSegment {
   KdaState* state = nullptr;
   int64_t rows = 0;
   PrefillShards* shards = nullptr;
+  std::vector<KdaState>* history = nullptr;
 };
 
 // A KDA layer's weights for inference, resolved once (the members kda_module.h's execution reads).

@@ -197,6 +197,11 @@ void MlaCache::set_block_means(BlockMeans means) {
   means_ = std::move(means);
 }
 
+void MlaCache::truncate(int64_t n) {
+  MYRIAD_REQUIRE(n >= 0 && n <= size_, kValue, "mla cache: truncating ", size_, " tokens to ", n);
+  if (n < size_) *this = share_prefix(n);
+}
+
 void MlaCache::clear() {
   pages_.clear();
   size_ = 0;

@@ -95,6 +95,10 @@ class MlaCache {
   void append(const Tensor& c_kv, const Tensor& k_pe);
   // Drops every token and releases the pages (bytes() becomes 0).
   void clear();
+  // Keeps the first n tokens (0 <= n <= size()) and releases the pages past them: a rejected speculative draft's
+  // rows (infer/speculative.h). As share_prefix: full pages kept, a page n ends inside copied (it may be shared
+  // with another sequence's prefix, and appends overwrite its rows past n).
+  void truncate(int64_t n);
 
   int64_t size() const { return size_; }
   int64_t kv_lora_rank() const { return C_; }

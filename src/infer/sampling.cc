@@ -204,7 +204,83 @@ void Sampler::observe(int32_t token) {
   if (grammar_) grammar_->accept(token);
 }
 
+double Sampler::uniform() {
+  return uniform01(rng_);
+}
+
+Sampler Sampler::fork(uint64_t seed) const {
+  Sampler s = *this;
+  s.rng_.seed(seed);
+  return s;
+}
+
 SampledToken Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt) {
+  SampledToken result;
+  const Candidates c = prepare(logits, prompt, result);
+  const float* x = logits.data();
+  const int64_t V = int64_t(logits.size());
+  if (!c.sampling) {  // 3. greedy
+    result.token = c.best;
+    result.logprob = float(double(x[c.best]) - c.lse);
+    return result;
+  }
+  const std::vector<float>& w = probs_;
+  const std::vector<int32_t>& ids = order_;
+  // 5. Draw from the renormalised survivors: the first whose cumulative weight exceeds u * total. NOTE: `chosen`
+  // keeps the last positive weight seen, in case rounding leaves u * total just above the final cumulative sum.
+  const double u = uniform01(rng_);
+  int32_t chosen = c.best;
+  if (c.listed) {
+    double total = 0;
+    for (int32_t t : ids) total += w[size_t(t)];
+    const double target = u * total;
+    double acc = 0;
+    for (int32_t t : ids) {
+      const float e = w[size_t(t)];
+      if (e <= 0) continue;
+      acc += e;
+      chosen = t;
+      if (acc > target) break;
+    }
+  } else {
+    const double target = u * c.z;
+    double acc = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      const float e = w[size_t(i)];
+      if (e <= 0) continue;
+      acc += e;
+      chosen = int32_t(i);
+      if (acc > target) break;
+    }
+  }
+  result.token = chosen;
+  result.logprob = float(double(x[chosen]) - c.lse);
+  return result;
+}
+
+TokenDistribution Sampler::distribution(std::span<float> logits, std::span<const int32_t> prompt) {
+  SampledToken r;
+  const Candidates c = prepare(logits, prompt, r);
+  TokenDistribution d;
+  const auto V = size_t(logits.size());
+  d.p.assign(V, 0.0f);
+  d.argmax = c.best;
+  d.greedy = !c.sampling;
+  d.lse = c.lse;
+  d.top = std::move(r.top);
+  if (d.greedy) {
+    d.p[size_t(c.best)] = 1.0f;
+  } else if (c.listed) {
+    double total = 0;
+    for (int32_t t : order_) total += probs_[size_t(t)];
+    for (int32_t t : order_) d.p[size_t(t)] = float(double(probs_[size_t(t)]) / total);
+  } else {
+    for (size_t i = 0; i < V; ++i) d.p[i] = float(double(probs_[i]) / c.z);
+  }
+  return d;
+}
+
+Sampler::Candidates Sampler::prepare(std::span<float> logits, std::span<const int32_t> prompt, SampledToken& result) {
   const int64_t V = int64_t(logits.size());
   MYRIAD_REQUIRE(V > 0, kValue, "sampling: the logits are empty");
   float* x = logits.data();
@@ -289,19 +365,14 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const int32_t> p
   }
   const double lse = double(m) + std::log(sum);
 
-  SampledToken result;
   if (p_.top_logprobs > 0) {
     select_top(x, V, std::min<int64_t>(p_.top_logprobs, V), order_);
     result.top.reserve(order_.size());
     for (int32_t t : order_) result.top.push_back({t, float(double(x[t]) - lse)});
   }
 
-  // 3. Greedy.
-  if (!sampling) {
-    result.token = best;
-    result.logprob = float(double(x[best]) - lse);
-    return result;
-  }
+  // 3. Greedy: the draw is sample()'s.
+  if (!sampling) return {best, lse, 0, false, false};
 
   // 4. Weights w = exp((x - m) / T), so that the most likely token has w = 1 and min_p compares w with min_p
   // directly. z: the mass top_p is measured against (all of V, or the top_k set).
@@ -357,36 +428,7 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const int32_t> p
     ids.erase(std::remove_if(ids.begin(), ids.end(), [&](int32_t t) { return w[size_t(t)] < min_p; }), ids.end());
   }
 
-  // 5. Draw from the renormalised survivors: the first whose cumulative weight exceeds u * total. NOTE: `chosen`
-  // keeps the last positive weight seen, in case rounding leaves u * total just above the final cumulative sum.
-  const double u = uniform01(rng_);
-  int32_t chosen = best;
-  if (listed) {
-    double total = 0;
-    for (int32_t t : ids) total += w[size_t(t)];
-    const double target = u * total;
-    double acc = 0;
-    for (int32_t t : ids) {
-      const float e = w[size_t(t)];
-      if (e <= 0) continue;
-      acc += e;
-      chosen = t;
-      if (acc > target) break;
-    }
-  } else {
-    const double target = u * z;
-    double acc = 0;
-    for (int64_t i = 0; i < V; ++i) {
-      const float e = w[size_t(i)];
-      if (e <= 0) continue;
-      acc += e;
-      chosen = int32_t(i);
-      if (acc > target) break;
-    }
-  }
-  result.token = chosen;
-  result.logprob = float(double(x[chosen]) - lse);
-  return result;
+  return {best, lse, z, true, listed};
 }
 
 }  // namespace myriad

@@ -75,16 +75,43 @@ struct SampledToken {
   std::vector<TokenLogprob> top;  // the top_logprobs most likely (step 2), descending
 };
 
+// The distribution step 5 draws from, over the whole vocabulary (speculative decoding compares a target's with a
+// draft's: infer/speculative.h). p[t]: the renormalised survivors' probabilities (zero elsewhere); greedy: 1 on the
+// argmax. lse and top: step 2's normaliser and alternatives, for the chosen token's reported logprob.
+struct TokenDistribution {
+  std::vector<float> p;  // [vocab], sums to 1 (to rounding)
+  int32_t argmax = -1;   // the most likely token (the greedy choice)
+  bool greedy = false;
+  double lse = 0;
+  std::vector<TokenLogprob> top;
+};
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& p);  // validates
   // logits [vocab] is scratch (modified in place). prompt: the request's prompt ids. The output's tokens (for the
   // penalties) are counted incrementally: call observe() after every chosen token (ids in [0, 2^24)).
   SampledToken sample(std::span<float> logits, std::span<const int32_t> prompt);
+  // Steps 0-4 as sample() runs them, without the draw: what sample() would draw from. logits become the penalised
+  // ones (the chosen token's logprob is logits[t] - lse).
+  TokenDistribution distribution(std::span<float> logits, std::span<const int32_t> prompt);
+  // u in [0, 1) from the request's generator (53 bits), the draw sample() makes.
+  double uniform();
   void observe(int32_t token);
   const SamplingParams& params() const { return p_; }
+  // A copy with the same settings and observed output but its own generator seeded with `seed`: a draft's sampler,
+  // whose draws must be independent of the target's.
+  Sampler fork(uint64_t seed) const;
 
  private:
+  // Steps 0-4: the candidates in order_ (listed) or every id, with weights in probs_ by id; fills result's top.
+  struct Candidates {
+    int32_t best = -1;
+    double lse = 0, z = 0;
+    bool sampling = false, listed = false;
+  };
+  Candidates prepare(std::span<float> logits, std::span<const int32_t> prompt, SampledToken& result);
+
   SamplingParams p_;
   std::mt19937_64 rng_;
   std::vector<int32_t> out_count_;          // per token id, grown on demand

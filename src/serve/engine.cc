@@ -105,6 +105,13 @@ struct Engine::Sequence {
   int64_t cached = 0;  // of which reused from the prefix cache
   std::vector<int32_t> generated;
   int32_t next_input = -1;
+  // Speculative decoding: the drafter, this sequence's k, and the step's verify chunk [next_input, drafts] with
+  // the drafts' distributions (empty chunk: a plain decode step).
+  std::unique_ptr<Drafter> drafter;
+  int64_t spec_k = 0;
+  std::vector<int32_t> chunk;
+  std::vector<TokenDistribution> q;
+  int64_t spec_start = 0;
   size_t reserved = 0;
   bool done = false;
   Clock::time_point submitted, last_token;
@@ -171,6 +178,14 @@ Engine::Engine(std::shared_ptr<const InferenceModel> model, EngineOptions option
   // The tokenizer's end-of-sequence tokens; a model served as ids only stops at myriad's.
   stop_ids_ =
       model_->tokenizer().loaded() ? model_->tokenizer().stop_ids() : std::vector<int32_t>{kEndOfTextId, kEosId};
+  MYRIAD_REQUIRE(opt_.draft.empty() || opt_.draft == "ngram" || opt_.draft == "model", kValue, "engine: draft '",
+                 opt_.draft, "' must be ngram, model or empty (off)");
+  MYRIAD_REQUIRE((opt_.draft == "model") == (opt_.draft_model != nullptr), kValue,
+                 "engine: a draft model is given exactly when draft is 'model'");
+  MYRIAD_REQUIRE(opt_.spec_tokens >= 1 && opt_.spec_tokens <= 64 && opt_.spec_max_batch >= 0, kValue,
+                 "engine: spec_tokens (", opt_.spec_tokens, ") must be in [1, 64] and spec_max_batch (",
+                 opt_.spec_max_batch, ") >= 0");
+  if (opt_.draft_model) ModelDrafter(opt_.draft_model, *model_);  // refuses a draft with another tokenizer now
 }
 
 Engine::~Engine() {
@@ -566,6 +581,11 @@ bool Engine::step() {
   std::vector<Part> parts;
   uint64_t long_prefills = 0;
   int64_t prompt_budget = opt_.prefill_chunk;
+  // Speculation this step: only while few enough sequences decode for the step to stay bound by the weights.
+  int64_t decoding = 0;
+  for (auto& sp : running_)
+    decoding += !sp->done && sp->started && sp->prefilled == int64_t(sp->req.prompt.size()) ? 1 : 0;
+  const bool speculate = !opt_.draft.empty() && decoding <= opt_.spec_max_batch;
   for (auto& sp : running_) {
     Sequence& s = *sp;
     if (s.done) continue;
@@ -574,6 +594,10 @@ bool Engine::step() {
       s.state.record_routing = s.req.record_routing;
       lookup_prefix(s);
       s.started = true;
+      if (opt_.draft == "ngram") s.drafter = std::make_unique<NgramDrafter>();
+      if (opt_.draft == "model")
+        s.drafter = std::make_unique<ModelDrafter>(opt_.draft_model, *model_, s.req.sampling.seed, /*check=*/false);
+      s.spec_k = opt_.spec_tokens;
     }
     const int64_t P = int64_t(s.req.prompt.size());
     // A long prefill ends on the last prefix snapshot boundary before the prompt's end (the snapshot is stored
@@ -612,7 +636,30 @@ bool Engine::step() {
       batch.push_back(entry);
     } else {
       part.row = int64_t(batch.size());
-      batch.push_back({&s.state, std::span<const int32_t>(&s.next_input, 1)});
+      s.chunk.assign(1, s.next_input);
+      s.q.clear();
+      // Drafts: no more than the tokens still wanted after this one (the request's reservation covers them).
+      const int64_t k = std::min(s.spec_k, s.req.max_tokens - int64_t(s.generated.size()) - 1);
+      if (speculate && s.drafter && k > 0) {
+        try {
+          std::vector<int32_t> d = s.drafter->draft(s.req.prompt, s.generated, k, *s.sampler, s.q);
+          d.resize(std::min(d.size(), size_t(k)));
+          s.q.resize(std::min(s.q.size(), d.size()));
+          for (int32_t t : d)
+            MYRIAD_CHECK(t >= 0 && t < text_vocab_, "speculation: drafted token ", t, " outside the vocabulary");
+          s.chunk.insert(s.chunk.end(), d.begin(), d.end());
+        } catch (const std::exception&) {
+          s.chunk.resize(1);  // a failing drafter costs its drafts, not the request
+          s.q.clear();
+        }
+      }
+      BatchEntry entry{&s.state, std::span<const int32_t>(s.chunk)};
+      if (s.chunk.size() > 1) {
+        s.spec_start = s.state.tokens;
+        s.state.begin_speculation();
+        entry.logit_rows = int64_t(s.chunk.size());
+      }
+      batch.push_back(entry);
     }
     parts.push_back(std::move(part));
   }
@@ -628,6 +675,8 @@ bool Engine::step() {
       }
     }
     const int64_t V = model_->vocab_size();
+    std::vector<int64_t> logit_row(batch.size() + 1, 0);  // each entry's first row of logits
+    for (size_t b = 0; b < batch.size(); ++b) logit_row[b + 1] = logit_row[b] + batch[b].logit_rows;
     uint64_t prompt_tokens = 0, generated = 0;
     std::vector<double> ttft, tpot;
     // Which entries produce a token this step (decoding, or at the end of their prompt).
@@ -652,21 +701,36 @@ bool Engine::step() {
     }
     // Sampling, spread over the threads (each sequence has its own sampler and generator; at a 160K vocabulary
     // one draw with penalties and top-p takes about a millisecond). Events are sent afterwards, in order.
-    std::vector<SampledToken> drawn(parts.size());
+    // A verify chunk yields 1 .. drafts + 1 tokens (infer/speculative.h accept_verified).
+    std::vector<std::vector<SampledToken>> drawn(parts.size());
     std::vector<std::string> draw_error(parts.size());
+    std::vector<SpeculationStats> spec(parts.size());
     const int sample_threads = need.size() > 1 ? num_threads() : 1;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(sample_threads)
     for (size_t j = 0; j < need.size(); ++j) {
       const size_t i = need[j];
       const Part& part = parts[i];
       Sequence& s = *part.seq;
-      const float* src = part.row < 0 ? part.long_logits.data<float>() : logits.data<float>() + part.row * V;
-      std::vector<float> row(src, src + V);
+      const int64_t rows = part.row < 0 ? 1 : batch[size_t(part.row)].logit_rows;
+      const float* src =
+          part.row < 0 ? part.long_logits.data<float>() : logits.data<float>() + logit_row[size_t(part.row)] * V;
+      std::vector<float> row(src, src + rows * V);
       // Ids past the tokenizer's vocabulary (a vocabulary padded for the matrix shapes) are never produced.
-      for (int64_t v = text_vocab_; v < V; ++v) row[size_t(v)] = -std::numeric_limits<float>::infinity();
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t v = text_vocab_; v < V; ++v) row[size_t(r * V + v)] = -std::numeric_limits<float>::infinity();
       try {
-        drawn[i] = s.sampler->sample(row, s.req.prompt);
-        s.sampler->observe(drawn[i].token);
+        if (rows > 1) {
+          const std::span<const int32_t> drafts(s.chunk.data() + 1, s.chunk.size() - 1);
+          drawn[i] =
+              accept_verified(s.state, s.spec_start, *s.sampler, drafts, s.q, row.data(), V, s.req.prompt, &spec[i]);
+          // This sequence's k: one less after a rejection, two more (up to spec_tokens) when all were accepted.
+          const auto accepted = int64_t(drawn[i].size()) - 1;
+          s.spec_k = accepted == int64_t(drafts.size()) ? std::min(s.spec_k + 2, opt_.spec_tokens)
+                                                        : std::max<int64_t>(1, s.spec_k - 1);
+        } else {
+          drawn[i].push_back(s.sampler->sample(row, s.req.prompt));
+          s.sampler->observe(drawn[i].back().token);
+        }
       } catch (const std::exception& e) {
         draw_error[i] = e.what();
       }
@@ -677,35 +741,44 @@ bool Engine::step() {
         finish(s, FinishReason::kError, draw_error[i]);
         continue;
       }
-      const SampledToken& t = drawn[i];
       const Clock::time_point now = Clock::now();
-      if (s.generated.empty())
-        ttft.push_back(seconds_between(s.submitted, now));
-      else
-        tpot.push_back(seconds_between(s.last_token, now));
+      const size_t n = drawn[i].size();  // the step's tokens share its time
+      for (const SampledToken& t : drawn[i]) {
+        if (s.done) break;  // a stop before the chunk's end: the rest is dropped
+        if (s.generated.empty())
+          ttft.push_back(seconds_between(s.submitted, now));
+        else
+          tpot.push_back(seconds_between(s.last_token, now) / double(n));
+        ++generated;
+        if (s.req.stop_at_eos && std::find(stop_ids_.begin(), stop_ids_.end(), t.token) != stop_ids_.end()) {
+          finish(s, FinishReason::kStop, {}, t.token, t.logprob);
+          break;
+        }
+        s.generated.push_back(t.token);
+        s.next_input = t.token;
+        TokenEvent ev;
+        ev.token = t.token;
+        ev.logprob = t.logprob;
+        ev.top = t.top;
+        if (s.text) ev.text = s.text->push(t.token);
+        if (s.text && s.text->stopped()) {
+          ev.finish = FinishReason::kStop;
+        } else if (int64_t(s.generated.size()) >= s.req.max_tokens) {
+          ev.finish = FinishReason::kLength;
+          if (s.text) ev.text += s.text->finish();
+        }
+        if (ev.finish != FinishReason::kNone) s.done = true;
+        emit(s, std::move(ev));
+      }
       s.last_token = now;
-      ++generated;
-      if (s.req.stop_at_eos && std::find(stop_ids_.begin(), stop_ids_.end(), t.token) != stop_ids_.end()) {
-        finish(s, FinishReason::kStop, {}, t.token, t.logprob);
-        continue;
-      }
-      s.generated.push_back(t.token);
-      s.next_input = t.token;
-      TokenEvent ev;
-      ev.token = t.token;
-      ev.logprob = t.logprob;
-      ev.top = t.top;
-      if (s.text) ev.text = s.text->push(t.token);
-      if (s.text && s.text->stopped()) {
-        ev.finish = FinishReason::kStop;
-      } else if (int64_t(s.generated.size()) >= s.req.max_tokens) {
-        ev.finish = FinishReason::kLength;
-        if (s.text) ev.text += s.text->finish();
-      }
-      if (ev.finish != FinishReason::kNone) s.done = true;
-      emit(s, std::move(ev));
     }
     std::lock_guard lock(mu_);
+    for (const SpeculationStats& st : spec) {
+      metrics_.spec_verifies += uint64_t(st.verifies);
+      metrics_.spec_drafted += uint64_t(st.drafted);
+      metrics_.spec_accepted += uint64_t(st.accepted);
+      metrics_.spec_emitted += uint64_t(st.emitted);
+    }
     metrics_.prompt_tokens += prompt_tokens;
     metrics_.generated_tokens += generated;
     metrics_.long_prefills += long_prefills;

@@ -43,6 +43,7 @@
 
 #include "infer/inference_model.h"
 #include "infer/sampling.h"
+#include "infer/speculative.h"
 #include "model/vision_tower.h"
 
 namespace myriad {
@@ -63,6 +64,16 @@ struct EngineOptions {
   // prefix_every 0, when that is at least long_prefill_min tokens. The step's other sequences wait for it.
   std::function<Tensor(SequenceState& state, std::span<const int32_t> prompt)> long_prefill;
   int64_t long_prefill_min = 1;
+  // Speculative decoding (infer/speculative.h): draft "ngram" (prompt lookup) or "model" (draft_model, which must
+  // share the model's tokenizer; each sequence runs it on a state of its own, outside cache_mb); "" = off. A
+  // decoding sequence verifies up to spec_tokens drafts per step, fewer after rejections (its own k: one less
+  // after a rejection, two more after a verify that accepts every draft). Steps with more than spec_max_batch decoding
+  // sequences do not speculate: their products are no longer bound by reading the weights, so verifying drafts costs
+  // compute.
+  std::string draft;
+  std::shared_ptr<const InferenceModel> draft_model;
+  int64_t spec_tokens = 4;
+  int64_t spec_max_batch = 4;
 };
 
 // The --cache-dtype names: "f32", "bf16", "q8" (kQ8_0); anything else is a kValue error naming the choices.
@@ -135,6 +146,8 @@ struct EngineMetrics {
   int64_t running = 0, waiting = 0;
   size_t cache_bytes_used = 0, cache_bytes_reserved = 0, cache_bytes_budget = 0, prefix_cache_bytes = 0;
   LatencyHistogram time_to_first_token, time_per_output_token;
+  // Speculative decoding: verify forwards, drafted and accepted tokens, tokens those verifies produced.
+  uint64_t spec_verifies = 0, spec_drafted = 0, spec_accepted = 0, spec_emitted = 0;
 };
 
 class Engine {

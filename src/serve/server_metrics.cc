@@ -66,6 +66,17 @@ std::string metrics_text(HttpStats& http, const Engine* eng) {
   counter("myriad_engine_steps_total", "Engine steps (one batched forward each).", double(m.steps));
   counter("myriad_sequence_parallel_prefills_total", "Prompts prefilled by every rank side by side (--sp).",
           double(m.long_prefills));
+  counter("myriad_spec_verifies_total", "Speculative decoding: forwards that verified drafted tokens.",
+          double(m.spec_verifies));
+  counter("myriad_spec_draft_tokens_total", "Speculative decoding: tokens drafted.", double(m.spec_drafted));
+  counter("myriad_spec_accepted_tokens_total", "Speculative decoding: drafted tokens accepted.",
+          double(m.spec_accepted));
+  counter("myriad_spec_emitted_tokens_total", "Speculative decoding: tokens produced by the verifies.",
+          double(m.spec_emitted));
+  gauge("myriad_spec_acceptance_rate", "Speculative decoding: accepted / drafted tokens so far.",
+        m.spec_drafted ? double(m.spec_accepted) / double(m.spec_drafted) : 0.0);
+  gauge("myriad_spec_tokens_per_verify", "Speculative decoding: tokens produced per verify forward so far.",
+        m.spec_verifies ? double(m.spec_emitted) / double(m.spec_verifies) : 0.0);
   gauge("myriad_requests_running", "Sequences in the running batch.", double(m.running));
   gauge("myriad_requests_waiting", "Requests queued for admission.", double(m.waiting));
   gauge("myriad_cache_bytes_used", "Bytes of sequence state in use (KDA states and MLA pages).",
