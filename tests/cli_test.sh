@@ -135,6 +135,29 @@ grep -q "prompt tokens ([1-9][0-9]* from the prefix cache)" "$work/err" ||
 check "generate without the state" 0 "$bin" generate --model "$work/lc" --prompt-file "$work/docq.txt" --max-tokens 6 \
   --prefix-every 0
 cmp -s "$work/out" "$work/resumed.out" || { echo "FAIL: the resumed answer differs"; fails=$((fails + 1)); }
+# Speculative decoding from the CLI: a draft distilled from the run (its teacher), then generate with it and with
+# n-gram drafts: the greedy text equals the plain one; the statistics line says what was accepted.
+printf '{"stages": [{"seq_len": 64, "steps": 3}], "batch_tokens": 256, "eval_every": 100, "eval_batches": 1,
+  "checkpoint_every": 100}' >"$work/draft.train.json"
+check "distill a draft" 0 "$bin" distill --teacher "$work/lc" --config "$root/configs/tiny.json" \
+  --train-config "$work/draft.train.json" --generated-share 0.5 --out "$work/draft" --quiet
+[[ -s "$work/draft/distill.json" ]] || { echo "FAIL: distill wrote no distill.json"; fails=$((fails + 1)); }
+check "generate plain" 0 "$bin" generate --model "$work/lc" --prompt-file "$work/docq.txt" --max-tokens 24 \
+  --prefix-every 0
+cp "$work/out" "$work/plain.out"
+for d in "--draft-model $work/draft" "--draft ngram"; do
+  # shellcheck disable=SC2086
+  check "generate $d" 0 "$bin" generate --model "$work/lc" --prompt-file "$work/docq.txt" --max-tokens 24 \
+    --prefix-every 0 $d --spec-tokens 3
+  cmp -s "$work/out" "$work/plain.out" || { echo "FAIL: generate $d: the greedy text differs"; fails=$((fails + 1)); }
+  grep -q "speculation (.*): [0-9]* verifies" "$work/err" ||
+    { echo "FAIL: generate $d printed no speculation line"; sed 's/^/  | /' "$work/err"; fails=$((fails + 1)); }
+done
+check "generate --draft model without a model" 1 "$bin" generate --model "$work/lc" --prompt x --draft model
+one_error_line "--draft-model"
+check "distill without a teacher" 1 "$bin" distill --config "$root/configs/tiny.json" --out "$work/d2"
+one_error_line "--teacher"
+no_run_left "$work/d2"
 # Block-sparse MLA trained from the CLI with passkey samples mixed in; the mix's and the bench's refusals.
 printf '{"stages": [{"seq_len": 256, "steps": 2}, {"seq_len": 1024, "steps": 1}], "batch_tokens": 1024,
   "eval_every": 100, "eval_batches": 1, "task_eval_per_task": 0, "checkpoint_every": 100,

@@ -495,4 +495,25 @@ Tensor Transformer::logits(const Var& hidden) const {
   return ag::linear(Var(hidden.value(), false), head).value();
 }
 
+Var Transformer::distillation_loss(const Var& hidden, const Tensor& teacher_probs, const Tensor& targets) const {
+  const Var& head = config_.tie_word_embeddings ? p("model.embed_tokens.weight") : p("lm_head.weight");
+  const int64_t T = hidden.shape()[0], V = head.shape()[0];
+  MYRIAD_REQUIRE(teacher_probs.dtype() == DType::kF32 && teacher_probs.ndim() == 2 && teacher_probs.size(0) == T &&
+                     teacher_probs.size(1) == V && targets.numel() == T,
+                 kShape, "distillation: teacher probabilities ", shape_str(teacher_probs.shape()), " and ",
+                 targets.numel(), " targets for ", T, " positions of a ", V, "-token vocabulary");
+  // The ignored positions' rows zeroed: they add nothing, and the mean runs over the counted ones.
+  Tensor w = teacher_probs.contiguous().clone();
+  const Tensor t = targets.contiguous();
+  int64_t counted = 0;
+  for (int64_t i = 0; i < T; ++i) {
+    if (t.data<int64_t>()[i] == -100)
+      std::fill(w.data<float>() + i * V, w.data<float>() + (i + 1) * V, 0.0f);
+    else
+      ++counted;
+  }
+  const Var log_q = ag::log_softmax(ag::linear(hidden, head));
+  return ag::scale(ag::sum(ag::mul(log_q, Var(w, false))), -1.0f / float(std::max<int64_t>(counted, 1)));
+}
+
 }  // namespace myriad

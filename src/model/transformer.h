@@ -76,6 +76,11 @@ class Transformer {
   ForwardResult forward(const Tensor& tokens, const Tensor& targets, const ForwardOptions& opt = {}) const;
   // Logits [T, vocab] of hidden states (no gradient).
   Tensor logits(const ag::Var& hidden) const;
+  // Knowledge distillation (train/distill.h): the cross entropy of this model's next-token distributions against
+  // a teacher's, -sum_v p_t(v) log q_t(v), averaged over the positions whose target is counted (targets [T] i64,
+  // -100 = ignored); it differs from KL(p || q) by the teacher's entropy, a constant. hidden [T, D] after the
+  // final norm; teacher_probs f32 [T, vocab], rows summing to 1.
+  ag::Var distillation_loss(const ag::Var& hidden, const Tensor& teacher_probs, const Tensor& targets) const;
 
   // The modules, public so that tests, benchmarks and the decode paths can run one alone. x is the normed
   // input [T, D]; each returns [T, D] (the residual add is the caller's).

@@ -326,8 +326,10 @@ TrainSummary run_training(const RunRequest& request) {
   } else if (tc.task_eval_per_task > 0 && dims.ep == 1 &&
              dims.sp == 1)  // the built-in tasks (on other data they only show the format is unknown)
     to.evaluate_tasks = [&tok, &tc, eot](const Transformer& m) {
+      // With the tokenizer: ids past its vocabulary (a padded one) are never generated.
+      const InferenceModel inference(m.config(), DecodeWeights::from_model(m.weights()), tok);
       TaskScores s = evaluate_tasks(
-          m, [&tok](const std::string& t) { return tok.encode(t); },
+          inference, [&tok](const std::string& t) { return tok.encode(t); },
           [&tok](const std::vector<int32_t>& ids) { return tok.decode(ids); }, int(tc.task_eval_per_task), tc.seed + 99,
           int(tc.task_eval_max_new_tokens), eot, 1);
       nlohmann::json j;

@@ -54,7 +54,8 @@ TrainBatch shard_of(const TrainBatch& b, int s, int sp, const ModelConfig& c) {
                    b.patches,
                    b.grids,
                    true,
-                   b.image_row_offset};
+                   b.image_row_offset,
+                   b.teacher_probs.defined() ? b.teacher_probs.slice(0, s * T, (s + 1) * T).contiguous() : Tensor()};
   if (b.patches.defined() && c.media_placeholder_token_id) {
     const int64_t* ids = b.tokens.contiguous().data<int64_t>();
     shard.image_row_offset += std::count(ids, ids + s * T, *c.media_placeholder_token_id);
@@ -247,6 +248,12 @@ int64_t target_token_bytes(const TrainBatch& b, const Tokenizer& tok) {
 }
 
 ForwardResult Trainer::forward(const TrainBatch& b, ForwardOptions fo) {
+  if (b.teacher_probs.defined()) {  // distillation: the text model, the loss against the teacher's distributions
+    MYRIAD_REQUIRE(!b.patches.defined(), kValue, "training: distillation batches are text only");
+    ForwardResult r = model_.forward(b.tokens, Tensor(), fo);
+    r.loss = model_.distillation_loss(r.hidden, b.teacher_probs, b.targets);
+    return r;
+  }
   if (!b.patches.defined()) return model_.forward(b.tokens, b.targets, fo);
   const ModelConfig& c = model_.config();
   MYRIAD_REQUIRE(c.vision_config.has_value(), kValue,

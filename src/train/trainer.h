@@ -34,6 +34,9 @@ struct TrainBatch {
   // token rows from image_row_offset on (the placeholders before the shard).
   bool sequence_shard = false;
   int64_t image_row_offset = 0;
+  // Distillation (train/distill.h): a teacher's next-token probabilities f32 [T, vocab]; the loss is then the
+  // cross entropy against them (Transformer::distillation_loss) over the counted targets. Undefined: the targets'.
+  Tensor teacher_probs = {};
 };
 
 // UTF-8 bytes the counted targets of a batch decode to in `tok` (BatchSource::target_bytes of text sources).
