@@ -20,6 +20,7 @@
 #include "data/tokenizer.h"
 #include "infer/generate.h"
 #include "infer/inference_model.h"
+#include "infer/speculative.h"
 #include "infer/weight_layout.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
@@ -69,24 +70,52 @@ struct PyModel {
     return a;
   }
 
+  // The counters of the last generate() with speculation (infer/speculative.h).
+  mutable SpeculationStats last_speculation;
+
+  // draft: None (no speculation), "ngram" (prompt lookup) or a Model with the same tokenizer (draft model).
   py::array_t<int32_t> generate(const IdArray& prompt, int max_tokens, float temperature, int64_t top_k, float top_p,
-                                uint64_t seed, bool stop_at_eos) const {
-    const std::vector<int32_t> ids = to_ids(prompt, "generate(prompt)");
-    SamplingParams sp;
-    sp.temperature = temperature;
-    sp.top_k = top_k;
-    sp.top_p = top_p;
-    sp.seed = seed;
-    const Tokenizer& tok = model->tokenizer();
-    const int32_t stop = stop_at_eos && tok.loaded() && tok.end_of_text_id() >= 0 ? tok.end_of_text_id() : -1;
-    std::vector<int32_t> out;
-    {
-      py::gil_scoped_release free;
-      out = myriad::generate(*model, ids, max_tokens, sp, stop);
-    }
-    return to_numpy(out);
+                                uint64_t seed, bool stop_at_eos, const py::object& draft = py::none(),
+                                int64_t spec_tokens = 4) const;
+
+  py::array_t<int32_t> generate_plain(const IdArray& prompt, int max_tokens, float temperature, int64_t top_k,
+                                      float top_p, uint64_t seed, bool stop_at_eos) const {
+    return generate(prompt, max_tokens, temperature, top_k, top_p, seed, stop_at_eos);
   }
 };
+
+py::array_t<int32_t> PyModel::generate(const IdArray& prompt, int max_tokens, float temperature, int64_t top_k,
+                                       float top_p, uint64_t seed, bool stop_at_eos, const py::object& draft,
+                                       int64_t spec_tokens) const {
+  const std::vector<int32_t> ids = to_ids(prompt, "generate(prompt)");
+  SamplingParams sp;
+  sp.temperature = temperature;
+  sp.top_k = top_k;
+  sp.top_p = top_p;
+  sp.seed = seed;
+  const Tokenizer& tok = model->tokenizer();
+  const int32_t stop = stop_at_eos && tok.loaded() && tok.end_of_text_id() >= 0 ? tok.end_of_text_id() : -1;
+  std::unique_ptr<Drafter> drafter;
+  if (py::isinstance<py::str>(draft)) {
+    const auto name = draft.cast<std::string>();
+    MYRIAD_REQUIRE(name == "ngram", kValue, "generate(draft): \"ngram\", a Model or None, got \"", name, "\"");
+    drafter = std::make_unique<NgramDrafter>();
+  } else if (py::isinstance<PyModel>(draft)) {
+    drafter = std::make_unique<ModelDrafter>(draft.cast<const PyModel&>().model, *model, seed);
+  } else {
+    MYRIAD_REQUIRE(draft.is_none(), kValue, "generate(draft): \"ngram\", a Model or None");
+  }
+  MYRIAD_REQUIRE(spec_tokens >= 1 && spec_tokens <= 64, kValue, "generate(spec_tokens): ", spec_tokens,
+                 " is outside [1, 64]");
+  std::vector<int32_t> out;
+  last_speculation = {};
+  {
+    py::gil_scoped_release free;
+    out = myriad::generate(*model, ids, max_tokens, sp, stop, {}, 0,
+                           {drafter.get(), spec_tokens, drafter ? &last_speculation : nullptr});
+  }
+  return to_numpy(out);
+}
 
 // The training model and its optimizer: one AdamW step per call on a batch of sequences.
 struct PyTrainer {
@@ -175,14 +204,28 @@ PYBIND11_MODULE(myriad, m) {
       .def("logits", &PyModel::logits, py::arg("tokens"), "float32 [T, vocab]: the logits after every token")
       .def("generate", &PyModel::generate, py::arg("prompt"), py::arg("max_tokens") = 32, py::arg("temperature") = 0.0f,
            py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("stop_at_eos") = true,
-           "the new tokens (int32); temperature 0 is greedy")
+           py::arg("draft") = py::none(), py::arg("spec_tokens") = 4,
+           "the new tokens (int32); temperature 0 is greedy. draft: \"ngram\" or a draft Model (same tokenizer) "
+           "for speculative decoding (the output keeps the distribution; greedy: the same tokens)")
+      .def_property_readonly(
+          "last_speculation",
+          [](const PyModel& p) {
+            const SpeculationStats& s = p.last_speculation;
+            py::dict d;
+            d["verifies"] = s.verifies;
+            d["drafted"] = s.drafted;
+            d["accepted"] = s.accepted;
+            d["emitted"] = s.emitted;
+            return d;
+          },
+          "counters of the last generate() with a draft: verifies, drafted, accepted, emitted")
       .def(
           "generate_text",
           [](const PyModel& p, const std::string& prompt, int max_tokens, float temperature, uint64_t seed) {
             const std::vector<int32_t> ids = p.model->tokenizer().encode(prompt);
             IdArray a(py::ssize_t(ids.size()));
             std::copy(ids.begin(), ids.end(), a.mutable_data());
-            const py::array_t<int32_t> out = p.generate(a, max_tokens, temperature, 0, 1.0f, seed, true);
+            const py::array_t<int32_t> out = p.generate_plain(a, max_tokens, temperature, 0, 1.0f, seed, true);
             return p.model->tokenizer().decode(std::vector<int32_t>(out.data(), out.data() + out.size()));
           },
           py::arg("prompt"), py::arg("max_tokens") = 32, py::arg("temperature") = 0.0f, py::arg("seed") = 0);

@@ -15,6 +15,7 @@
 #include "bench/op_bench.h"
 #include "bench/report.h"
 #include "bench/serve_bench.h"
+#include "bench/spec_bench.h"
 #include "bench/vision_bench.h"
 #include "cli.h"
 #include "core/error.h"
@@ -167,6 +168,26 @@ int run_serve(const myriad::cli::Args& args) {
   return 0;
 }
 
+int run_spec(const myriad::cli::Args& args) {
+  using namespace myriad;
+  using namespace myriad::bench;
+  SpecBenchOptions opt;
+  opt.model_dir = args.get_or("model", "");
+  MYRIAD_REQUIRE(!opt.model_dir.empty(), kValue, "bench spec needs --model DIR (a trained model or run)");
+  opt.draft_model_dir = args.get_or("draft-model", "");
+  opt.spec_tokens = args.get_int("spec-tokens", opt.spec_tokens, 1, 64);
+  opt.tokens = args.get_int("tokens", opt.tokens, 2, 1 << 20);
+  opt.rounds = args.get_int("rounds", opt.rounds, 1, 100);
+  opt.doc_tokens = args.get_int("doc-tokens", opt.doc_tokens, 64, 1 << 20);
+  std::printf("myriad bench spec: %d threads, %lld rounds of plain and speculative runs interleaved (best of each)\n",
+              myriad::num_threads(), (long long)opt.rounds);
+  const MachineLimits limits = measure_machine_limits(3.0);
+  print_ceilings(stdout, limits);
+  const nlohmann::ordered_json j = run_spec_bench(opt, limits, stdout);
+  write_bench_json(args, "spec", &limits, j);
+  return 0;
+}
+
 int run_dist(const myriad::cli::Args& args) {
   using namespace myriad;
   using namespace myriad::bench;
@@ -254,10 +275,11 @@ int run_longctx(const myriad::cli::Args& args) {
 int run_bench(const myriad::cli::Args& args) {
   const auto& pos = args.positional();
   MYRIAD_REQUIRE(pos.size() == 1 && (pos[0] == "ops" || pos[0] == "model" || pos[0] == "serve" || pos[0] == "dist" ||
-                                     pos[0] == "vision" || pos[0] == "longctx"),
-                 kValue, "bench: expected one benchmark name (ops, model, serve, dist, vision or longctx), got ",
+                                     pos[0] == "vision" || pos[0] == "longctx" || pos[0] == "spec"),
+                 kValue, "bench: expected one benchmark name (ops, model, serve, spec, dist, vision or longctx), got ",
                  pos.empty() ? std::string("none") : "'" + pos[0] + "'" + (pos.size() > 1 ? " and more" : ""));
   if (pos[0] == "serve") return run_serve(args);
+  if (pos[0] == "spec") return run_spec(args);
   if (pos[0] == "vision") return run_vision(args);
   if (pos[0] == "longctx") return run_longctx(args);
   if (pos[0] == "dist") return run_dist(args);
@@ -271,6 +293,8 @@ MYRIAD_COMMAND(
     "myriad bench ops [--seconds S] [--json FILE]\n"
     "       myriad bench model --config FILE [--seq T] [--seconds S] [--json FILE]\n"
     "       myriad bench serve (--model DIR | --config FILE) [--formats LIST] [--seconds S] [--json FILE]\n"
+    "       myriad bench spec --model DIR [--draft-model DIR] [--spec-tokens K] [--tokens N] [--rounds R] "
+    "[--doc-tokens N] [--json FILE]\n"
     "       mpirun -np N myriad bench dist [--seconds S] [--json FILE]   (scripts/mpirun.sh here)\n"
     "       myriad bench vision [--config FILE] [--patches N] [--layers L] [--seconds S] [--json FILE]\n"
     "       myriad bench longctx [--config FILE] [--context N] [--chunk T] [--cache q8] [--decode N] [--at LIST]"
@@ -281,7 +305,12 @@ MYRIAD_COMMAND(
      {"json", "FILE", "also write the figures as JSON (to FILE.tmp, then renamed)"},
      {"config", "FILE", "model, serve: the model config.json (or a directory holding one); serve: random init"},
      {"formats", "LIST", "serve: weight formats to time, of f32,q8,q4,mxfp4 (default f32,q8,q4)"},
-     {"model", "DIR", "serve: a plain model directory or run (quantized forms are made from it)"},
+     {"model", "DIR", "serve: a plain model directory or run (quantized forms are made from it); spec: the target"},
+     {"draft-model", "DIR", "spec: a draft model with the target's tokenizer (myriad distill)"},
+     {"spec-tokens", "K", "spec: drafted tokens verified per step (default 4)"},
+     {"tokens", "N", "spec: tokens generated per request (default 192; 96 at batch 16)"},
+     {"rounds", "R", "spec: interleaved plain / speculative repeats per row (default 3)"},
+     {"doc-tokens", "N", "spec: the copy task's document (default 1024)"},
      {"seq", "T", "model: tokens in the sequence (default min(1024, max_position_embeddings))"},
      {"patches", "N", "vision: patches of the one image timed (default 1024: 448 x 448 pixels at patch 14)"},
      {"layers", "L", "vision: tower blocks timed (default 2; 0: all)"},

@@ -73,6 +73,22 @@ def test_greedy_generation_is_the_argmax_of_recomputed_logits(work):
     assert isinstance(model.generate_text("Hello", max_tokens=3), str)
 
 
+def test_speculative_generation_keeps_the_greedy_tokens(work):
+    d, _ = work
+    model = myriad.Model(str(d / "model"))
+    prompt = np.array([11, 22, 33, 44, 11, 22, 33, 44, 11, 22])
+    plain = model.generate(prompt, max_tokens=12, temperature=0, stop_at_eos=False)
+    # n-gram drafts, and the model drafting for itself (every draft accepted)
+    for draft in ("ngram", model):
+        got = model.generate(prompt, max_tokens=12, temperature=0, stop_at_eos=False, draft=draft, spec_tokens=3)
+        np.testing.assert_array_equal(got, plain)
+        s = model.last_speculation
+        assert s["verifies"] > 0 and s["emitted"] == 11
+    assert s["accepted"] == s["drafted"]
+    with pytest.raises(ValueError, match="ngram"):
+        model.generate(prompt, max_tokens=2, draft="bigram")
+
+
 def test_training_step_loss_and_learning(work):
     d, _ = work
     rng = np.random.default_rng(0)
