@@ -95,12 +95,14 @@ std::vector<int32_t> NgramDrafter::draft(std::span<const int32_t> prompt, std::s
   q.clear();
   const auto total = int64_t(prompt.size() + output.size());
   // A context that is not a continuation of the indexed one (a new request): start over.
+  // Checked at its ends, not whole (that would be O(prompt) per round): a drafter serves one sequence, and a wrong
+  // guess costs drafts, never correctness.
   const bool continues =
-      int64_t(context_.size()) <= total &&
-      std::equal(context_.begin(),
-                 context_.begin() + std::min<ptrdiff_t>(ptrdiff_t(context_.size()), ptrdiff_t(prompt.size())),
-                 prompt.begin());
+      int64_t(context_.size()) <= total && prompt_size_ == prompt.size() &&
+      (prompt.empty() || (prompt.front() == context_.front() && prompt.back() == context_[prompt.size() - 1]));
+
   if (!continues) {
+    prompt_size_ = prompt.size();
     context_.clear();
     indexed_ = 0;
     for (auto& m : last_end_) m.clear();
@@ -153,21 +155,25 @@ ModelDrafter::ModelDrafter(std::shared_ptr<const InferenceModel> draft, const In
 std::vector<int32_t> ModelDrafter::draft(std::span<const int32_t> prompt, std::span<const int32_t> output, int64_t k,
                                          const Sampler& target_sampler, std::vector<TokenDistribution>& q) {
   q.clear();
-  std::vector<int32_t> context(prompt.begin(), prompt.end());
-  context.insert(context.end(), output.begin(), output.end());
+  const auto total = int64_t(prompt.size() + output.size());
+  auto at = [&](int64_t i) {
+    return i < int64_t(prompt.size()) ? prompt[size_t(i)] : output[size_t(i) - prompt.size()];
+  };
   std::vector<int32_t> out;
-  const int64_t room = model_->config().max_position_embeddings - int64_t(context.size());
-  k = std::min(k, room);
-  if (k <= 0 || context.empty()) return out;
-  // What the draft state already holds of this context: roll back to it (the last token is fed again when the state
-  // holds the whole context, its logits being needed).
-  auto mismatch = std::mismatch(processed_.begin(), processed_.end(), context.begin(), context.end());
-  auto common = int64_t(mismatch.first - processed_.begin());
-  common = std::min<int64_t>(common, int64_t(context.size()) - 1);
+  k = std::min(k, model_->config().max_position_embeddings - total);
+  if (k <= 0 || total == 0) return out;
+  // What the draft state already holds of this context: kept up to where the last round's drafts begin to differ
+  // from what was accepted, rolled back there (the context before the last speculation is taken as unchanged: the
+  // drafter serves one sequence, and a wrong guess would cost drafts, never correctness). The last token is fed
+  // again when the state holds the whole context, its logits being needed.
+  int64_t common = state_.speculating() ? state_.speculation_start() : 0;
+  if (common > int64_t(processed_.size()) || common > total) common = 0;
+  while (common < int64_t(processed_.size()) && common < total && processed_[size_t(common)] == at(common)) ++common;
+  common = std::min(common, total - 1);
   if (common < state_.tokens) {
     if (state_.speculating() && common >= state_.speculation_start()) {
       state_.rewind(common);
-    } else {  // the kept states do not reach back that far (another request): start over
+    } else {  // the kept states do not reach back that far: start over
       state_ = model_->new_sequence();
       common = 0;
     }
@@ -176,10 +182,10 @@ std::vector<int32_t> ModelDrafter::draft(std::span<const int32_t> prompt, std::s
   state_.end_speculation();
   // Feed the rest of the context (one forward), then sample k tokens one forward each, keeping the states so that
   // the next round can roll back to the accepted ones.
-  std::span<const int32_t> feed(context.data() + common, context.size() - size_t(common));
+  std::vector<int32_t> feed;
+  for (int64_t i = common; i < total; ++i) feed.push_back(at(i));
   Sampler sampler = target_sampler.fork(seed_ + uint64_t(rounds_++));
   state_.begin_speculation();
-  std::vector<int32_t> one(1);
   for (int64_t i = 0; i < k; ++i) {
     const BatchEntry e{&state_, feed};
     Tensor logits = model_->forward(std::span<const BatchEntry>(&e, 1));
@@ -191,8 +197,7 @@ std::vector<int32_t> ModelDrafter::draft(std::span<const int32_t> prompt, std::s
     out.push_back(t);
     q.push_back(std::move(d));
     if (int64_t(out.size()) == k || state_.tokens + 1 > model_->config().max_position_embeddings) break;
-    one[0] = t;
-    feed = std::span<const int32_t>(one);
+    feed.assign(1, t);
   }
   return out;
 }

@@ -62,6 +62,7 @@ class NgramDrafter final : public Drafter {
  private:
   int64_t max_n_, min_n_;
   std::vector<int32_t> context_;                                 // what has been indexed (prompt + output)
+  size_t prompt_size_ = 0;                                       // the prompt's length within context_
   int64_t indexed_ = 0;                                          // n-grams ending before this position are in the index
   std::vector<std::unordered_map<uint64_t, int64_t>> last_end_;  // per n: hash -> latest end position
 };
