@@ -1,7 +1,6 @@
 #include "infer/generate.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "core/error.h"
 
@@ -16,9 +15,6 @@ std::vector<int32_t> generate(const InferenceModel& model, std::span<const int32
   MYRIAD_REQUIRE(!speculation.drafter || speculation.tokens >= 1, kValue, "generate: speculative tokens (",
                  speculation.tokens, ") must be >= 1");
   Sampler sampler(sampling);  // validates
-  const Tokenizer& tok = model.tokenizer();
-  const int64_t text_vocab = tok.loaded() ? std::min(tok.vocab_size(), model.vocab_size()) : model.vocab_size();
-  constexpr float kInf = std::numeric_limits<float>::infinity();
   std::vector<int32_t> out;
   if (max_new_tokens == 0) return out;
   const int64_t max_context = model.config().max_position_embeddings;
@@ -38,8 +34,7 @@ std::vector<int32_t> generate(const InferenceModel& model, std::span<const int32
     const BatchEntry e{&seq, feed};
     Tensor logits = model.forward(std::span<const BatchEntry>(&e, 1));  // [1, vocab]
     context += int64_t(feed.size());
-    // Ids past the tokenizer's vocabulary (a vocabulary padded for the matrix shapes) are never produced.
-    for (int64_t v = text_vocab; v < logits.numel(); ++v) logits.data<float>()[v] = -kInf;
+    model.mask_padded_ids(logits.data<float>(), 1);
     const SampledToken t = sampler.sample(std::span<float>(logits.data<float>(), size_t(logits.numel())), tail);
     more = false;
     if (stop_id >= 0 && t.token == stop_id) break;

@@ -163,6 +163,16 @@ std::shared_ptr<InferenceModel> InferenceModel::load(const std::string& dir_in,
   return m;
 }
 
+int64_t InferenceModel::text_vocab_size() const {
+  return tokenizer_.loaded() ? std::min(tokenizer_.vocab_size(), vocab_size()) : vocab_size();
+}
+
+void InferenceModel::mask_padded_ids(float* logits, int64_t rows) const {
+  const int64_t V = vocab_size(), text = text_vocab_size();
+  for (int64_t r = 0; r < rows; ++r)
+    std::fill(logits + r * V + text, logits + (r + 1) * V, -std::numeric_limits<float>::infinity());
+}
+
 SequenceState InferenceModel::new_sequence(int64_t page_tokens, DType cache_dtype) const {
   SequenceState s;
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {

@@ -101,6 +101,11 @@ class InferenceModel {
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const std::string& source() const { return source_; }
   int64_t vocab_size() const { return config_.vocab_size; }
+  // The ids its tokenizer knows, min(tokenizer vocabulary, vocab_size()) (vocab_size() without a tokenizer), and
+  // -inf on the rest in `rows` rows of logits [rows, vocab_size()]: ids of a vocabulary padded for the matrix shapes
+  // are never produced (generate(), the serving engine, speculation).
+  int64_t text_vocab_size() const;
+  void mask_padded_ids(float* logits, int64_t rows) const;
   int64_t kda_chunk = 64;
   // The MoE dispatch seam (model/moe_dispatch.h): null, every expert in this process; an expert-parallel
   // dispatcher must outlive the model's forward calls.

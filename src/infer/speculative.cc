@@ -1,7 +1,6 @@
 #include "infer/speculative.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "core/error.h"
 
@@ -54,19 +53,6 @@ bool accept_draft(const TokenDistribution& p, const TokenDistribution* q, int32_
   *replacement = chosen;
   return false;
 }
-
-namespace {
-
-// Ids past the tokenizer's vocabulary (a vocabulary padded for the matrix shapes) are never produced: -inf on
-// rows [rows, vocab] of logits, as the serving engine and generate() do.
-void mask_padded(const InferenceModel& m, float* logits, int64_t rows) {
-  const Tokenizer& tok = m.tokenizer();
-  const int64_t V = m.vocab_size(), text = tok.loaded() ? std::min(tok.vocab_size(), V) : V;
-  for (int64_t r = 0; r < rows; ++r)
-    std::fill(logits + r * V + text, logits + (r + 1) * V, -std::numeric_limits<float>::infinity());
-}
-
-}  // namespace
 
 // ---- n-gram drafts ----
 
@@ -189,7 +175,7 @@ std::vector<int32_t> ModelDrafter::draft(std::span<const int32_t> prompt, std::s
   for (int64_t i = 0; i < k; ++i) {
     const BatchEntry e{&state_, feed};
     Tensor logits = model_->forward(std::span<const BatchEntry>(&e, 1));
-    mask_padded(*model_, logits.data<float>(), 1);
+    model_->mask_padded_ids(logits.data<float>(), 1);
     processed_.insert(processed_.end(), feed.begin(), feed.end());
     TokenDistribution d = sampler.distribution(std::span<float>(logits.data<float>(), size_t(logits.numel())), prompt);
     const int32_t t = draw_token(d, d.greedy ? 0.0 : sampler.uniform());
@@ -225,7 +211,7 @@ std::vector<SampledToken> speculative_round(const InferenceModel& target, Sequen
   BatchEntry e{&seq, chunk};
   e.logit_rows = int64_t(chunk.size());
   Tensor logits = target.forward(std::span<const BatchEntry>(&e, 1));  // [1 + drafts, V]
-  mask_padded(target, logits.data<float>(), logits.size(0));
+  target.mask_padded_ids(logits.data<float>(), logits.size(0));
   return accept_verified(seq, start, sampler, drafts, q, logits.data<float>(), logits.size(1), prompt, stats);
 }
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <optional>
 
 #include "core/memory_release.h"
@@ -173,8 +172,7 @@ Engine::Engine(std::shared_ptr<const InferenceModel> model, EngineOptions option
       size_t(mla_layers) * MlaCache::page_bytes(model_->config().kv_lora_rank, model_->config().qk_rope_head_dim,
                                                 opt_.page_tokens, opt_.cache_dtype);
   metrics_.cache_bytes_budget = size_t(opt_.cache_mb) << 20;
-  text_vocab_ = model_->tokenizer().loaded() ? std::min(model_->vocab_size(), model_->tokenizer().vocab_size())
-                                             : model_->vocab_size();
+  text_vocab_ = model_->text_vocab_size();
   // The tokenizer's end-of-sequence tokens; a model served as ids only stops at myriad's.
   stop_ids_ =
       model_->tokenizer().loaded() ? model_->tokenizer().stop_ids() : std::vector<int32_t>{kEndOfTextId, kEosId};
@@ -715,9 +713,7 @@ bool Engine::step() {
       const float* src =
           part.row < 0 ? part.long_logits.data<float>() : logits.data<float>() + logit_row[size_t(part.row)] * V;
       std::vector<float> row(src, src + rows * V);
-      // Ids past the tokenizer's vocabulary (a vocabulary padded for the matrix shapes) are never produced.
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t v = text_vocab_; v < V; ++v) row[size_t(r * V + v)] = -std::numeric_limits<float>::infinity();
+      model_->mask_padded_ids(row.data(), rows);  // a padded vocabulary's ids are never produced
       try {
         if (rows > 1) {
           const std::span<const int32_t> drafts(s.chunk.data() + 1, s.chunk.size() - 1);

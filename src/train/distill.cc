@@ -39,8 +39,7 @@ TrainBatch DistillSource::labelled(const std::vector<int64_t>& ids) const {
   const BatchEntry e{&s, in};
   Tensor logits = teacher_->forward(std::span<const BatchEntry>(&e, 1), /*all_logits=*/true);  // [T, V]
   const int64_t V = logits.size(1);
-  const Tokenizer& tok = teacher_->tokenizer();
-  const int64_t text = tok.loaded() ? std::min(tok.vocab_size(), V) : V;  // padded ids get no mass
+  const int64_t text = teacher_->text_vocab_size();  // padded ids get no mass
   float* x = logits.data<float>();
   for (int64_t t = 0; t < T; ++t) {
     float* row = x + t * V;
