@@ -152,6 +152,10 @@ int run_serve(const myriad::cli::Args& args) {
           {"decode_tokens_s_b1", r.decode_tokens_s[0]},  {"decode_tokens_s_b4", r.decode_tokens_s[1]},
           {"decode_tokens_s_b16", r.decode_tokens_s[2]}, {"b1_bytes_per_token", r.bytes_per_token},
           {"b1_bandwidth_gbs", r.bandwidth_gbs},         {"triad_gbs", r.triad_gbs}};
+    for (const ServeBenchRow& r : res.rows) {
+      j["formats"][r.format]["b1_step_ms"] = 1e3 * r.decode_step_s;
+      for (const auto& [phase, s] : r.decode_phases) j["formats"][r.format]["b1_phase_ms"][phase] = 1e3 * s;
+    }
     for (const auto& r : res.context) {
       const std::string cache = r.cache == myriad::DType::kF32    ? "f32"
                                 : r.cache == myriad::DType::kBF16 ? "bf16"

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include "core/phase_profile.h"
 #include "core/timing.h"
 #include "infer/inference_model.h"
 #include "io/checkpoint.h"
@@ -55,6 +56,33 @@ double cache_bytes_per_token(const SequenceState& s) {
   return double(s.mla_bytes()) + 2.0 * double(s.kda_bytes());
 }
 
+}  // namespace
+
+namespace {
+// The batch-1 decode phases of every format side by side, ms per token and share of the step.
+void print_decode_phases(const std::vector<ServeBenchRow>& rows, FILE* out) {
+  std::vector<std::string> names;  // first-seen order over the formats
+  for (const ServeBenchRow& r : rows)
+    for (const auto& [name, s] : r.decode_phases)
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  std::fprintf(out, "\nbatch-1 decode by phase (ms per token, %% of the step; the steps above, profiled):\n%-56s",
+               "phase");
+  for (const ServeBenchRow& r : rows) std::fprintf(out, " %15s", r.format.c_str());
+  std::fprintf(out, "\n");
+  for (const std::string& name : names) {
+    std::fprintf(out, "%-56s", name.c_str());
+    for (const ServeBenchRow& r : rows) {
+      double s = 0;
+      for (const auto& [n, v] : r.decode_phases)
+        if (n == name) s = v;
+      std::fprintf(out, " %8.3f %5.1f%%", 1e3 * s, r.decode_step_s > 0 ? 100.0 * s / r.decode_step_s : 0.0);
+    }
+    std::fprintf(out, "\n");
+  }
+  std::fprintf(out, "%-56s", "step (the whole forward)");
+  for (const ServeBenchRow& r : rows) std::fprintf(out, " %8.3f %6s", 1e3 * r.decode_step_s, "");
+  std::fprintf(out, "\n");
+}
 }  // namespace
 
 ServeBenchResult run_serve_bench(const ServeBenchOptions& opt, const MachineLimits& limits, FILE* out) {
@@ -139,6 +167,22 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& opt, const MachineLimi
         // a pass right after a decode step can run well below the machine's bandwidth (seen: 28 against 48 GB/s),
         // and a ratio against it alone would credit decode with more than the memory gives.
         row.triad_gbs = std::max(triad.bytes_per_pass() / t.b.best_s * 1e-9, limits.triad.gbs);
+        // Where a step goes: the same steps (after a triad pass each group, as timed) with the phase profile on.
+        PhaseProfile profile;
+        double forward_s = 0;
+        constexpr int kGroups = 16;
+        for (int g = 0; g < kGroups; ++g) {
+          triad.run();
+          const PhaseProfileGuard on(profile);
+          const double t0 = now_seconds();
+          step();
+          forward_s += now_seconds() - t0;
+        }
+        const double steps = double(kGroups * kSteps);
+        for (const PhaseProfile::Phase& p : profile.phases()) row.decode_phases.emplace_back(p.name, p.seconds / steps);
+        row.decode_phases.emplace_back("other (expert choice, dispatch, combine, MLA latents)",
+                                       (forward_s - profile.total_seconds()) / steps);
+        row.decode_step_s = forward_s / steps;
       }
     }
     std::fprintf(out, "%-6s %12.0f %8.1f%% %11.1f %11.1f %11.1f %12.2f %10.2f %8.1f%%\n", fmt.c_str(),
@@ -148,6 +192,7 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& opt, const MachineLimi
     std::fflush(out);
     res.rows.push_back(row);
   }
+  print_decode_phases(res.rows, out);
   // 3. context: f32 decode per token at 1K and at the long context, with an f32 and with a bf16 latent cache
   for (const DType cache_dtype : {DType::kF32, DType::kBF16, DType::kQ8_0}) {
     const InferenceModel m(c, base);

@@ -20,6 +20,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -49,6 +50,9 @@ struct ServeBenchRow {
   double prefill_tokens_s = 0, prefill_gflops = 0;
   double decode_tokens_s[3] = {0, 0, 0};  // batch 1, 4, 16
   double bytes_per_token = 0, bandwidth_gbs = 0, triad_gbs = 0;
+  // Batch-1 decode broken into phases (core/phase_profile.h): seconds per token each, and the whole forward's.
+  std::vector<std::pair<std::string, double>> decode_phases;
+  double decode_step_s = 0;
 };
 
 struct ServeBenchResult {

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "autograd/functions.h"
+#include "core/phase_profile.h"
 #include "core/threads.h"
 #include "infer/weight_layout.h"
 #include "io/checkpoint.h"
@@ -183,6 +184,7 @@ SequenceState InferenceModel::new_sequence(int64_t page_tokens, DType cache_dtyp
 }
 
 Tensor InferenceModel::rmsnorm(const Tensor& x_in, const float* weight) const {
+  const PhaseScope phase("norms");
   const Tensor x = x_in.contiguous();
   const int64_t N = x.size(0), D = x.size(1);
   Tensor y = Tensor::empty({N, D});
@@ -195,6 +197,7 @@ Tensor InferenceModel::rmsnorm(const Tensor& x_in, const float* weight) const {
 
 Tensor InferenceModel::attn_res_read(const float* norm, const float* proj, const std::vector<Tensor>& cands) const {
   // The AttnRes read as training runs it (ops::attn_res_read_forward: one op, DESIGN 1.4).
+  const PhaseScope phase("AttnRes reads");
   std::vector<Tensor> held;  // contiguous copies where a candidate is a view
   std::vector<const float*> v;
   for (const Tensor& c : cands) {
@@ -230,16 +233,22 @@ struct HostFfn {
   Device device;
   Tensor shared_out;  // the shared experts' output, when experts() computed it beside the routed ones
 
-  Tensor linear(const Tensor& x, const LinearWeight* w) const { return w->apply(x); }
+  Tensor linear(const Tensor& x, const LinearWeight* w) const {
+    const PhaseScope phase("FFN products (dense, shared, latent)");
+    return w->apply(x);
+  }
   Tensor glu(const Tensor& g, const Tensor& u) const {
+    const PhaseScope phase("FFN activations");
     ops::glu_forward(device, glu_params(c), g.data<float>(), g.data<float>(), u.data<float>(), g.size(0), g.size(1));
     return g;
   }
   Tensor add(const Tensor& a, const Tensor& b) const {
+    const PhaseScope phase("residual adds");
     ops::axpy(device, a.data<float>(), b.data<float>(), 1.0f, a.numel());
     return a;
   }
   Tensor rmsnorm(const Tensor& x, const float* weight, float eps) const {
+    const PhaseScope phase("norms");
     const int64_t N = x.size(0), D = x.size(1);
     Tensor y = Tensor::empty({N, D});
     thread_local std::vector<float> rstd;
@@ -248,6 +257,7 @@ struct HostFfn {
     return y;
   }
   Tensor router_scores(const Tensor& x, const LinearWeight* w) const {
+    const PhaseScope phase("MoE routing");
     Tensor s = w->apply(x);  // [N, E] f32
     if (c.moe_router_activation_func == RouterActivation::kSoftmax)
       ops::softmax_forward(device, s.data<float>(), s.data<float>(), s.size(0), s.size(1));
@@ -257,6 +267,7 @@ struct HostFfn {
   }
   const Tensor& values(const Tensor& v) const { return v; }
   Tensor route_weights(const Tensor& s, const Tensor& idx, float scale, bool renormalize) const {
+    const PhaseScope phase("MoE routing");
     const int64_t N = idx.size(0), k = idx.size(1);
     Tensor p = Tensor::empty({N, k});
     ops::route_weights_forward(device, p.data<float>(), nullptr, s.data<float>(), idx.data<int32_t>(), N, s.size(1), k,
@@ -273,6 +284,7 @@ struct HostFfn {
   // largest) instead of three products of their own after them. Larger batches run the experts in turn, each
   // product threaded inside.
   Tensor experts(const ExpertBatch& batch, MoeDispatcher::Range local, const Moe& w, const Tensor& x) {
+    const PhaseScope phase("MoE experts (routed + shared)");
     const Tensor& rows = batch.rows.value();  // [copies, L]
     const std::vector<int64_t>& off = batch.offsets;
     const int64_t L = rows.size(1), F = c.moe_intermediate_size;
@@ -385,6 +397,7 @@ struct InferenceModel::Stack {
   }
   Tensor ffn(int64_t l, const Tensor& h) const { return m.ffn(l, m.rmsnorm(h, m.layers_[size_t(l)].post_norm), batch); }
   Tensor add(const Tensor& a, const Tensor& b) const {
+    const PhaseScope phase("residual adds");
     Tensor r = a.clone();
     ops::axpy(r.device(), r.data<float>(), b.contiguous().data<float>(), 1.0f, r.numel());
     return r;
@@ -463,6 +476,7 @@ Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logit
   if (N <= 16) single_blas.emplace();
   Tensor running = Tensor::empty({N, D});
   if (N > 0) {
+    const PhaseScope phase("embedding");
     ops::embedding_forward(w_->device(), running.data<float>(), embed_, ids.data(), N, c.vocab_size, D);
   }
   place_images(batch, running);
@@ -487,6 +501,7 @@ Tensor InferenceModel::forward(std::span<const BatchEntry> batch, bool all_logit
     }
   }
   const Tensor normed = rmsnorm(rows, final_norm_);
+  const PhaseScope phase("lm_head");
   return lm_head_->apply(normed);
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/phase_profile.h"
 #include "core/threads.h"
 #include "infer/decode_weights.h"
 #include "model/constants.h"
@@ -84,6 +85,7 @@ struct HostKda {
   int64_t N, H, K, W, chunk;
 
   std::array<Tensor, 6> project(const Tensor& x, std::array<const LinearWeight*, 6> w) const {
+    const PhaseScope phase("KDA products");
     // Every product of x at once: one quantization of x and one parallel region when the weights are quantized.
     std::array<Tensor, 6> y;
     std::array<float*, 6> yp{};
@@ -94,8 +96,12 @@ struct HostKda {
     LinearWeight::apply_many(w, x.data<float>(), N, yp);
     return y;
   }
-  Tensor linear(const Tensor& x, const LinearWeight& w) const { return w.apply(x); }
+  Tensor linear(const Tensor& x, const LinearWeight& w) const {
+    const PhaseScope phase("KDA products");
+    return w.apply(x);
+  }
   Tensor short_conv(const Tensor& lin, const Tensor& w, int which) const {
+    const PhaseScope phase("KDA short convs");
     static constexpr Tensor KdaState::*kTail[3] = {&KdaState::conv_q, &KdaState::conv_k, &KdaState::conv_v};
     const int64_t HK = H * K;
     Tensor y = Tensor::empty({N, HK});
@@ -172,25 +178,30 @@ struct HostKda {
     std::copy(state.begin(), state.end(), S.data<float>());
   }
   Tensor l2norm_heads(const Tensor& x, float eps) const {
+    const PhaseScope phase("KDA gates and norms");
     thread_local std::vector<float> rnorm;  // the per-row statistics (unused here)
     if (rnorm.size() < size_t(N * H)) rnorm.resize(size_t(N * H));
     ops::l2norm_forward(device, x.data<float>(), rnorm.data(), x.data<float>(), N * H, K, eps);
     return x;
   }
   Tensor scale(const Tensor& x, float a) const {
+    const PhaseScope phase("KDA gates and norms");
     ops::scale(device, x.data<float>(), x.data<float>(), a, x.numel());
     return x;
   }
   Tensor sigmoid(const Tensor& x) const {
+    const PhaseScope phase("KDA gates and norms");
     ops::unary_forward(device, Unary::kSigmoid, x.data<float>(), x.data<float>(), x.numel());
     return x;
   }
   Tensor kda_gate(const Tensor& f, const Tensor& A_log, const Tensor& dt_bias, float lower_bound) const {
+    const PhaseScope phase("KDA gates and norms");
     ops::kda_gate_forward(device, f.data<float>(), f.data<float>(), A_log.data<float>(), dt_bias.data<float>(), N, H, K,
                           lower_bound);
     return f;
   }
   Tensor delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta) const {
+    const PhaseScope phase("KDA delta rule");
     const int64_t HK = H * K, V = K;
     Tensor o = Tensor::empty({N, H * V});
     std::vector<int64_t> row0(segs.size() + 1, 0);
@@ -243,6 +254,7 @@ struct HostKda {
     return o;
   }
   Tensor gated_head_norm(const Tensor& o, const Tensor& o_norm, const Tensor& gate, float eps) const {
+    const PhaseScope phase("KDA gates and norms");
     // RMSNorm per head with the output gate: o / rms(o) * o_norm * sigmoid(gate), as ag::rmsnorm_gated
     Tensor normed = Tensor::empty({N, H * K});
     thread_local std::vector<float> rstd;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/parallel.h"
+#include "core/phase_profile.h"
 #include "infer/decode_weights.h"
 #include "model/constants.h"
 #include "model/mla_module.h"
@@ -664,7 +665,10 @@ struct MlaDecoder::Exec {
   const std::vector<int64_t>& positions;  // of each row
   Tensor* attn_out;                       // receives the attention before the gate (may be null)
 
-  Tensor linear(const Tensor& x, const LinearWeight* w) const { return w->apply(x); }
+  Tensor linear(const Tensor& x, const LinearWeight* w) const {
+    const PhaseScope phase("MLA products");
+    return w->apply(x);
+  }
   Tensor latent_norm(const Tensor& x, const Tensor* w) const {
     std::vector<float> rstd(static_cast<size_t>(x.size(0)));
     ops::rmsnorm_forward(d.weights_->device(), x.data<float>(), rstd.data(), x.data<float>(), w->data<float>(), nullptr,
@@ -712,6 +716,7 @@ struct MlaDecoder::Exec {
     for (int64_t t = 0; t < shards.offset(me); ++t) cache.append(all.data() + t * W, all.data() + t * W + d.C_);
   }
   Tensor attend(const Tensor& q_in, const Tensor& rows_in) const {
+    const PhaseScope phase("MLA attention (RoPE, cache, scores, values)");
     const int64_t N = q_in.size(0), W = d.C_ + d.Dr_, HV = d.H_ * d.Dv_, HQ = d.H_ * d.Dq_;
     float* q = q_in.data<float>();
     float* rows = rows_in.data<float>();
