@@ -51,7 +51,9 @@ int run_quantize(const myriad::cli::Args& args) {
 
 MYRIAD_COMMAND("quantize", "block-quantize a model's linear weights (int8, int4 or MXFP4, groups of 32)",
                "myriad quantize --in DIR --out DIR --type q8|q4|mxfp4 [--only experts|all] [--force]",
-               {{"in", "DIR", "a model directory (config.json, model.safetensors or shards, tokenizer/)"},
+               {{"in", "DIR",
+                 "a model directory (config.json, model.safetensors or shards, tokenizer/) or a training run (its "
+                 "latest checkpoint)"},
                 {"out", "DIR", "output model directory (written atomically)"},
                 {"type", "T", "q8 (8.5 bits/weight), q4 (4.5) or mxfp4 (4.25: E2M1 with a power-of-two scale)"},
                 {"only", "WHAT", "experts: quantize only the routed experts; all (default): every linear weight"},

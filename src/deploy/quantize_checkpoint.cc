@@ -20,6 +20,7 @@
 #include "infer/weight_layout.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
+#include "io/run_layout.h"
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/param_spec.h"
@@ -100,11 +101,15 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   MYRIAD_REQUIRE(fs::weakly_canonical(out, ec) != fs::weakly_canonical(in_dir, ec), kValue, "--out ", out,
                  " is the input model's directory; choose another");
 
-  // The input: config, weights; not already quantized.
-  const std::string config_path = (fs::path(in_dir) / "config.json").string();
+  // The input: a model directory, or a training run's latest checkpoint (as generate and prune take); its config,
+  // weights; not already quantized.
+  const bool has_model = fs::exists(fs::path(in_dir) / kCheckpointSingleFile, ec) ||
+                         fs::exists(fs::path(in_dir) / kCheckpointIndexFile, ec);
+  const std::string model_dir = has_model ? in_dir : latest_checkpoint(in_dir);
+  const std::string config_path = (fs::path(model_dir) / "config.json").string();
   const std::string config_text = read_file(config_path);
   const ModelConfig mc = load_model_config(config_path, nullptr);
-  const Checkpoint ck = open_model_checkpoint(in_dir, mc);
+  const Checkpoint ck = open_model_checkpoint(model_dir, mc);
   if (auto m = ck.metadata().find(kQuantMetadataKey); m != ck.metadata().end())
     throw_error(ErrorKind::kValue, ck.path(), " is already quantized (metadata \"", kQuantMetadataKey, "\" = \"",
                 m->second, "\"); quantize the original checkpoint instead");
@@ -231,7 +236,8 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       meta);
   r.files.push_back(kCheckpointSingleFile);
 
-  const fs::path tok_in = fs::path(in_dir) / "tokenizer";
+  fs::path tok_in = fs::path(model_dir) / "tokenizer";  // the checkpoint's, else the run's
+  if (!fs::is_directory(tok_in, ec)) tok_in = fs::path(in_dir) / "tokenizer";
   if (fs::is_directory(tok_in, ec)) {
     copy_tree(tok_in, fs::path(tmp.path()) / "tokenizer");
     r.files.push_back("tokenizer/");

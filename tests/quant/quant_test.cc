@@ -553,6 +553,42 @@ TEST_F(QuantDirTest, RefusesToOverwriteWithoutForce) {
   EXPECT_FALSE(fs::exists(path("x")));
 }
 
+// A training run quantizes as its latest checkpoint (as generate and prune read a run), with the run's tokenizer
+// when the checkpoint has none; a directory that is neither a model nor a run is named.
+TEST_F(QuantDirTest, QuantizesARunsLatestCheckpoint) {
+  const std::string model = make_model(path("model"));
+  const fs::path run = path("run"), older = run / "checkpoints" / "step-000001",
+                 newer = run / "checkpoints" / "step-000002";
+  for (const fs::path& ck : {older, newer}) {
+    fs::create_directories(ck);
+    for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(fs::path(model) / f, ck / f);
+    std::ofstream(ck / "trainer_state.json") << "{}";
+  }
+  fs::copy(fs::path(model) / "tokenizer", run / "tokenizer", fs::copy_options::recursive);
+  // The older checkpoint's weights differ: the result must come from the newer one.
+  {
+    const Checkpoint ck = Checkpoint::open(model);
+    NamedTensors ts;
+    for (const std::string& n : ck.names()) ts.emplace_back(n, Tensor::zeros(ck.tensor(n).shape()));
+    fs::remove(older / "model.safetensors");
+    save_checkpoint(older.string(), ts);
+  }
+  std::ofstream(run / "checkpoints" / "latest") << "step-000002\n";
+  quantize_checkpoint(run.string(), path("from_run"), QuantType::kQ8, false, false);
+  quantize_checkpoint(model, path("from_model"), QuantType::kQ8, false, false);
+  const Checkpoint a = Checkpoint::open(path("from_run")), b = Checkpoint::open(path("from_model"));
+  ASSERT_EQ(a.names(), b.names());
+  for (const std::string& n : a.names()) {
+    const Tensor x = a.tensor(n), y = b.tensor(n);
+    ASSERT_EQ(x.nbytes(), y.nbytes()) << n;
+    EXPECT_EQ(0, std::memcmp(x.raw_data(), y.raw_data(), x.nbytes())) << n;
+  }
+  EXPECT_TRUE(fs::exists(fs::path(path("from_run")) / "tokenizer" / "tokenizer.model"));
+  fs::create_directories(path("neither"));
+  expect_error([&] { quantize_checkpoint(path("neither"), path("y"), QuantType::kQ8, false, false); }, ErrorKind::kIo,
+               {"neither", "no checkpoint"});
+}
+
 // A tensor whose shape disagrees with the config is named; nothing is written.
 TEST_F(QuantDirTest, ShapeMismatchNamesTensor) {
   const std::string in = make_model(path("in"));
