@@ -76,7 +76,7 @@ struct PyModel {
   // draft: None (no speculation), "ngram" (prompt lookup) or a Model with the same tokenizer (draft model).
   py::array_t<int32_t> generate(const IdArray& prompt, int max_tokens, float temperature, int64_t top_k, float top_p,
                                 uint64_t seed, bool stop_at_eos, const py::object& draft = py::none(),
-                                int64_t spec_tokens = 4) const;
+                                int64_t spec_tokens = 6) const;
 
   py::array_t<int32_t> generate_plain(const IdArray& prompt, int max_tokens, float temperature, int64_t top_k,
                                       float top_p, uint64_t seed, bool stop_at_eos) const {
@@ -204,7 +204,7 @@ PYBIND11_MODULE(myriad, m) {
       .def("logits", &PyModel::logits, py::arg("tokens"), "float32 [T, vocab]: the logits after every token")
       .def("generate", &PyModel::generate, py::arg("prompt"), py::arg("max_tokens") = 32, py::arg("temperature") = 0.0f,
            py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("stop_at_eos") = true,
-           py::arg("draft") = py::none(), py::arg("spec_tokens") = 4,
+           py::arg("draft") = py::none(), py::arg("spec_tokens") = 6,
            "the new tokens (int32); temperature 0 is greedy. draft: \"ngram\" or a draft Model (same tokenizer) "
            "for speculative decoding (the output keeps the distribution; greedy: the same tokens)")
       .def_property_readonly(

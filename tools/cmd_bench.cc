@@ -311,7 +311,7 @@ MYRIAD_COMMAND(
      {"formats", "LIST", "serve: weight formats to time, of f32,q8,q4,mxfp4 (default f32,q8,q4)"},
      {"model", "DIR", "serve: a plain model directory or run (quantized forms are made from it); spec: the target"},
      {"draft-model", "DIR", "spec: a draft model with the target's tokenizer (myriad distill)"},
-     {"spec-tokens", "K", "spec: drafted tokens verified per step (default 4)"},
+     {"spec-tokens", "K", "spec: drafted tokens verified per step (default 6)"},
      {"tokens", "N", "spec: tokens generated per request (default 192; 96 at batch 16)"},
      {"rounds", "R", "spec: interleaved plain / speculative repeats per row (default 3)"},
      {"doc-tokens", "N", "spec: the copy task's document (default 1024)"},

@@ -31,7 +31,7 @@ inline std::vector<OptionSpec> with_engine_options(std::vector<OptionSpec> optio
   options.push_back({"draft-model", "DIR",
                      "a smaller model with the same tokenizer that drafts tokens (implies "
                      "--draft model)"});
-  options.push_back({"spec-tokens", "K", "drafted tokens verified per step, at most (default 4)"});
+  options.push_back({"spec-tokens", "K", "drafted tokens verified per step, at most (default 6)"});
   options.push_back({"spec-max-batch", "N",
                      "speculate only in steps with at most N decoding sequences (default 4; larger batches are "
                      "compute-bound)"});

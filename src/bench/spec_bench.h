@@ -27,7 +27,7 @@ inline constexpr double kSpecBatchTarget = 0.95;  // batch 16 (speculation as co
 struct SpecBenchOptions {
   std::string model_dir;        // the target: a model directory or run
   std::string draft_model_dir;  // optional: row 1
-  int64_t spec_tokens = 4;
+  int64_t spec_tokens = 6;
   int64_t tokens = 192;       // generated per request
   int64_t rounds = 3;         // interleaved repeats per row
   int64_t doc_tokens = 1024;  // the copy task's document
