@@ -320,6 +320,7 @@ MlaDecoder::MlaDecoder(const ModelConfig& c, std::shared_ptr<const DecodeWeights
       (kvb_w.is_quantized() ? dequantize(kvb_w.quant_matrix()) : kvb_w.dense_weight()).view({H_, Dn_ + Dv_, C_});
   w_uk_ = kvb.slice(1, 0, Dn_).contiguous();
   w_uv_ = kvb.slice(1, Dn_, Dn_ + Dv_).contiguous();
+  w_uk_t_ = w_uk_.transpose(1, 2).contiguous();
   if (gate_) w_g_ = linear_weight(w, a + "g_proj.weight", H_ * Dv_, D_);
   w_o_ = linear_weight(w, a + "o_proj.weight", D_, H_ * Dv_);
 
@@ -366,11 +367,7 @@ void MlaDecoder::attend_sparse(const float* q, int64_t t, const MlaCache& cache,
   }
   // Every head's [q_lat | q_pe], scaled; the scores [H, n], an exact softmax per head, o_lat [H, C], out.
   qcat.resize(size_t(H_ * W));
-  for (int64_t h = 0; h < H_; ++h) {
-    ops::gemm_skinny_nn(dev, 1, C_, Dn_, q + h * Dq_, Dq_, w_uk_.data<float>() + h * Dn_ * C_, C_, qcat.data() + h * W,
-                        W, false);
-    std::copy(q + h * Dq_ + Dn_, q + (h + 1) * Dq_, qcat.data() + h * W + C_);
-  }
+  absorb_query(q, qcat.data(), W, 1);
   ops::scale(dev, qcat.data(), qcat.data(), scale_, H_ * W);
   S.resize(size_t(H_ * n));
   ops::gemm_skinny(dev, H_, n, W, qcat.data(), rows.data(), S.data(), n);
@@ -383,9 +380,29 @@ void MlaDecoder::attend_sparse(const float* q, int64_t t, const MlaCache& cache,
   }
   o_lat.resize(size_t(H_ * C_));
   ops::gemm_skinny_nn(dev, H_, C_, n, S.data(), n, rows.data(), W, o_lat.data(), C_, false);
-  for (int64_t h = 0; h < H_; ++h)
-    ops::gemm_skinny(dev, 1, Dv_, C_, o_lat.data() + h * C_, w_uv_.data<float>() + h * Dv_ * C_, attn + h * Dv_,
-                     H_ * Dv_);
+  values_up(o_lat.data(), attn, 1);
+}
+
+void MlaDecoder::absorb_query(const float* q, float* qcat, int64_t ldq, int max_parts) const {
+  const Device dev = weights_->device();
+  const float* uk_t = w_uk_t_.data<float>();
+  const int parts = int(std::min<int64_t>(max_parts, H_));
+  parallel_region(parts, [&](int t, int nt) {
+    for (int64_t h = part_begin(H_, t, nt); h < part_begin(H_, t + 1, nt); ++h) {
+      ops::gemm_skinny(dev, 1, C_, Dn_, q + h * Dq_, uk_t + h * C_ * Dn_, qcat + h * ldq, ldq);  // [C, Dn] . q_nope
+      std::copy(q + h * Dq_ + Dn_, q + (h + 1) * Dq_, qcat + h * ldq + C_);
+    }
+  });
+}
+
+void MlaDecoder::values_up(const float* o_lat, float* attn, int max_parts) const {
+  const Device dev = weights_->device();
+  const float* uv = w_uv_.data<float>();
+  const int parts = int(std::min<int64_t>(max_parts, H_));
+  parallel_region(parts, [&](int t, int nt) {
+    for (int64_t h = part_begin(H_, t, nt); h < part_begin(H_, t + 1, nt); ++h)
+      ops::gemm_skinny(dev, 1, Dv_, C_, o_lat + h * C_, uv + h * Dv_ * C_, attn + h * Dv_, H_ * Dv_);
+  });
 }
 
 void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, int max_parts) const {
@@ -413,11 +430,7 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
   // Every head's query row [q_lat | q_pe] (q_lat[h] = q_nope[h] W_uk[h]), so that one sgemm per page scores all
   // heads: the cached rows are read once per step, not once per head.
   std::vector<float> qcat(static_cast<size_t>(H_ * W));
-  // Per head a [1, Dn] x [Dn, C] product: the few-row kernel, not sgemm (whose packing dominated at this size).
-  for (int64_t h = 0; h < H_; ++h)
-    ops::gemm_skinny_nn(weights_->device(), 1, C_, Dn_, q + h * Dq_, Dq_, w_uk_.data<float>() + h * Dn_ * C_, C_,
-                        qcat.data() + h * W, W, false);
-  for (int64_t h = 0; h < H_; ++h) std::copy(q + h * Dq_ + Dn_, q + (h + 1) * Dq_, qcat.data() + h * W + C_);
+  absorb_query(q, qcat.data(), W, max_parts);
   ops::scale(weights_->device(), qcat.data(), qcat.data(), scale_,
              H_ * W);  // the softmax scale, once rather than per page
   // A bf16 cache: with native bf16 dot products the queries are rounded to bf16 too and the page scores run
@@ -521,10 +534,7 @@ void MlaDecoder::attend_one(const float* q, const MlaCache& cache, float* attn, 
     }
     ops::scale(weights_->device(), oh, oh, 1.0f / den, C_);
   }
-  // out[h] = W_uv[h] o_lat[h]
-  for (int64_t h = 0; h < H_; ++h)
-    ops::gemm_skinny(weights_->device(), 1, Dv_, C_, o_lat.data() + h * C_, w_uv_.data<float>() + h * Dv_ * C_,
-                     attn + h * Dv_, H_ * Dv_);
+  values_up(o_lat.data(), attn, max_parts);  // out[h] = W_uv[h] o_lat[h]
 }
 
 void MlaDecoder::attend_chunk(const float* q, int64_t T, const MlaCache& cache, float* attn_p) const {

@@ -210,6 +210,12 @@ class MlaDecoder {
   // the pages over at most max_parts threads; and of the last T cached tokens' queries q [T, H * Dq] -> [T, H Dv].
   void attend_one(const float* q, const MlaCache& cache, float* attn, int max_parts) const;
   void attend_chunk(const float* q, int64_t T, const MlaCache& cache, float* attn) const;
+  // One query's absorption, every head: qcat[h] (row stride ldq) = [W_uk[h]^T q_nope[h] | q_pe[h]]; and the
+  // values' up-projection attn[h] = W_uv[h] o_lat[h]. Each head's product streams its slice of kv_b_proj (as f32:
+  // [Dn + Dv, C] per head, the largest read of an MLA decode step at real widths), the heads split over at most
+  // max_parts threads.
+  void absorb_query(const float* q, float* qcat, int64_t ldq, int max_parts) const;
+  void values_up(const float* o_lat, float* attn, int max_parts) const;
   // Block-sparse MLA (model/sparse_mla.h): the query q [H * Dq] of cache token t over its chosen blocks and local
   // keys -> attn [H * Dv].
   void attend_sparse(const float* q, int64_t t, const MlaCache& cache, float* attn) const;
@@ -231,6 +237,8 @@ class MlaDecoder {
   LinearWeight w_kva_;              // kv_a_proj_with_mqa [C + Dr, D]
   Tensor w_kv_norm_;                // kv_a_layernorm [C]
   Tensor w_uk_, w_uv_;              // [H, Dn, C], [H, Dv, C]
+  Tensor w_uk_t_;                   // [H, C, Dn]: W_uk per head transposed, for the one-query absorption (rows read
+                                    // in order, as the few-row kernel streams them)
   LinearWeight w_g_, w_o_;          // g_proj [H Dv, D] (gate only), o_proj [D, H Dv]
 };
 
