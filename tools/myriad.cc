@@ -22,6 +22,17 @@
 #include "dist/mpi_communicator.h"
 #include "ops/gemm_backend.h"
 
+#if defined(MYRIAD_JEMALLOC)
+// jemalloc's options for this binary (it reads this symbol at start; MALLOC_CONF in the environment still
+// overrides): no purging by decay. By default jemalloc returns freed pages over ~10 s and large (>= 8 MiB)
+// allocations at once, so each training step faulted its big tensors' pages back in (forward + backward of
+// configs/small.json: 53% -> 39% of sgemm). Freed memory is kept for reuse and given back where the program
+// chooses (core/memory_release.h: the serving engine when it goes idle).
+extern "C" {
+const char* malloc_conf = "dirty_decay_ms:-1,muzzy_decay_ms:-1";
+}
+#endif
+
 namespace myriad::cli {
 
 std::map<std::string, Command>& registry() {

@@ -1,8 +1,8 @@
 #include "core/memory_release.h"
 
-#include <malloc.h>
-
 #include "core/block_cache.h"
+
+#include <malloc.h>
 
 #if defined(MYRIAD_JEMALLOC)
 #include <jemalloc/jemalloc.h>
@@ -11,20 +11,6 @@
 // Weak: the executables link jemalloc; the Python module (python/) does not (a dlopen-ed libjemalloc cannot get its
 // static TLS), and there mallctl is null and the process's own allocator is used.
 #pragma weak mallctl
-
-// jemalloc's options for every executable that links it (it reads this symbol at its start; a MALLOC_CONF
-// environment variable still overrides them):
-// - no purging by decay (dirty_decay_ms / muzzy_decay_ms -1). By default jemalloc returns freed pages over ~10 s and
-//   large (>= 8 MiB) allocations at once, so each training step faulted its big tensors' pages back in (forward +
-//   backward of configs/small.json: 53% -> 39% of sgemm). Freed memory is kept for reuse and given back where the
-//   program chooses (release_free_memory: the serving engine when it goes idle).
-// - thp:always: transparent huge pages on every mapping it makes (MADV_HUGEPAGE; Debian's kernels give them only
-//   on request). Streaming weights through 4 KiB pages costs a page walk every 4 KiB: `bench serve` on
-//   configs/small.json (Xeon model 167, 2 threads, two interleaved pairs of runs) decoded batch-1 f32 11-31% and
-//   q8 18-34% faster with them (q4 unchanged), f32 prefill 9-20%.
-extern "C" {
-const char* malloc_conf = "dirty_decay_ms:-1,muzzy_decay_ms:-1,thp:always";
-}
 #endif
 
 namespace myriad {
