@@ -56,9 +56,6 @@ double cache_bytes_per_token(const SequenceState& s) {
   return double(s.mla_bytes()) + 2.0 * double(s.kda_bytes());
 }
 
-}  // namespace
-
-namespace {
 // The batch-1 decode phases of every format side by side, ms per token and share of the step.
 void print_decode_phases(const std::vector<ServeBenchRow>& rows, FILE* out) {
   std::vector<std::string> names;  // first-seen order over the formats

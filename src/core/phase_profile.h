@@ -23,7 +23,6 @@ class PhaseProfile {
   // In the order each phase was first seen.
   const std::vector<Phase>& phases() const { return phases_; }
   double total_seconds() const;
-  void clear() { phases_.clear(); }
 
  private:
   std::vector<Phase> phases_;

@@ -289,14 +289,7 @@ ModelLocation locate_model(const std::string& dir) {
   MYRIAD_REQUIRE(fs::is_directory(dir, ec), kIo, "model directory '", dir, "' does not exist or is not a directory");
   ModelLocation m;
   const fs::path p(dir);
-  if (fs::exists(p / kCheckpointSingleFile, ec) || fs::exists(p / kCheckpointIndexFile, ec)) {
-    m.checkpoint_dir = dir;
-  } else {
-    MYRIAD_REQUIRE(fs::exists(p / "checkpoints" / "latest", ec) || fs::exists(p / "trainer_state.json", ec), kIo, "'",
-                   dir, "' holds no model: no ", kCheckpointSingleFile, " or ", kCheckpointIndexFile,
-                   ", and it is not a training run (no checkpoints/latest)");
-    m.checkpoint_dir = latest_checkpoint(dir);
-  }
+  m.checkpoint_dir = model_or_latest_checkpoint(dir);
   MYRIAD_REQUIRE(fs::exists(fs::path(m.checkpoint_dir) / "config.json", ec), kIo, "model '", m.checkpoint_dir,
                  "' has no config.json");
   if (fs::is_directory(fs::path(m.checkpoint_dir) / "tokenizer", ec)) {

@@ -103,9 +103,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
 
   // The input: a model directory, or a training run's latest checkpoint (as generate and prune take); its config,
   // weights; not already quantized.
-  const bool has_model = fs::exists(fs::path(in_dir) / kCheckpointSingleFile, ec) ||
-                         fs::exists(fs::path(in_dir) / kCheckpointIndexFile, ec);
-  const std::string model_dir = has_model ? in_dir : latest_checkpoint(in_dir);
+  const std::string model_dir = model_or_latest_checkpoint(in_dir);
   const std::string config_path = (fs::path(model_dir) / "config.json").string();
   const std::string config_text = read_file(config_path);
   const ModelConfig mc = load_model_config(config_path, nullptr);

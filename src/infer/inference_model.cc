@@ -142,10 +142,8 @@ InferenceModel::InferenceModel(ModelConfig config, std::shared_ptr<const DecodeW
 std::shared_ptr<InferenceModel> InferenceModel::load(const std::string& dir_in,
                                                      const std::function<ParamFilter(const ModelConfig&)>& keep_for,
                                                      const std::string& tokenizer) {
-  std::string dir = dir_in;
-  MYRIAD_REQUIRE(fs::is_directory(dir), kIo, "model: ", dir, " is not a directory");
-  if (!fs::exists(fs::path(dir) / "model.safetensors") && !fs::exists(fs::path(dir) / "model.safetensors.index.json"))
-    dir = latest_checkpoint(dir_in);
+  MYRIAD_REQUIRE(fs::is_directory(dir_in), kIo, "model: ", dir_in, " is not a directory");
+  const std::string dir = model_or_latest_checkpoint(dir_in);
   ModelConfig mc = load_model_config(dir, nullptr);
   const Checkpoint ck = open_model_checkpoint(dir, mc);
   // The vision tower runs on the op layer (encode_images), from Vars; the text model from DecodeWeights.

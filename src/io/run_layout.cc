@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "io/checkpoint.h"
 
 namespace fs = std::filesystem;
 
@@ -21,6 +22,15 @@ std::string latest_checkpoint(const std::string& dir) {
   MYRIAD_REQUIRE(!name.empty() && fs::exists(ck / "trainer_state.json"), kFormat, latest.string(),
                  " names a checkpoint that is missing or incomplete: ", name);
   return ck.string();
+}
+
+std::string model_or_latest_checkpoint(const std::string& dir) {
+  const fs::path p(dir);
+  if (fs::exists(p / kCheckpointSingleFile) || fs::exists(p / kCheckpointIndexFile)) return dir;
+  MYRIAD_REQUIRE(fs::exists(p / "checkpoints" / "latest") || fs::exists(p / "trainer_state.json"), kIo, "'", dir,
+                 "' holds no model: no ", kCheckpointSingleFile, " or ", kCheckpointIndexFile,
+                 ", and it is not a training run (no checkpoints/latest)");
+  return latest_checkpoint(dir);
 }
 
 void start_run_directory(const std::string& dir, bool force) {

@@ -586,7 +586,7 @@ TEST_F(QuantDirTest, QuantizesARunsLatestCheckpoint) {
   EXPECT_TRUE(fs::exists(fs::path(path("from_run")) / "tokenizer" / "tokenizer.model"));
   fs::create_directories(path("neither"));
   expect_error([&] { quantize_checkpoint(path("neither"), path("y"), QuantType::kQ8, false, false); }, ErrorKind::kIo,
-               {"neither", "no checkpoint"});
+               {"neither", "holds no model"});
 }
 
 // A tensor whose shape disagrees with the config is named; nothing is written.
