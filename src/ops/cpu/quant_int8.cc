@@ -66,19 +66,23 @@ const XQuant& quantize_x(const float* x, int64_t n, int64_t cols, Family f, Quan
   // Prefill-sized x is quantized by all threads (rows are independent; the result does not depend on the split).
   const int nt = num_threads();
   const bool par = nt > 1 && n >= 8 && n * cols >= (int64_t(1) << 16) && !omp_in_parallel();
-  xq.Gp = f == Family::kVnni ? (G + 1) / 2 * 2 : G;
+  const bool four_bit = type != QuantType::kQ8;
+  const bool quads = four_bit && f == Family::kVnni;  // the 4-bit VNNI order: four groups per step
+  const int64_t step = f != Family::kVnni ? 1
+                       : quads            ? kVnniStepGroups<QuantType::kQ4>
+                                          : kVnniStepGroups<QuantType::kQ8>;
+  xq.Gp = (G + step - 1) / step * step;
   xq.qs = xq.Gp * kQuantGroup;
-  xq.is = xq.Gp * 8;
+  xq.is = xq.Gp * (quads ? 4 : 8);
   xq.ds = xq.Gp + 16;
   xq.q.assign(size_t(n * xq.qs), 0);
   xq.init.assign(size_t(n * xq.is), 0);
   xq.d.assign(size_t(n * xq.ds), 0.0f);
-  const bool four_bit = type != QuantType::kQ8;
 #if MYRIAD_QUANT_AVX512VNNI
   if (f == Family::kVnni) {
     // VNNI: the same rounding as the loop below (x * (127 / amax) rounded to nearest even, clamped), 32 columns at
-    // a time, stored in the order below (4-bit: even columns, then odd ones, as two 16-byte halves); each lane's
-    // byte sum through vpdpbusd with ones. Decode quantizes x for every product on the calling thread, while the
+    // a time, stored in the order above (4-bit: the 16 even columns and the 16 odd ones 64 bytes apart); each
+    // lane's byte sum through vpdpbusd with ones. Decode quantizes x for every product on the calling thread, while the
     // other waits.
     const __m512 sign = _mm512_set1_ps(-0.0f), zero = _mm512_setzero_ps();
     const __m512i ones = _mm512_set1_epi8(1);
@@ -111,15 +115,16 @@ const XQuant& quantize_x(const float* x, int64_t n, int64_t cols, Family f, Quan
           const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8,
                                                  10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
           const __m256i p = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(q, split), 0xd8);
-          int8_t* base = qrow + (g / 2) * 64 + (g % 2) * 16;
+          int8_t* base = qrow + (g / 4) * 128 + (g % 4) * 16;
           _mm_storeu_si128(reinterpret_cast<__m128i*>(base), _mm256_castsi256_si128(p));
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(base + 32), _mm256_extracti128_si256(p, 1));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(base + 64), _mm256_extracti128_si256(p, 1));
         }
       }
-      // init = -bias * (sum of each lane's 4 stored bytes); the padding group (G odd) is zero.
-      for (int64_t l0 = 0; l0 < xq.is; l0 += 16) {
-        const __m512i v = _mm512_loadu_si512(qrow + l0 * 4);
-        const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, v);
+      // init = -bias * (sum of the stored bytes of each lane); the padding groups are zero.
+      const int64_t step_bytes = quads ? 128 : 64;
+      for (int64_t l0 = 0, b = 0; l0 < xq.is; l0 += 16, b += step_bytes) {
+        __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(qrow + b));
+        if (quads) sum = _mm512_dpbusd_epi32(sum, ones, _mm512_loadu_si512(qrow + b + 64));
         _mm512_storeu_si512(xq.init.data() + t * xq.is + l0, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-bias)));
       }
     }
@@ -149,14 +154,16 @@ const XQuant& quantize_x(const float* x, int64_t n, int64_t cols, Family f, Quan
       for (int i = 0; i < kQuantGroup; ++i) {
         int64_t pos = g * kQuantGroup + i;
         if (four_bit && f == Family::kAvx2) pos = g * kQuantGroup + (i % 2) * 16 + i / 2;
-        if (four_bit && f == Family::kVnni) pos = (g / 2) * 64 + (i % 2) * 32 + (g % 2) * 16 + i / 2;
+        if (quads) pos = (g / 4) * 128 + (i % 2) * 64 + (g % 4) * 16 + i / 2;
         qrow[pos] = q[i];
       }
     }
     if (bias != 0)
       for (int64_t lane = 0; lane < xq.is; ++lane) {
-        const int8_t* b = qrow + lane * 4;
-        xq.init[size_t(t * xq.is + lane)] = -bias * (int32_t(b[0]) + b[1] + b[2] + b[3]);
+        const int8_t* b = quads ? qrow + (lane / 16) * 128 + (lane % 16) * 4 : qrow + lane * 4;
+        int32_t sum = int32_t(b[0]) + b[1] + b[2] + b[3];
+        if (quads) sum += int32_t(b[64]) + b[65] + b[66] + b[67];
+        xq.init[size_t(t * xq.is + lane)] = -bias * sum;
       }
   }
   return xq;

@@ -71,15 +71,25 @@ inline float half_e8m0(uint8_t e) {
 // mxfp4's halved (doubled codes).
 void load_scales(const QuantMatrix& w, int64_t r0, int64_t nr, float* out, int64_t stride, const float* dx);
 
+// Groups of 32 that one VNNI step covers (64 bytes of x): q8 two (64 codes), 4-bit four (64 bytes of codes; their
+// low nibbles and their high nibbles each meet 64 bytes of x, two vpdpbusd into one accumulator).
+template <QuantType T>
+constexpr int64_t kVnniStepGroups = T == QuantType::kQ8 ? 2 : 4;
+
 // x quantized for one kernel family. Per row t:
-//   q     [Gp * 32]  int8 in the order the family's W decoding produces (below); Gp = G, or G rounded up to even
-//                    for VNNI (two groups per step), the extra group zero
-//   init  [Gp * 8]   -bias * (sum of the 4 stored bytes of each 32-bit lane): the exact correction of u = w + bias
+//   q     [Gp * 32]  int8 in the order the family's W decoding produces (below); Gp = G, or for VNNI G rounded up to
+//                    a whole step (kVnniStepGroups), the extra groups zero
+//   init  [is]       -bias * (sum of the stored bytes each 32-bit lane of the integer sums reads): the exact
+//                    correction of u = w + bias. Lane l of step s covers the stored bytes 4l..4l+3 of the step's
+//                    64 (q8) or those and the same of its second 64 (4-bit VNNI): 8 lanes per group for q8 and
+//                    4-bit AVX2, 4 per group for 4-bit VNNI
 //   d     [Gp + 16]  dx per group (zero past G: padding for 64-byte loads)
 // Stored position of column i of group g:
 //   natural                  g * 32 + i                                  (scalar; q8 on AVX2 and VNNI)
 //   AVX2, 4-bit              g * 32 + (i odd ? 16 : 0) + i / 2           (low nibbles, then high nibbles)
-//   VNNI, 4-bit (pair p=g/2) p * 64 + (i odd ? 32 : 0) + (g % 2) * 16 + i / 2
+//   VNNI, 4-bit (step s=g/4) s * 128 + (i odd ? 64 : 0) + (g % 4) * 16 + i / 2
+//                            (the step's 64 code bytes are groups g..g+3 in order, 16 bytes each: a low nibble
+//                            of byte j meets stored byte j, a high nibble stored byte 64 + j)
 struct XQuant {
   int64_t Gp = 0, qs = 0, is = 0, ds = 0;  // groups stored; row strides of q, init, d
   std::vector<int8_t> q;

@@ -13,8 +13,10 @@
 //      scalar      portable C++, the oracle of the SIMD kernels (same integer sums; only the f32 order differs)
 //      avx2        one group per step. q8: |w| (u8) x sign(x, w) (s8) with maddubs + madd. 4-bit: the codes as u8
 //                  (q4: the code = q + 8; mxfp4: 2 * e2m1 + 12 through a 16-byte table) x s8 x
-//      avx512vnni  two groups per 512-bit step, dpbusd on u8 (w + bias) x s8 x, bias 128 / 8 / 12 for q8 / q4 /
-//                  mxfp4 (q8: w ^ 0x80)
+//      avx512vnni  dpbusd on u8 (w + bias) x s8 x, bias 128 / 8 / 12 for q8 / q4 / mxfp4 (q8: w ^ 0x80); one
+//                  64-byte load of W per step: q8 two groups, 4-bit four (its low nibbles and its high nibbles,
+//                  each one AND away from u8, meet two 64-byte vectors of x; both dpbusd land in one accumulator
+//                  whose lanes each hold 8 weights of one group, so one convert + FMA serves 128 weights)
 //    The bias is removed exactly: each group's int32 accumulator starts at -bias * sum(x) of its lanes, computed
 //    once per x row (XQuant::init) and shared by every W row. x is stored permuted to match how the 4-bit codes
 //    unpack (low nibbles = even columns first), so no nibble is ever interleaved.
@@ -32,6 +34,9 @@
 // machine's read ceiling in the same run 55 GB/s): f32 sgemv 1.49 ms (45 GB/s), q8 0.46 ms (39 GB/s of codes),
 // q4 0.37 ms (25 GB/s), mxfp4 0.39 ms (23 GB/s). q8 streams at 70% of the ceiling (sgemv: 82%); the 4-bit
 // kernels are bound by unpacking and per-group scaling (~45 G weights/s on two cores), still 4x faster than f32.
+// Since then the 4-bit VNNI step covers four groups (one 64-byte load, one convert + FMA per 128 weights): one core
+// of a 2-core Xeon (model 167) multiplies a cached [512, 2304] q4 matrix at 32 GB/s of codes instead of 20; from
+// DRAM both run at the core's memory rate (~10 GB/s per core here), which the unpacking no longer competes with.
 #include <cblas.h>
 #include <omp.h>
 
@@ -189,60 +194,69 @@ struct Avx2Tile {
 #endif  // MYRIAD_QUANT_AVX2
 
 #if MYRIAD_QUANT_AVX512VNNI
-// Groups g and g + 1 of a W row as 64 unsigned bytes (value + kBias) in x's stored order; with `one`, group g only
-// (the bytes of g + 1 are then those of code 0: harmless, x is zero there).
+// One step of a W row from group g (kVnniStepGroups<T> groups, fewer at the row's end: `left` groups, the rest read
+// as zero bytes, harmless since x is zero there) as unsigned bytes (value + kBias) in x's stored order: q8 one
+// vector; 4-bit two, the low nibbles and the high nibbles of the step's 64 code bytes.
 template <QuantType T>
-inline __m512i vnni_load_w(const uint8_t* row, int64_t g, bool one) {
+struct VnniW {
+  __m512i lo, hi;  // hi: 4-bit only
+};
+
+template <QuantType T>
+inline VnniW<T> vnni_load_w(const uint8_t* row, int64_t g, int64_t left) {
+  constexpr int64_t kStep = kVnniStepGroups<T>;
+  const uint8_t* p = row + g * kCodeBytes<T>;
+  const __m512i b =
+      left >= kStep ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(~0ull >> (64 - left * kCodeBytes<T>), p);
   if constexpr (T == QuantType::kQ8) {
-    const uint8_t* p = row + g * kQuantGroup;
-    const __m512i w = one ? _mm512_maskz_loadu_epi8(0xffffffffull, p) : _mm512_loadu_si512(p);
-    return _mm512_xor_si512(w, _mm512_set1_epi8(char(0x80)));
+    return {_mm512_xor_si512(b, _mm512_set1_epi8(char(0x80))), _mm512_setzero_si512()};
   } else {
-    const uint8_t* p = row + g * (kQuantGroup / 2);
-    const __m256i b =
-        one ? _mm256_maskz_loadu_epi8(0xffffu, p) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    // [g lo, g+1 lo, g hi, g+1 hi]: the 32 bytes in both halves, the upper half shifted right by 4.
-    const __m512i u =
-        _mm512_and_si512(_mm512_srlv_epi64(_mm512_broadcast_i64x4(b), _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4)),
-                         _mm512_set1_epi8(0x0f));
-    if constexpr (T == QuantType::kQ4) return u;
-    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4ULut))), u);
+    const __m512i m = _mm512_set1_epi8(0x0f);
+    const __m512i lo = _mm512_and_si512(b, m), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m);
+    if constexpr (T == QuantType::kQ4) return {lo, hi};
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4ULut)));
+    return {_mm512_shuffle_epi8(lut, lo), _mm512_shuffle_epi8(lut, hi)};
   }
 }
 
-// The 16 lanes' scales for groups g, g + 1 from p[g], p[g + 1] (reads 16 floats: the buffers are padded).
+// The 16 lanes' scales for the step's groups from p[0..kStep) (reads 16 floats: the buffers are padded).
 template <QuantType T>
 inline __m512 vnni_scales(const float* p) {
   const __m512i idx = T == QuantType::kQ8 ? _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
-                                          : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
+                                          : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   return _mm512_permutexvar_ps(idx, _mm512_loadu_ps(p));
 }
 
 template <QuantType T, int R, int C, bool FOLD>
 struct VnniTile {
+  static constexpr int64_t kStep = kVnniStepGroups<T>;
+  static constexpr int64_t kLanes = 16 / kStep;  // init lanes per group
   static void run(const TileArgs& a) {
     __m512 acc[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < a.G; g += 2) {
-      const bool one = g + 1 == a.G;
-      __m512i wv[R], xv[C], iv[C];
+    for (int64_t g = 0; g < a.G; g += kStep) {
+      VnniW<T> wv[R];
+      __m512i xlo[C], xhi[C], iv[C];
       __m512 sw[R], sx[C];
       for (int r = 0; r < R; ++r) {
         // The same bytes of the next strip: DRAM requests in flight well ahead, across 4 KiB pages.
         _mm_prefetch(reinterpret_cast<const char*>(a.codes + (r + kStripRows) * a.code_stride + g * kCodeBytes<T>),
                      _MM_HINT_T0);
-        wv[r] = vnni_load_w<T>(a.codes + r * a.code_stride, g, one);
+        wv[r] = vnni_load_w<T>(a.codes + r * a.code_stride, g, a.G - g);
         sw[r] = vnni_scales<T>(a.dw + r * a.ws + g);
       }
       for (int c = 0; c < C; ++c) {
-        xv[c] = _mm512_loadu_si512(a.xq + c * a.x->qs + g * kQuantGroup);
-        iv[c] = _mm512_loadu_si512(a.init + c * a.x->is + g * 8);
+        const int8_t* xs = a.xq + c * a.x->qs + g * kQuantGroup;
+        xlo[c] = _mm512_loadu_si512(xs);
+        if constexpr (T != QuantType::kQ8) xhi[c] = _mm512_loadu_si512(xs + 64);
+        iv[c] = _mm512_loadu_si512(a.init + c * a.x->is + g * kLanes);
         if constexpr (!FOLD) sx[c] = vnni_scales<T>(a.dx + c * a.x->ds + g);
       }
       for (int r = 0; r < R; ++r)
         for (int c = 0; c < C; ++c) {
-          const __m512i s = _mm512_dpbusd_epi32(iv[c], wv[r], xv[c]);  // exact sum of w x per group
+          __m512i s = _mm512_dpbusd_epi32(iv[c], wv[r].lo, xlo[c]);  // exact sum of w x per group
+          if constexpr (T != QuantType::kQ8) s = _mm512_dpbusd_epi32(s, wv[r].hi, xhi[c]);
           acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), FOLD ? sw[r] : _mm512_mul_ps(sw[r], sx[c]), acc[r][c]);
         }
     }
