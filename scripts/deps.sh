@@ -5,7 +5,7 @@
 #                             giflib, libwebp (image decoding), stb (resizing), pybind11 (the Python module)
 #   scripts/deps.sh fuzz    : the build set plus clang 14 with its sanitizer and libFuzzer runtime and OpenMP
 #   scripts/deps.sh test    : the build and fuzz sets plus the Python side of the interop/reference tests
-#                             (Debian's python3-torch, and PyPI's safetensors, openai client, tiktoken and tokenizers
+#                             (Debian's python3-torch and python3-pil, and PyPI's safetensors, openai client, tiktoken and tokenizers
 #                             in a venv under build/pyenv)
 set -euo pipefail
 what="${1:-build}"
@@ -17,7 +17,7 @@ if [[ "$what" == fuzz || "$what" == test ]]; then
   pkgs+=(clang-14 libclang-rt-14-dev libomp-14-dev)
 fi
 if [[ "$what" == test ]]; then
-  pkgs+=(python3 python3-venv python3-numpy python3-torch python3-pytest)
+  pkgs+=(python3 python3-venv python3-numpy python3-torch python3-pytest python3-pil)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

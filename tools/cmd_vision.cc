@@ -2,9 +2,13 @@
 // the image features the text model would receive, and with --grads the gradient of sum(features * cotangent)
 // for every vision tensor and for the patches. The hook by which the tower is checked against another
 // implementation (tests/model/vision_parity.py) and by which a user inspects what an image becomes.
+// `myriad vision patch`: image files as the model's preprocessing turns them into patches (the input of encode),
+// checked against K3's reference processor by tests/model/image_preprocess.py.
 #include <cstdio>
 
 #include "cli.h"
+#include "data/image.h"
+#include "infer/image_input.h"
 #include "infer/weight_layout.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
@@ -17,11 +21,46 @@ namespace {
 
 using namespace myriad;
 
+// The images as the model's preprocessing patches them: patches f32 [L, 3 p p], grids i64 [images, 2] (h, w in
+// patches), content i64 [images, 2] (the resized image's width and height inside its grid), tokens i64 [images].
+int run_patch(const cli::Args& args) {
+  const auto model_dir = args.get("model");
+  const auto out = args.get("out");
+  const std::vector<std::string> files(args.positional().begin() + 1, args.positional().end());
+  MYRIAD_REQUIRE(model_dir && out && !files.empty(), kValue, "vision patch needs --model DIR, --out FILE and images");
+  const ModelConfig config = load_model_config(*model_dir, nullptr);
+  MYRIAD_REQUIRE(config.vision_config.has_value(), kValue, "vision patch: the model in ", *model_dir,
+                 " has no vision tower (its config.json has no vision_config)");
+  const VisionConfig& vc = *config.vision_config;
+  const PatchOptions o = patch_options_for(vc);
+  ImageInput in;
+  std::vector<int64_t> grids, content;
+  for (const std::string& f : files) {
+    const Image image = read_image_file(f);
+    const PatchPlan plan = plan_patches(image.width, image.height, o);
+    add_image(in, vc, image);
+    grids.insert(grids.end(), {plan.grid_h, plan.grid_w});
+    content.insert(content.end(), {plan.content_w, plan.content_h});
+  }
+  const int64_t n = int64_t(files.size());
+  NamedTensors tensors;
+  tensors.emplace_back("patches", in.patches(vc));
+  tensors.emplace_back("grids", Tensor::from_vector(grids, {n, 2}));
+  tensors.emplace_back("content", Tensor::from_vector(content, {n, 2}));
+  tensors.emplace_back("tokens", Tensor::from_vector(in.tokens, {n}));
+  save_safetensors(*out, tensors);
+  std::printf("wrote %s: %lld patch rows for %lld image(s) (%s)\n", out->c_str(),
+              static_cast<long long>(in.patches(vc).shape()[0]), static_cast<long long>(n),
+              o.fit == ImageFit::kScaleAndPad ? "scaled down and padded, as K3's processor" : "stretched to windows");
+  return 0;
+}
+
 int run_vision(const cli::Args& args) {
   const auto& pos = args.positional();
+  if (!pos.empty() && pos[0] == "patch") return run_patch(args);
   MYRIAD_REQUIRE(pos.size() == 1 && pos[0] == "encode", kValue,
-                 "usage: myriad vision encode --model DIR --input FILE "
-                 "--out FILE [--grads] (the only subcommand is 'encode')");
+                 "usage: myriad vision encode --model DIR --input FILE --out FILE [--grads] | "
+                 "myriad vision patch --model DIR --out FILE IMAGE... (the subcommands are 'encode' and 'patch')");
   const auto model_dir = args.get("model");
   const auto input = args.get("input");
   const auto out = args.get("out");
@@ -65,15 +104,22 @@ int run_vision(const cli::Args& args) {
 
 }  // namespace
 
-MYRIAD_COMMAND("vision", "run a checkpoint's vision tower and projector on patches (features, gradients)",
-               "myriad vision encode --model DIR --input FILE.safetensors --out FILE.safetensors [--grads]",
-               {{"model", "DIR", "checkpoint directory whose config.json has a vision_config"},
-                {"input", "FILE",
-                 "safetensors with patches f32 [L, 3 p p] ((channel, row, col) per patch, "
-                 "images one after another, row-major), grids i64 [images, 2] (h, w in patches) "
-                 "and, with --grads, cotangent f32 [tokens, hidden_size]"},
-                {"grads", "",
-                 "also write grad.patches and grad.<name> of every vision tensor for "
-                 "the loss sum(features * cotangent)"},
-                {"out", "FILE", "output .safetensors: features [tokens, hidden_size] (+ grad.*)"}},
-               run_vision);
+MYRIAD_COMMAND(
+    "vision",
+    "run a checkpoint's vision tower and projector on patches (features, gradients), or patch images as "
+    "its preprocessing does",
+    "myriad vision encode --model DIR --input FILE.safetensors --out FILE.safetensors [--grads]\n"
+    "       myriad vision patch --model DIR --out FILE.safetensors IMAGE...",
+    {{"model", "DIR", "checkpoint directory whose config.json has a vision_config"},
+     {"input", "FILE",
+      "safetensors with patches f32 [L, 3 p p] ((channel, row, col) per patch, "
+      "images one after another, row-major), grids i64 [images, 2] (h, w in patches) "
+      "and, with --grads, cotangent f32 [tokens, hidden_size]"},
+     {"grads", "",
+      "also write grad.patches and grad.<name> of every vision tensor for "
+      "the loss sum(features * cotangent)"},
+     {"out", "FILE",
+      "output .safetensors: encode: features [tokens, hidden_size] (+ grad.*); patch: patches f32 [L, 3 p p], "
+      "grids i64 [images, 2] (h, w in patches), content i64 [images, 2] (the resized image's w, h inside "
+      "its grid; the rest is padding), tokens i64 [images]"}},
+    run_vision);

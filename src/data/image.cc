@@ -330,12 +330,31 @@ Image read_image_file(const std::string& path, const ImageLimits& limits) {
   return decode_image(read_image_bytes(path, limits), path, limits);
 }
 
-void patch_grid_for(int64_t width, int64_t height, const PatchOptions& o, int64_t* grid_h, int64_t* grid_w) {
+PatchPlan plan_patches(int64_t width, int64_t height, const PatchOptions& o) {
   MYRIAD_REQUIRE(o.patch_size > 0 && o.merge_h > 0 && o.merge_w > 0, kValue, "patching: patch size ", o.patch_size,
                  " and merge window ", o.merge_h, " x ", o.merge_w, " must be positive");
+  MYRIAD_REQUIRE(width > 0 && height > 0, kValue, "patching: image of ", width, " x ", height, " has a zero size");
+  PatchPlan plan;
+  if (o.fit == ImageFit::kScaleAndPad) {
+    // navit_resize_image's arithmetic, in doubles as Python computes it (the same IEEE operations: equal results).
+    MYRIAD_REQUIRE(o.max_patches > 0 && o.max_side_patches > 0, kValue, "patching: patch budget ", o.max_patches,
+                   " and side limit ", o.max_side_patches, " must be positive");
+    const int64_t p = o.patch_size, side = o.max_side_patches * p;
+    const double s1 =
+        std::sqrt(double(o.max_patches) / (std::max(1.0, double(width / p)) * std::max(1.0, double(height / p))));
+    const double scale = std::min({1.0, s1, double(side) / double(width), double(side) / double(height)});
+    plan.content_w = std::min(side, std::max<int64_t>(1, int64_t(double(width) * scale)));
+    plan.content_h = std::min(side, std::max<int64_t>(1, int64_t(double(height) * scale)));
+    const int64_t fw = o.merge_w * p, fh = o.merge_h * p;
+    plan.grid_w = (plan.content_w + (fw - plan.content_w % fw) % fw) / p;
+    plan.grid_h = (plan.content_h + (fh - plan.content_h % fh) % fh) / p;
+    MYRIAD_REQUIRE(plan.grid_w <= o.max_side_patches && plan.grid_h <= o.max_side_patches, kValue, "patching: ", width,
+                   " x ", height, " pads to ", plan.grid_w, " x ", plan.grid_h, " patches, over the side limit ",
+                   o.max_side_patches, " (the limit times the patch size must be a whole number of merge windows)");
+    return plan;
+  }
   MYRIAD_REQUIRE(o.max_patches >= o.merge_h * o.merge_w, kValue, "patching: a budget of ", o.max_patches,
                  " patches cannot hold one ", o.merge_h, " x ", o.merge_w, " merge window");
-  MYRIAD_REQUIRE(width > 0 && height > 0, kValue, "patching: image of ", width, " x ", height, " has a zero size");
   const double p = double(o.patch_size);
   const double scale = std::min(1.0, std::sqrt(double(o.max_patches) * p * p / (double(width) * double(height))));
   // Windows per side (a window is merge x patch pixels), at least one.
@@ -348,35 +367,56 @@ void patch_grid_for(int64_t width, int64_t height, const PatchOptions& o, int64_
     else
       --ww;
   }
-  *grid_h = wh * o.merge_h;
-  *grid_w = ww * o.merge_w;
+  plan.grid_h = wh * o.merge_h;
+  plan.grid_w = ww * o.merge_w;
+  plan.content_h = plan.grid_h * o.patch_size;
+  plan.content_w = plan.grid_w * o.patch_size;
+  return plan;
+}
+
+void patch_grid_for(int64_t width, int64_t height, const PatchOptions& o, int64_t* grid_h, int64_t* grid_w) {
+  const PatchPlan plan = plan_patches(width, height, o);
+  *grid_h = plan.grid_h;
+  *grid_w = plan.grid_w;
 }
 
 ImagePatches image_to_patches(const Image& image, const PatchOptions& o) {
   MYRIAD_REQUIRE(int64_t(image.rgb.size()) == image.width * image.height * 3, kValue, "patching: image of ",
                  image.width, " x ", image.height, " holds ", image.rgb.size(), " bytes, not width x height x 3");
   ImagePatches out;
-  patch_grid_for(image.width, image.height, o, &out.grid_h, &out.grid_w);
-  const int64_t p = o.patch_size, H = out.grid_h * p, W = out.grid_w * p;
+  const PatchPlan plan = plan_patches(image.width, image.height, o);
+  out.grid_h = plan.grid_h;
+  out.grid_w = plan.grid_w;
+  const int64_t p = o.patch_size, W = plan.content_w, H = plan.content_h;
   std::vector<uint8_t> resized;
   const uint8_t* px = image.rgb.data();
   if (H != image.height || W != image.width) {
     resized.resize(size_t(H * W * 3));
-    MYRIAD_REQUIRE(stbir_resize_uint8(image.rgb.data(), int(image.width), int(image.height), 0, resized.data(), int(W),
-                                      int(H), 0, 3) == 1,
-                   kValue, "patching: resizing ", image.width, " x ", image.height, " to ", W, " x ", H, " failed");
+    const int ok =
+        o.fit == ImageFit::kStretch
+            ? stbir_resize_uint8(image.rgb.data(), int(image.width), int(image.height), 0, resized.data(), int(W),
+                                 int(H), 0, 3)
+            : stbir_resize_uint8_generic(image.rgb.data(), int(image.width), int(image.height), 0, resized.data(),
+                                         int(W), int(H), 0, 3, STBIR_ALPHA_CHANNEL_NONE, 0, STBIR_EDGE_CLAMP,
+                                         STBIR_FILTER_CATMULLROM, STBIR_COLORSPACE_LINEAR, nullptr);
+    MYRIAD_REQUIRE(ok == 1, kValue, "patching: resizing ", image.width, " x ", image.height, " to ", W, " x ", H,
+                   " failed");
     px = resized.data();
   }
   const int64_t row = 3 * p * p;
   out.values.resize(size_t(out.grid_h * out.grid_w * row));
-  const float inv = 1.0f / (255.0f * o.std), shift = o.mean / o.std;
+  float inv[3], shift[3];
+  for (int ch = 0; ch < 3; ++ch) inv[ch] = 1.0f / (255.0f * o.std[ch]), shift[ch] = o.mean[ch] / o.std[ch];
   for (int64_t r = 0; r < out.grid_h; ++r)
     for (int64_t c = 0; c < out.grid_w; ++c) {
       float* dst = out.values.data() + (r * out.grid_w + c) * row;
       for (int64_t ch = 0; ch < 3; ++ch)
         for (int64_t y = 0; y < p; ++y)
-          for (int64_t x = 0; x < p; ++x)
-            dst[(ch * p + y) * p + x] = float(px[((r * p + y) * W + c * p + x) * 3 + ch]) * inv - shift;
+          for (int64_t x = 0; x < p; ++x) {
+            const int64_t iy = r * p + y, ix = c * p + x;
+            const uint8_t v = iy < H && ix < W ? px[(iy * W + ix) * 3 + ch] : 0;  // the padding is black
+            dst[(ch * p + y) * p + x] = float(v) * inv[ch] - shift[ch];
+          }
     }
   return out;
 }

@@ -1,7 +1,7 @@
 // Images as the vision tower reads them: decoding (JPEG by libjpeg-turbo, PNG by libpng, WebP by libwebp, GIF's
 // first frame by giflib; BMP is not read), the pixel cap checked from the header before any pixel is decoded
-// (decompression bombs), and the native-resolution patching of docs/vision.md: resized with the aspect kept to whole
-// merge windows of patches under a patch budget, normalised, cut into patch rows.
+// (decompression bombs), and the native-resolution patching of docs/vision.md: brought to whole merge windows of
+// patches under a patch budget (stretched, or as K3 does it, scaled down and padded), normalised, cut into patch rows.
 #pragma once
 
 #include <cstdint>
@@ -50,12 +50,22 @@ Image read_image_file(const std::string& path, const ImageLimits& limits = {});
 // A regular file's bytes, at most limits.max_bytes (kIo when it cannot be read, kValue when it is larger).
 std::string read_image_bytes(const std::string& path, const ImageLimits& limits = {});
 
-// How an image becomes patch rows (docs/vision.md "Input").
+// How an image is brought to whole merge windows of patches (docs/vision.md "Input").
+//   kStretch     myriad's own: resized (aspect kept to within a window) to the largest whole number of windows per
+//                side under the budget, never enlarged except to one window
+//   kScaleAndPad K3's published preprocessing (navit_resize_image in its reference processor): scaled down only,
+//                by min(1, sqrt(budget / (floor(w/p) floor(h/p))), side_limit p / w, side_limit p / h), each side
+//                truncated to whole pixels, then padded on the right and at the bottom with black (pixel value 0,
+//                before normalisation) up to a multiple of merge x patch pixels. Nothing is stretched.
+enum class ImageFit : uint8_t { kStretch, kScaleAndPad };
+
 struct PatchOptions {
   int64_t patch_size = 14;
   int64_t merge_h = 2, merge_w = 2;
-  int64_t max_patches = 16384;    // per image (4096 merged tokens at 2 x 2): myriad's default budget
-  float mean = 0.5f, std = 0.5f;  // per channel, on values in [0, 1]: x -> (x - mean) / std
+  int64_t max_patches = 16384;  // per image (4096 merged tokens at 2 x 2): myriad's default budget (K3: in_patch_limit)
+  int64_t max_side_patches = 512;  // kScaleAndPad: patches along one side at most (K3: patch_limit_on_one_side)
+  ImageFit fit = ImageFit::kStretch;
+  float mean[3] = {0.5f, 0.5f, 0.5f}, std[3] = {0.5f, 0.5f, 0.5f};  // per channel on [0, 1]: x -> (x - mean) / std
 };
 
 struct ImagePatches {
@@ -63,12 +73,21 @@ struct ImagePatches {
   std::vector<float> values;       // [grid_h grid_w, 3 p p], each patch (channel, row, col), patches row-major
 };
 
-// The size an image is resized to: the largest whole number of merge windows per side, at most the image's own
-// size (never enlarged, except to one window when smaller), with at most max_patches patches; aspect kept to
-// within a window. kValue when max_patches cannot hold even one window.
+// Where an image's pixels go: resized to content_w x content_h, placed at the top left of the patch grid (the rest
+// black: kScaleAndPad; kStretch fills the grid).
+struct PatchPlan {
+  int64_t content_w = 0, content_h = 0;
+  int64_t grid_h = 0, grid_w = 0;
+};
+
+// The plan for an image of width x height under o (above). kValue when the budget cannot hold even one window
+// (kStretch), or for a zero size.
+PatchPlan plan_patches(int64_t width, int64_t height, const PatchOptions& o);
+// Its grid alone.
 void patch_grid_for(int64_t width, int64_t height, const PatchOptions& o, int64_t* grid_h, int64_t* grid_w);
 
-// Resizes (stb_image_resize) to patch_grid_for's size and cuts the patches.
+// Resizes to the plan's content size (stb_image_resize: its default filters for kStretch; Catmull-Rom, the cubic
+// with a = -0.5 that PIL's BICUBIC uses, for kScaleAndPad), pads, normalises and cuts the patches.
 ImagePatches image_to_patches(const Image& image, const PatchOptions& o);
 
 // A prompt's image markers expanded to the images' token runs: the i-th `placeholder` token of `ids` becomes

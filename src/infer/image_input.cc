@@ -11,6 +11,14 @@ PatchOptions patch_options_for(const VisionConfig& v) {
   o.patch_size = v.patch_size;
   o.merge_h = v.merge_kernel_size[0];
   o.merge_w = v.merge_kernel_size[1];
+  // K3's projector: its processor's scale-down-and-pad (data/image.h kScaleAndPad).
+  if (v.mm_projector_type == "patchmergerv2") o.fit = ImageFit::kScaleAndPad;
+  if (v.in_patch_limit) o.max_patches = *v.in_patch_limit;
+  if (v.patch_limit_on_one_side) o.max_side_patches = *v.patch_limit_on_one_side;
+  for (int ch = 0; ch < 3; ++ch) {
+    if (v.image_mean) o.mean[ch] = float((*v.image_mean)[size_t(ch)]);
+    if (v.image_std) o.std[ch] = float((*v.image_std)[size_t(ch)]);
+  }
   return o;
 }
 

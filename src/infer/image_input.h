@@ -16,7 +16,10 @@
 
 namespace myriad {
 
-// The patching of a model's images: its vision_config's patch size and merge window, myriad's patch budget.
+// The patching of a model's images: its vision_config's patch size and merge window; K3's scale-down-and-pad for
+// its projector type (patchmergerv2), myriad's stretch to whole windows for Kimi-VL / K2.5's (patchmerger); the
+// budget, side limit and normalisation of the checkpoint's preprocessor_config.json where it has one, else
+// myriad's (16384 patches, 512 per side, mean and std 0.5).
 PatchOptions patch_options_for(const VisionConfig& v);
 
 // Throws kValue naming `what` (a flag, a request field) when the model cannot take images: no vision_config (no

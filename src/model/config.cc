@@ -697,6 +697,53 @@ ModelConfig parse_model_config(const json& j, const std::string& source, std::ve
   return c;
 }
 
+namespace {
+
+// K3's image processor settings (its preprocessor_config.json: {"media_proc_cfg": {...}}). The patch size and
+// merge window must be the vision_config's; the budget, the side limit and the normalisation are taken.
+void read_media_proc_cfg(const std::string& path, VisionConfig& v) {
+  std::ifstream in(path, std::ios::binary);
+  MYRIAD_REQUIRE(in.good(), kIo, "cannot open ", path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const json doc = parse_json_document(text, path, ErrorKind::kFormat);
+  const json* cfg = doc.is_object() && doc.contains("media_proc_cfg") ? &doc["media_proc_cfg"] : nullptr;
+  if (!cfg) return;  // another processor's file (no media_proc_cfg): nothing of K3's to follow
+  MYRIAD_REQUIRE(cfg->is_object(), kFormat, path, ": media_proc_cfg must be an object");
+  auto positive = [&](const char* key) -> std::optional<int64_t> {
+    if (!cfg->contains(key) || (*cfg)[key].is_null()) return std::nullopt;
+    const json& x = (*cfg)[key];
+    MYRIAD_REQUIRE(x.is_number_integer() && x.get<int64_t>() > 0, kFormat, path, ": media_proc_cfg.", key, " = ",
+                   x.dump(), " must be a positive integer");
+    return x.get<int64_t>();
+  };
+  if (const auto ps = positive("patch_size"))
+    MYRIAD_REQUIRE(*ps == v.patch_size, kFormat, path, ": media_proc_cfg.patch_size = ", *ps,
+                   " differs from config.json's vision_config.patch_size = ", v.patch_size);
+  if (cfg->contains("merge_kernel_size")) {
+    const json& m = (*cfg)["merge_kernel_size"];
+    const bool ok = (m.is_number_integer() && m.get<int64_t>() == v.merge_kernel_size[0] &&
+                     m.get<int64_t>() == v.merge_kernel_size[1]) ||
+                    (m.is_array() && m.size() == 2 && m[0].is_number_integer() && m[1].is_number_integer() &&
+                     m[0].get<int64_t>() == v.merge_kernel_size[0] && m[1].get<int64_t>() == v.merge_kernel_size[1]);
+    MYRIAD_REQUIRE(ok, kFormat, path, ": media_proc_cfg.merge_kernel_size = ", m.dump(),
+                   " differs from config.json's vision_config.merge_kernel_size = ", json(v.merge_kernel_size).dump());
+  }
+  v.in_patch_limit = positive("in_patch_limit");
+  v.patch_limit_on_one_side = positive("patch_limit_on_one_side");
+  for (const auto& [key, dst] : {std::pair{"image_mean", &v.image_mean}, std::pair{"image_std", &v.image_std}}) {
+    if (!cfg->contains(key)) continue;
+    const json& x = (*cfg)[key];
+    const bool ok = x.is_array() && x.size() == 3 && std::all_of(x.begin(), x.end(), [&](const json& e) {
+                      return e.is_number() && (std::string(key) == "image_mean" || e.get<double>() > 0);
+                    });
+    MYRIAD_REQUIRE(ok, kFormat, path, ": media_proc_cfg.", key, " = ", x.dump(), " must be three numbers",
+                   std::string(key) == "image_std" ? " > 0" : "");
+    *dst = std::array<double, 3>{x[0].get<double>(), x[1].get<double>(), x[2].get<double>()};
+  }
+}
+
+}  // namespace
+
 ModelConfig load_model_config(const std::string& path, std::vector<std::string>* warnings) {
   namespace fs = std::filesystem;
   fs::path p(path);
@@ -707,7 +754,10 @@ ModelConfig load_model_config(const std::string& path, std::vector<std::string>*
   verify_checksum(p.string());
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   MYRIAD_REQUIRE(!in.bad(), kIo, "cannot read model config ", p.string());
-  return parse_model_config(parse_json_document(text, p.string(), ErrorKind::kFormat), p.string(), warnings);
+  ModelConfig c = parse_model_config(parse_json_document(text, p.string(), ErrorKind::kFormat), p.string(), warnings);
+  const fs::path pre = p.parent_path() / "preprocessor_config.json";
+  if (c.vision_config && fs::exists(pre, ec)) read_media_proc_cfg(pre.string(), *c.vision_config);
+  return c;
 }
 
 std::string model_config_summary(const ModelConfig& c) {

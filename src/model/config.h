@@ -62,6 +62,7 @@
 // take 0-based layer indices, as the model code uses them.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json_fwd.hpp>
@@ -131,6 +132,11 @@ struct VisionConfig {
   bool attn_bias = false;
   bool linear_bias = false;
   bool patch_embed_proj_bias = false;
+  // From the checkpoint's preprocessor_config.json ("media_proc_cfg", K3's image processor) when it has one
+  // (load_model_config); unset: myriad's defaults (infer/image_input.h patch_options_for).
+  std::optional<int64_t> in_patch_limit;           // patches per image before padding
+  std::optional<int64_t> patch_limit_on_one_side;  // patches along one side
+  std::optional<std::array<double, 3>> image_mean, image_std;
 };
 
 enum class AttnResMode { kBlock, kSkip, kNone };

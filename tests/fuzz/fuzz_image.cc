@@ -25,6 +25,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     MYRIAD_CHECK(p.grid_h > 0 && p.grid_w > 0 && p.grid_h * p.grid_w <= 64 && p.grid_h % 2 == 0 && p.grid_w % 2 == 0,
                  "grid ", p.grid_h, " x ", p.grid_w);
     MYRIAD_CHECK(int64_t(p.values.size()) == p.grid_h * p.grid_w * 3 * 14 * 14, "patch values ", p.values.size());
+    // K3's scale-down-and-pad: whole windows, at most 8 patches a side.
+    o.fit = ImageFit::kScaleAndPad;
+    o.max_side_patches = 8;
+    const ImagePatches k = image_to_patches(img, o);
+    MYRIAD_CHECK(k.grid_h > 0 && k.grid_w > 0 && k.grid_h <= 8 && k.grid_w <= 8 && k.grid_h % 2 == 0 &&
+                     k.grid_w % 2 == 0 && int64_t(k.values.size()) == k.grid_h * k.grid_w * 3 * 14 * 14,
+                 "padded grid ", k.grid_h, " x ", k.grid_w);
   });
   fuzz::expect_accept_or_error([&] {
     VideoLimits limits;

@@ -294,6 +294,45 @@ TEST(Image, GridsKeepTheAspectUnderTheBudget) {
   EXPECT_THROW(patch_grid_for(100, 100, o, &gh, &gw), Error);
 }
 
+// K3's scale-down-and-pad, by hand from navit_resize_image's formula (p 14, windows of 28 pixels).
+TEST(Image, ScaleAndPadFollowsK3sProcessor) {
+  PatchOptions o;
+  o.fit = ImageFit::kScaleAndPad;
+  // Under the budget: kept at 100 x 75, padded to 112 x 84 (never stretched: kStretch gives 4 x 6 patches).
+  PatchPlan plan = plan_patches(100, 75, o);
+  EXPECT_EQ(plan.content_w, 100);
+  EXPECT_EQ(plan.content_h, 75);
+  EXPECT_EQ(plan.grid_w, 8);
+  EXPECT_EQ(plan.grid_h, 6);
+  // Over the budget: 2500 x 1900 is 178 x 135 patches; scale sqrt(16384 / 24030) = 0.82572: 2064 x 1568,
+  // padded to 2072 x 1568 = 148 x 112 patches.
+  plan = plan_patches(2500, 1900, o);
+  EXPECT_EQ(plan.content_w, 2064);
+  EXPECT_EQ(plan.content_h, 1568);
+  EXPECT_EQ(plan.grid_w, 148);
+  EXPECT_EQ(plan.grid_h, 112);
+  // Over the side limit (512 patches = 7168 pixels): 8000 x 20 scales by 0.896 to 7168 x 17, padded to 28 high.
+  plan = plan_patches(8000, 20, o);
+  EXPECT_EQ(plan.content_w, 7168);
+  EXPECT_EQ(plan.content_h, 17);
+  EXPECT_EQ(plan.grid_w, 512);
+  EXPECT_EQ(plan.grid_h, 2);
+  // The padding is black: a white 15 x 14 image (p 14, windows of 1 x 2 patches) fills one patch and 1 column of
+  // the next; the rest of the second patch reads (0 - 0.5) / 0.5.
+  o.patch_size = 14;
+  o.merge_h = 1;
+  o.merge_w = 2;
+  const ImagePatches q = image_to_patches(Image{15, 14, std::vector<uint8_t>(15 * 14 * 3, 255)}, o);
+  ASSERT_EQ(q.grid_h, 1);
+  ASSERT_EQ(q.grid_w, 2);
+  for (int64_t ch = 0; ch < 3; ++ch)
+    for (int64_t y = 0; y < 14; ++y)
+      for (int64_t x = 0; x < 14; ++x) {
+        EXPECT_NEAR(q.values[size_t((ch * 14 + y) * 14 + x)], 1.0f, 1e-6);  // 255 / 127.5 - 1 in float32
+        EXPECT_NEAR(q.values[size_t(588 + (ch * 14 + y) * 14 + x)], x == 0 ? 1.0f : -1.0f, 1e-6);
+      }
+}
+
 TEST(Image, PatchesHoldTheNormalisedPixelsInChannelRowColumnOrder) {
   const int w = 8, h = 4;  // 2 x 4 patches of 2 x 2 pixels, no resize
   const std::vector<uint8_t> px = random_rgb(w, h, 3);
