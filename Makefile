@@ -18,10 +18,9 @@ demo: build
 	@./build/release/myriad selfcheck > /dev/null && echo "kernel self-check: OK (myriad selfcheck)"
 	./build/release/myriad train --config configs/tiny.json --out $(DEMO) --force
 	./build/release/myriad report $(DEMO)
-	@echo "--- samples from the trained model (greedy, first line; problems absent from its training corpus) ---"
-	@./build/release/myriad generate --model $(DEMO) --prompt "Q: 57 + 87 = ? A:" --max-tokens 8 2>/dev/null | head -1
-	@./build/release/myriad generate --model $(DEMO) --prompt "copy: k d w h ->" --max-tokens 8 2>/dev/null | head -1
-	@./build/release/myriad generate --model $(DEMO) --prompt "reverse: t r a n e ->" --max-tokens 8 2>/dev/null | head -1
+	@echo "--- the trained model on held-out prompts: accuracy per task, samples drawn at random, marked ---"
+	@./build/release/myriad eval text --model $(DEMO) --per-task 64 --show 3 2>/dev/null
+	@echo "--- free text (no answer to check) ---"
 	@./build/release/myriad generate --model $(DEMO) --prompt "In the morning," --max-tokens 40
 	@echo "--- done: $(DEMO)/report.html (open it in a browser), $(DEMO)/metrics.jsonl, $(DEMO)/checkpoints/ ---"
 

@@ -211,6 +211,18 @@ check "resume the prepared-directory run" 0 "$bin" train --config "$root/configs
 [[ -d "$work/vl3/checkpoints/step-000004" ]] || { echo "FAIL: the prepared run did not reach step 4"; fails=$((fails + 1)); }
 check "eval images" 0 "$bin" eval images --model "$work/vl" --data "$work/shapes/test.jsonl" --json "$work/vl.json"
 grep -q '"questions": 12' "$work/vl.json" || { echo "FAIL: eval images did not score 12 questions"; fails=$((fails + 1)); }
+# eval text: every pretraining task scored on 4 held-out prompts, 2 of them shown, each marked by its own answer.
+check "eval text" 0 "$bin" eval text --model "$work/lc" --per-task 4 --show 2 --json "$work/text.json"
+python3 - "$work/text.json" <<'PY' || { echo "FAIL: eval text's report"; fails=$((fails + 1)); }
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert sorted(j["tasks"]) == ["arithmetic", "copy", "recall", "reverse"], j["tasks"].keys()
+for name, t in j["tasks"].items():
+    assert t["total"] == 4 and 0 <= t["correct"] <= 4 and abs(t["accuracy"] - t["correct"] / 4) < 1e-12, (name, t)
+    assert len(t["samples"]) == 2, (name, t)
+    for s in t["samples"]:
+        assert s["correct"] == (s["got"] == s["want"]), (name, s)
+PY
 check "train: image records for a text-only model" 1 "$bin" train --config "$root/configs/tiny.json" \
   --data "$work/shapes/train.jsonl" --out "$work/vl-text" --quiet
 one_error_line "no vision tower"

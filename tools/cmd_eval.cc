@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 
 #include "cli.h"
 #include "deploy/prune.h"
@@ -170,14 +171,60 @@ int run_eval_images(const myriad::cli::Args& args) {
   return 0;
 }
 
+// `myriad eval text`: the pretraining tasks (arithmetic, copy, reverse, recall; data/tasks.h) on held-out prompts,
+// greedy, as myriad train scores them: each task's accuracy, and `show` of its prompts drawn at random (the seed's
+// own draw, not picked) with the model's answer marked right or WRONG beside the truth. What `make demo` prints.
+int run_eval_text(const myriad::cli::Args& args) {
+  using namespace myriad;
+  const auto model_dir = args.get("model");
+  MYRIAD_REQUIRE(model_dir, kValue, "eval text needs --model DIR");
+  const auto model = InferenceModel::load(*model_dir, {}, args.get_or("tokenizer", ""));
+  const int per_task = int(args.get_int("per-task", 64, 1, 100000));
+  const int show = int(args.get_int("show", 3, 0, 100000));
+  const uint64_t seed = uint64_t(args.get_int("seed", 1234, 0, 1L << 62));
+  const Tokenizer& tok = model->tokenizer();
+  const int32_t eot = tok.has_special("<|endoftext|>") ? tok.id_of("<|endoftext|>") : -1;
+  const TaskScores s = evaluate_tasks(
+      *model, [&tok](const std::string& t) { return tok.encode(t); },
+      [&tok](const std::vector<int32_t>& ids) { return tok.decode(ids); }, per_task, seed, 8, eot, per_task);
+  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);  // the draw of the shown samples, apart from the prompts'
+  nlohmann::json j = {{"model", *model_dir}, {"per_task", per_task}, {"seed", seed}};
+  std::printf("held-out prompts of the pretraining tasks (%d each, greedy, seed %llu; none occurs in training):\n",
+              per_task, static_cast<unsigned long long>(seed));
+  for (const TaskScore& t : s.tasks) {
+    std::vector<const TaskSample*> mine;
+    for (const TaskSample& x : s.samples)
+      if (x.kind == t.kind) mine.push_back(&x);
+    std::shuffle(mine.begin(), mine.end(), rng);
+    mine.resize(std::min(mine.size(), size_t(show)));
+    const std::string name = task_kind_name(t.kind);
+    std::printf("%-11s %5.1f%% right (%d of %d)\n", name.c_str(), 100 * t.accuracy(), t.correct, t.total);
+    j["tasks"][name] = {{"accuracy", t.accuracy()}, {"correct", t.correct}, {"total", t.total}};
+    for (const TaskSample* x : mine) {
+      // One line each: newlines shown as " | ", a long prompt (recall's documents) by its end.
+      std::string line;
+      for (char ch : x->prompt) line += ch == '\n' ? std::string(" | ") : std::string(1, ch);
+      if (line.size() > 72) line = "..." + line.substr(line.size() - 69);
+      std::printf("    %-5s  %s %s   (truth: %s)\n", x->correct ? "right" : "WRONG", line.c_str(), x->got.c_str(),
+                  x->want.c_str());
+      j["tasks"][name]["samples"].push_back(
+          {{"prompt", x->prompt}, {"got", x->got}, {"want", x->want}, {"correct", x->correct}});
+    }
+  }
+  if (const auto p = args.get("json"))
+    write_file_atomic(*p, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  return 0;
+}
+
 int run_eval(const myriad::cli::Args& args) {
   using namespace myriad;
+  if (!args.positional().empty() && args.positional()[0] == "text") return run_eval_text(args);
   if (!args.positional().empty() && args.positional()[0] == "tasks") return run_eval_tasks(args);
   if (!args.positional().empty() && args.positional()[0] == "images") return run_eval_images(args);
   if (!args.positional().empty() && args.positional()[0] == "longctx") return run_eval_longctx(args);
   MYRIAD_REQUIRE(args.positional().empty(), kValue, "eval: unknown mode '", args.positional()[0],
-                 "' (myriad eval --model DIR --data PATH, myriad eval tasks --model DIR, or myriad eval longctx "
-                 "--model DIR, myriad eval images --model DIR --data FILE)");
+                 "' (myriad eval --model DIR --data PATH, myriad eval tasks --model DIR, myriad eval text --model "
+                 "DIR, myriad eval longctx --model DIR, or myriad eval images --model DIR --data FILE)");
   const auto model_dir = args.get("model");
   const auto data = args.get("data");
   MYRIAD_REQUIRE(model_dir && data, kValue, "eval needs --model DIR and --data PATH");
@@ -225,11 +272,13 @@ int run_eval(const myriad::cli::Args& args) {
 MYRIAD_COMMAND(
     "eval",
     "perplexity of a model as served (plain or quantized); KL divergence from a reference; `eval tasks`: "
-    "held-out multi-step tool tasks; `eval longctx`: long-context retrieval by length x depth; `eval images`: "
-    "image questions answered by generation",
+    "held-out multi-step tool tasks; `eval text`: the pretraining tasks on held-out prompts, samples marked right "
+    "or wrong; `eval longctx`: long-context retrieval by length x depth; `eval images`: image questions answered by "
+    "generation",
     "myriad eval --model DIR --data PATH [--reference DIR] [--max-tokens N] [--window T] [--split val] "
     "[--cache-dtype f32|bf16|q8] [--decode]\n       myriad eval tasks --model DIR [--suite builtin|FILE] "
     "[--samples K] [--per-family N] [--text-tasks N] [--strict-tools] [--json F] [--html F] [--data PATH]\n       "
+    "myriad eval text --model DIR [--per-task N] [--show K] [--seed S] [--json F]\n       "
     "myriad eval longctx "
     "--model DIR "
     "[--task passkey|multikey|vartrack] [--lengths 1K,4K] [--depths 0,25,50,75,100] [--samples N] "
@@ -255,12 +304,13 @@ MYRIAD_COMMAND(
      {"prefill-chunk", "T", "eval longctx: prompt tokens per prefill forward (default 2048)"},
      {"svg", "FILE", "eval longctx: write the accuracy heatmap as an SVG file"},
      {"per-family", "N", "eval tasks: built-in held-out tasks per family (default 8)"},
-     {"seed", "S", "eval tasks / longctx: seed of the built-in tasks or prompts (default 1234)"},
+     {"seed", "S", "eval tasks / text / longctx: seed of the built-in tasks or prompts (default 1234)"},
+     {"per-task", "N", "eval text: held-out prompts per task (default 64)"},
      {"transcripts", "N", "eval tasks: episodes per family kept as text (default 1)"},
      {"text-tasks", "N",
       "eval tasks: also the pretraining tasks (arithmetic, copy, reverse, recall; as myriad train scores them) on N "
       "held-out prompts each (default 32; 0 = off)"},
-     {"json", "FILE", "eval tasks / longctx: write the report as JSON"},
+     {"json", "FILE", "eval tasks / text / longctx: write the report as JSON"},
      {"html", "FILE", "eval tasks / longctx: write the report as an HTML page"},
      {"strict-tools", "",
       "eval tasks: constrained decoding of the tool calls (every call parses, names a tool and follows its schema)"},
@@ -268,5 +318,7 @@ MYRIAD_COMMAND(
      {"max-new-tokens", "N", "eval images: tokens an answer may take (default 8)"},
      {"batch", "N", "eval images: questions per batch (default 32)"},
      {"limit", "N", "eval images: the first N questions only (default all)"},
-     {"show", "N", "eval images: answers printed next to the truth (default 8)"}},
+     {"show", "N",
+      "eval images: answers printed next to the truth (default 8); eval text: prompts per task drawn at random "
+      "and shown marked right or WRONG (default 3)"}},
     run_eval);
