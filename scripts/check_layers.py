@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The layering of src/ (docs/architecture.md), checked on every build: each file may include headers of its own
-layer and of the layers listed below it, and the backend headers (ops/cpu/, ops/cuda/) only from inside src/ops.
+layer and of the layers listed below it, the backend headers (ops/cpu/, ops/cuda/) only from inside src/ops, and
+the GPU vendors' headers (CUDA runtime and driver, cuBLAS, NCCL, ...) only from inside src/ops/cuda.
 Prints every violation as file:line: what and which rule, and exits 1 when there is one.
   scripts/check_layers.py [SRC_DIR] [--stamp FILE]   (the stamp is touched on success, for the build)"""
 import os
@@ -29,6 +30,9 @@ LAYERS = {
 }
 BACKENDS = ("ops/cpu/", "ops/cuda/")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s+<([^>]+)>')
+# GPU vendor headers: the CUDA toolkit's libraries and NCCL.
+VENDOR = re.compile(r"^(cuda|cublas|cublasLt|cudnn|curand|cusparse|cusolver|cufft|nccl|nvrtc|nvToolsExt|thrust/|cub/)")
 
 
 def main():
@@ -72,6 +76,11 @@ def check(src):
             allowed = set(LAYERS[layer]) | {layer}
             with open(path, encoding="utf-8", errors="replace") as f:
                 for n, line in enumerate(f, 1):
+                    sm = SYSTEM_INCLUDE.match(line)
+                    if sm and VENDOR.match(sm.group(1)) and not rel.startswith("ops/cuda/"):
+                        problems.append(f"src/{rel}:{n}: includes the GPU vendor header <{sm.group(1)}>: only "
+                                        f"src/ops/cuda may (the rest of the tree reaches a GPU through the ops)")
+                        continue
                     m = INCLUDE.match(line)
                     if not m or "/" not in m.group(1):
                         continue
@@ -105,11 +114,14 @@ def self_test():
         return d
 
     clean = {"core/a.h": "#pragma once\n", "model/m.cc": '#include "core/a.h"\n#include "model/m.h"\n',
-             "ops/cpu/k.h": "", "ops/o.cc": '#include "ops/cpu/k.h"\n'}
+             "ops/cpu/k.h": "", "ops/o.cc": '#include "ops/cpu/k.h"\n',
+             "ops/cuda/c.cu": "#include <cuda_runtime.h>\n#include <cublas_v2.h>\n"}
     cases = {
         "upward include": {"core/a.cc": '#include "model/m.h"\n'},
         "sideways include": {"data/t.cc": '#include "model/m.h"\n'},
         "backend header outside ops": {"serve/s.cc": '#include "ops/cpu/k.h"\n'},
+        "vendor header outside ops/cuda": {"dist/n.cc": "#include <nccl.h>\n"},
+        "vendor header elsewhere in ops": {"ops/o2.cc": "#include <cuda_runtime.h>\n"},
         "unknown folder": {"misc/x.cc": ""},
     }
     failures = 0

@@ -25,9 +25,6 @@ const DTypeInfo& info(DType d) {
 const char* dtype_name(DType dtype) {
   return info(dtype).name;
 }
-int64_t dtype_block_elems(DType dtype) {
-  return info(dtype).block_elems;
-}
 int64_t dtype_block_bytes(DType dtype) {
   return info(dtype).block_bytes;
 }

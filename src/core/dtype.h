@@ -31,7 +31,6 @@ enum class Device : uint8_t { kCPU, kCUDA };
 
 const char* dtype_name(DType dtype);  // safetensors spelling: "F32", "BF16", ...
 std::optional<DType> dtype_from_name(std::string_view name);
-int64_t dtype_block_elems(DType dtype);  // 1 for scalar types, 32 for block types
 int64_t dtype_block_bytes(DType dtype);  // bytes of one block (= element size for scalar types)
 bool dtype_is_quantized(DType dtype);
 const char* device_name(Device device);

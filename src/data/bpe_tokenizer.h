@@ -64,7 +64,6 @@ class BpeTokenizer {
   void encode(std::string_view text, bool include_special, std::vector<int32_t>& out) const;
 
   Format format() const { return format_; }
-  const char* format_name() const { return format_ == Format::kTiktoken ? "tiktoken" : "huggingface-bpe"; }
   int64_t vocab_size() const { return int64_t(surface_.size()); }
   const std::string& surface(int32_t id) const { return surface_[size_t(id)]; }  // bytes it decodes to
   const std::string& piece(int32_t id) const { return pieces_[size_t(id)]; }

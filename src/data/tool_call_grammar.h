@@ -74,7 +74,6 @@ class ToolCallMatcher {
   void mask(std::span<float> logits) const;
   // Moves past `token` (sampled, or a forced start of the reply); throws kValue when the grammar does not allow it.
   void accept(int32_t token);
-  bool in_call() const { return region_ == Region::kCall; }
 
   // The state of the JSON inside a call: a stack of frames.
   struct Frame {

@@ -1,18 +1,18 @@
 // The communicator (DESIGN §4, issue 16): the collectives parallel training and serving need, behind one
 // interface over the standard engines. MpiCommunicator (dist/mpi_communicator.h) runs CPU ranks over OpenMPI;
-// NcclCommunicator (dist/nccl_communicator.h, CUDA builds) GPU ranks over NCCL; SingleCommunicator is the
-// one-process default (every collective is the identity or a copy). The model never sees a communicator:
-// parallelism reaches it through the MoE-dispatch and sequence-context seams (model/moe_dispatch.h,
+// SingleCommunicator is the one-process default (every collective is the identity or a copy). GPU ranks will
+// get an NCCL one when a rank can hold its model on a GPU (device() says where the buffers live). The model never sees
+// a communicator: parallelism reaches it through the MoE-dispatch and sequence-context seams (model/moe_dispatch.h,
 // model/sequence_context.h), and the trainer all-reduces gradients and statistics.
 //
-// Buffers live on device(): host memory for single and MPI, GPU memory for NCCL. Counts are elements of the
+// Buffers live on device(): host memory for single and MPI. Counts are elements of the
 // dtype. Every call is collective: all ranks of the communicator make it, in the same order, with matching
-// counts; a mismatch is undefined behaviour in MPI and NCCL alike, so the callers derive counts from state that
+// counts; a mismatch is undefined behaviour in MPI, so the callers derive counts from state that
 // is equal on all ranks (or exchange the counts first, as all_to_all_v's callers do).
 //
 // Non-blocking: start_all_reduce returns a PendingCollective (the gradient buckets reduced while the backward pass
 // goes on, dist/gradient_sync.h). MPI progresses it only inside MPI calls, so its owner calls test() now and then
-// (between tape nodes); NCCL runs it on its stream. The buffer must stay untouched until the collective completed.
+// (between tape nodes). The buffer must stay untouched until the collective completed.
 // Leaves out: point-to-point sends.
 #pragma once
 
@@ -53,7 +53,7 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual const char* backend() const = 0;  // "single", "mpi", "nccl"
+  virtual const char* backend() const = 0;  // "single", "mpi"
   virtual Device device() const = 0;        // where the buffers of the collectives live
 
   // buf [count] in place: the element-wise reduction over the ranks.

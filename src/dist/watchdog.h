@@ -7,7 +7,7 @@
 //
 // The timeout: MYRIAD_COLLECTIVE_TIMEOUT_S (seconds; 0 = off), default 600: longer than anything a healthy job
 // waits for at one collective here (rank 0 writing a checkpoint or evaluating while the others wait at the next
-// step's first all-reduce). NCCL has its own (NCCL_TIMEOUT with the async error handling of its communicators).
+// step's first all-reduce).
 #pragma once
 
 namespace myriad {

@@ -128,11 +128,10 @@ class MlaCache {
   // Rows [t0, t0 + n) as f32 into out [n, ldo] (any dtype; the range may cross pages).
   void rows_f32(int64_t t0, int64_t n, float* out, int64_t ldo) const;
   int64_t mean_block() const { return means_.block(); }  // 0: no block means
-  // For state files (infer/sequence_file.h): the pages as stored; a cache over such pages (`size` tokens, each page
+  // For state files (infer/sequence_file.h): a cache over pages as stored (`size` tokens, each page
   // page_bytes(...) bytes; kFormat otherwise) with its block means given or summed from the stored rows;
   // and the block means replaced by ones kept from the original rows
   // (the means of rows rounded to bf16 or q8 would differ from the ones the sequence was scored with).
-  const std::vector<Tensor>& raw_pages() const { return pages_; }
   static MlaCache from_raw_pages(int64_t kv_lora_rank, int64_t rope_dim, int64_t page_tokens, DType dtype,
                                  int64_t mean_block, int64_t size, std::vector<Tensor> pages,
                                  std::optional<BlockMeans> means = std::nullopt);

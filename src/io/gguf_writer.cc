@@ -88,12 +88,6 @@ void GgufWriter::add_u32(const std::string& key, uint32_t v) {
   add_key(key, kTypeU32, b);
 }
 
-void GgufWriter::add_i32(const std::string& key, int32_t v) {
-  std::string b;
-  put(b, v);
-  add_key(key, kTypeI32, b);
-}
-
 void GgufWriter::add_f32(const std::string& key, float v) {
   std::string b;
   put(b, v);

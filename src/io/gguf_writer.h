@@ -33,7 +33,6 @@ class GgufWriter {
  public:
   // Metadata, in the order added (keys unique).
   void add_u32(const std::string& key, uint32_t v);
-  void add_i32(const std::string& key, int32_t v);
   void add_f32(const std::string& key, float v);
   void add_bool(const std::string& key, bool v);
   void add_string(const std::string& key, const std::string& v);

@@ -135,10 +135,6 @@ NamedTensors init_model_tensors(const ModelConfig& c, uint64_t seed) {
   return out;
 }
 
-uint64_t model_f32_bytes(const ModelConfig& c) {
-  return uint64_t(account_model(c).total_params) * 4u;
-}
-
 void check_init_size(const ModelConfig& c, double max_gb) {
   const ModelAccounting a = account_model(c);
   const double gb = double(a.total_params) * 4.0 / 1e9;

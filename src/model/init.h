@@ -40,9 +40,6 @@ Tensor init_param(const ParamSpec& spec, const ModelConfig& c, uint64_t seed);
 // on the thread count.
 NamedTensors init_model_tensors(const ModelConfig& c, uint64_t seed);
 
-// Bytes of the model in f32 (4 x total parameters).
-uint64_t model_f32_bytes(const ModelConfig& c);
-
 // Throws kValue when the f32 model is larger than max_gb GB (10^9 bytes), naming the config, the parameter
 // count, the size and the limit. Guards against initialising the flagship (11 TB) by accident.
 void check_init_size(const ModelConfig& c, double max_gb);

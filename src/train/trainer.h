@@ -82,9 +82,10 @@ struct TrainerOptions {
   // tensors and updates those, then the owners broadcast the new values. The same weights, less memory.
   bool zero1 = false;
   // The gradient all-reduce of the step's last backward pass overlapped with it, layer by layer
-  // (dist/gradient_sync.h), or after it: the same sums. Unset: overlapped on GPU ranks (NCCL's copies run on the
-  // GPU's own engines while the cores compute), after it on CPU ranks, where MPI's copies and sums take the
-  // same cores as the backward and the overlap measured ~6% slower per step (docs/distributed.md).
+  // (dist/gradient_sync.h), or after it: the same sums. Unset: overlapped where the communicator's buffers live on
+  // a GPU (its own engines move the bytes while the cores compute; no such communicator yet), after it on CPU
+  // ranks, where MPI's copies and sums take the same cores as the backward and the overlap measured ~6% slower per
+  // step (docs/distributed.md).
   std::optional<bool> overlap_grad_sync;
 };
 
