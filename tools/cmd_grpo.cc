@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli.h"
+#include "parallel_flags.h"
 #include "rl/grpo.h"
 
 namespace {
@@ -19,9 +20,7 @@ int run_grpo_command(const myriad::cli::Args& args) {
   r.stop_after_step = args.get_int("stop-after", -1, -1, 1L << 40);
   if (args.has("steps")) r.steps = args.get_int("steps", 0, 1, 1L << 40);
   if (args.has("seed")) r.seed = uint64_t(args.get_int("seed", 0, 0, 1L << 62));
-  r.parallel.dp = int(args.get_int("dp", 1, 1, 1 << 20));
-  r.parallel.ep = int(args.get_int("ep", 1, 1, 1 << 20));
-  r.parallel.sp = int(args.get_int("sp", 1, 1, 1 << 20));
+  r.parallel = myriad::cli::parallel_dims(args);
   const myriad::GrpoSummary s = myriad::run_grpo(r);
   if (!s.root) return 0;  // rank 0 reports
   std::printf(

@@ -1,5 +1,6 @@
-// The flags of the training commands that run under mpirun (`myriad train`, `myriad sft`): the layout
-// (--dp/--ep/--sp, --zero1), and the line that reports where a parallel run spent its time.
+// The flags of the training commands that run under mpirun (`myriad train`, `myriad sft`; `myriad grpo` reads the
+// layout alone): the layout (--dp/--ep/--sp, --zero1), and the line that reports where a parallel run spent its
+// time.
 #pragma once
 
 #include <cstdio>
@@ -22,10 +23,11 @@ inline std::vector<OptionSpec> with_parallel_options(std::vector<OptionSpec> opt
   options.push_back({"zero1", "", "ZeRO-1: each rank keeps the optimizer state of its share of the tensors"});
   options.push_back({"grad-sync", "auto|overlap|after",
                      "the gradient all-reduce layer by layer during the backward, or after it (the same sums); "
-                     "auto: overlap on GPU ranks, after on CPU ranks"});
+                     "auto: after on CPU ranks (overlap where the communicator's buffers are on a GPU)"});
   return options;
 }
 
+// --dp/--ep/--sp (each 1 when absent).
 inline ParallelDims parallel_dims(const Args& args) {
   ParallelDims d;
   d.dp = int(args.get_int("dp", 1, 1, 1 << 20));

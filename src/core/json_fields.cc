@@ -191,6 +191,10 @@ void JsonFields::non_negative(const std::string& key, int64_t v) const {
   if (v < 0) fail(key, v, "must be >= 0");
 }
 
+void JsonFields::at_least(const std::string& key, int64_t v, int64_t min) const {
+  if (v < min) fail(key, v, "must be >= " + std::to_string(min));
+}
+
 void JsonFields::positive(const std::string& key, double v) const {
   if (!(v > 0)) fail(key, v, "must be > 0");
 }

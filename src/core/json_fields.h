@@ -108,6 +108,7 @@ class JsonFields {
   // --- value rules ---
   void positive(const std::string& key, int64_t v) const;
   void non_negative(const std::string& key, int64_t v) const;
+  void at_least(const std::string& key, int64_t v, int64_t min) const;  // "must be >= min"
   void positive(const std::string& key, double v) const;
 
   // Every key neither consumed nor known-ignored: a warning each (kWarn) or an error for the first (kError).

@@ -109,6 +109,28 @@ void TokenStream::read(int64_t begin, int64_t n, int64_t* out, int64_t vocab_lim
   }
 }
 
+namespace {
+
+// A batch of `rows` windows of T tokens, each filled by fill(r, window [T + 1]): the tokens are its first T,
+// the targets its last T (the next token of each).
+template <class Fill>
+Batch windows_batch(int64_t rows, int64_t T, Fill&& fill) {
+  Batch b;
+  b.batch = rows;
+  b.seq_len = T;
+  b.tokens.resize(size_t(rows * T));
+  b.targets.resize(size_t(rows * T));
+  std::vector<int64_t> window(size_t(T + 1));
+  for (int64_t r = 0; r < rows; ++r) {
+    fill(r, window.data());
+    std::copy(window.begin(), window.end() - 1, b.tokens.begin() + r * T);
+    std::copy(window.begin() + 1, window.end(), b.targets.begin() + r * T);
+  }
+  return b;
+}
+
+}  // namespace
+
 // ---- ValBatches ----
 
 ValBatches::ValBatches(TokenStream stream, int64_t seq_len, int64_t batch, int64_t vocab_limit)
@@ -121,18 +143,8 @@ ValBatches::ValBatches(TokenStream stream, int64_t seq_len, int64_t batch, int64
 Batch ValBatches::operator[](int64_t i) const {
   MYRIAD_CHECK(i >= 0 && i < size(), "val batch ", i, " of ", size());
   const int64_t T = seq_len_, first = i * batch_, rows = std::min(batch_, windows_ - first);
-  Batch b;
-  b.batch = rows;
-  b.seq_len = T;
-  b.tokens.resize(size_t(rows * T));
-  b.targets.resize(size_t(rows * T));
-  std::vector<int64_t> window(size_t(T + 1));
-  for (int64_t r = 0; r < rows; ++r) {
-    stream_.read((first + r) * T, T + 1, window.data(), vocab_limit_);
-    std::copy(window.begin(), window.end() - 1, b.tokens.begin() + r * T);
-    std::copy(window.begin() + 1, window.end(), b.targets.begin() + r * T);
-  }
-  return b;
+  return windows_batch(rows, T,
+                       [&](int64_t r, int64_t* window) { stream_.read((first + r) * T, T + 1, window, vocab_limit_); });
 }
 
 // ---- Loader ----
@@ -196,25 +208,16 @@ Batch Loader::next_batch(int64_t seq_len, int64_t batch) {
     }
   }
   seq_len_ = T;
-  Batch b;
-  b.batch = batch;
-  b.seq_len = T;
-  b.tokens.resize(size_t(batch * T));
-  b.targets.resize(size_t(batch * T));
-  std::vector<int64_t> window(size_t(T + 1));
-  for (int64_t r = 0; r < batch; ++r) {
+  return windows_batch(batch, T, [&](int64_t, int64_t* window) {
     if (position_ / T >= n) {
       ++epoch_;
       position_ = 0;
     }
     ensure_permutation();
     const uint64_t w = perm_[size_t(position_ / T)];
-    train_.read(int64_t(w) * T, T + 1, window.data(), vocab_size_);
-    std::copy(window.begin(), window.end() - 1, b.tokens.begin() + r * T);
-    std::copy(window.begin() + 1, window.end(), b.targets.begin() + r * T);
+    train_.read(int64_t(w) * T, T + 1, window, vocab_size_);
     position_ += T;
-  }
-  return b;
+  });
 }
 
 ValBatches Loader::val_batches(int64_t seq_len, int64_t batch) const {

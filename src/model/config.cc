@@ -515,7 +515,7 @@ void parse_text(Obj& o, ModelConfig& c) {
         o.req_int("attn_res_block_size",
                   str(" (attn_res_mode is \"", mode, "\"; set attn_res_mode to \"none\" for a plain residual stream)"));
   }
-  if (c.attn_res_block_size < 1) o.fail("attn_res_block_size", c.attn_res_block_size, "must be >= 1");
+  o.at_least("attn_res_block_size", c.attn_res_block_size, 1);
 
   // Balancing and capacity (myriad's own fields).
   const std::string bal = o.choice_or("balancing", "qb", {"qb", "aux_loss", "sign_update"});

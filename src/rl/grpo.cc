@@ -91,8 +91,7 @@ GrpoConfig parse_grpo_config(const nlohmann::json& j, const std::string& source)
                                                       {"checkpoint_every", c.checkpoint_every},
                                                       {"keep_checkpoints", c.keep_checkpoints},
                                                       {"kda_chunk", c.kda_chunk}};
-  for (const auto& [k, v] : positive)
-    if (v < 1) o.fail(k, v, "must be >= 1");
+  for (const auto& [k, v] : positive) o.at_least(k, v, 1);
   if (c.group_size < 2) o.fail("group_size", c.group_size, "must be >= 2 (advantages are relative to the group)");
   if (c.eval_per_family < 0) o.fail("eval_per_family", c.eval_per_family, "must be >= 0");
   if (!(c.lr > 0) || !std::isfinite(c.lr)) o.fail("lr", c.lr, "must be a positive number");

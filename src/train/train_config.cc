@@ -136,7 +136,7 @@ TrainConfig parse_train_config(const nlohmann::json& j, const std::string& sourc
     if (e.depths.empty()) lo.fail("depths", *lc->find("depths"), "must list at least one depth");
     for (int64_t d : e.depths)
       if (d < 0 || d > 100) lo.fail("depths", d, "must lie in 0..100 (percent)");
-    if (e.samples < 1) lo.fail("samples", e.samples, "must be >= 1");
+    lo.at_least("samples", e.samples, 1);
   }
   if (const nlohmann::json* lm = o.opt_object("longctx_mix")) {
     JsonFields mo(*lm, "longctx_mix", src);
@@ -186,7 +186,7 @@ TrainConfig parse_train_config(const nlohmann::json& j, const std::string& sourc
     co.finish();
   }
   o.finish();
-  if (c.batch_tokens < 1) o.fail("batch_tokens", c.batch_tokens, "must be >= 1");
+  o.at_least("batch_tokens", c.batch_tokens, 1);
   if (!(c.lr > 0) || !std::isfinite(c.lr)) o.fail("lr", c.lr, "must be a positive number");
   if (!(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1)) o.fail("min_lr_ratio", c.min_lr_ratio, "must lie in [0, 1]");
   if (c.warmup_steps < 0) o.fail("warmup_steps", c.warmup_steps, "must be >= 0");
@@ -201,12 +201,11 @@ TrainConfig parse_train_config(const nlohmann::json& j, const std::string& sourc
                                                           {"log_every", c.log_every},
                                                           {"eval_every", c.eval_every},
                                                           {"kda_chunk", c.kda_chunk}};
-  for (const auto& [key, v] : at_least_one)
-    if (v < 1) o.fail(key, v, "must be >= 1");
+  for (const auto& [key, v] : at_least_one) o.at_least(key, v, 1);
   if (c.eval_batches < 0) o.fail("eval_batches", c.eval_batches, "must be >= 0");
   if (c.image_shift < 0 || c.image_shift > 64) o.fail("image_shift", c.image_shift, "must lie in 0..64 (pixels)");
   if (c.task_eval_per_task < 0) o.fail("task_eval_per_task", c.task_eval_per_task, "must be >= 0");
-  if (c.task_eval_max_new_tokens < 1) o.fail("task_eval_max_new_tokens", c.task_eval_max_new_tokens, "must be >= 1");
+  o.at_least("task_eval_max_new_tokens", c.task_eval_max_new_tokens, 1);
   return c;
 }
 
