@@ -67,14 +67,12 @@ from array import array
 MYRIAD, SRC, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 MPIRUN = ["bash", os.path.join(SRC, "scripts", "mpirun.sh")]
 CONFIG = os.path.join(SRC, "configs", "tiny.json")
-FAILURES = []
+sys.path.insert(0, os.path.join(SRC, "tests", "interop"))
+from interop_checks import Checks  # noqa: E402
 SERVERS = []  # the servers started (section 7), ended at exit whatever happens
 
 
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        FAILURES.append(what)
+check = Checks()
 
 
 def env():
@@ -778,10 +776,7 @@ def main():
             p.kill()
             check(False, f"serve {name}: still running 30 s after SIGTERM")
 
-    if FAILURES:
-        print(f"{len(FAILURES)} checks failed")
-        sys.exit(1)
-    print("all checks passed")
+    check.finish("parallel_train")
 
 
 if __name__ == "__main__":

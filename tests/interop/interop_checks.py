@@ -1,25 +1,36 @@
-"""What the interop scripts (tests/interop/*.py) share: printed checks that count failures, running myriad, and
-randomizing what `myriad init` leaves constant."""
+"""What the Python test scripts share (tests/interop/*.py and the others that import it): printed checks that count
+failures, running myriad, and randomizing what `myriad init` leaves constant."""
 
 import subprocess
 import sys
 
 
 class Checks:
-    """check(cond, what) prints "ok" or "FAIL" and the description; finish(name) prints the tally and exits 1 on
-    any failure."""
+    """check(cond, what) prints "ok" or "FAIL" and the description and returns cond; finish(name) prints the tally
+    (and what failed) and exits 1 on any failure."""
 
     def __init__(self):
-        self.failures = 0
+        self.count = 0
+        self.failed = []
+
+    @property
+    def failures(self):
+        return len(self.failed)
 
     def __call__(self, cond, what):
-        print(("ok   " if cond else "FAIL ") + what)
+        cond = bool(cond)
+        self.count += 1
+        print(("ok   " if cond else "FAIL ") + what, flush=True)
         if not cond:
-            self.failures += 1
+            self.failed.append(what)
+        return cond
 
     def finish(self, name):
-        print(f"{name}: {'all checks passed' if not self.failures else f'{self.failures} FAILED'}")
-        sys.exit(1 if self.failures else 0)
+        if self.failed:
+            print(f"{name}: {self.failures} of {self.count} checks FAILED:\n  " + "\n  ".join(self.failed))
+        else:
+            print(f"{name}: all {self.count} checks passed")
+        sys.exit(1 if self.failed else 0)
 
 
 def myriad_runner(binary):

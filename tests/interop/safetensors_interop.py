@@ -32,6 +32,8 @@ from safetensors.numpy import save_file as np_save
 from safetensors.torch import load_file as torch_load
 from safetensors.torch import save_file as torch_save
 
+from interop_checks import Checks
+
 DTYPE_NAMES = {
     torch.float32: "F32",
     torch.bfloat16: "BF16",
@@ -52,17 +54,7 @@ INT_VIEW = {
     torch.uint8: torch.uint8,
 }
 
-failures = []
-checks = 0
-
-
-def check(ok, what):
-    global checks
-    checks += 1
-    print(("ok    " if ok else "FAIL  ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-    return ok
+check = Checks()
 
 
 def run(*args):
@@ -394,11 +386,7 @@ def main():
     part1_sharded_checkpoint()
     part2_casts()
     part3_bad_files()
-    print(f"\n{checks - len(failures)} of {checks} checks passed")
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        return 1
-    return 0
+    check.finish("safetensors_interop")
 
 
 if __name__ == "__main__":

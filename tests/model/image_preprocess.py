@@ -34,16 +34,12 @@ from safetensors.numpy import load_file
 
 myriad, root, work = sys.argv[1:4]
 sys.path.insert(0, os.path.join(root, "tests", "reference"))
+sys.path.insert(0, os.path.join(root, "tests", "interop"))
 import k3_image_ref as R  # noqa: E402
+from interop_checks import Checks  # noqa: E402
 
 os.makedirs(work, exist_ok=True)
-failures = 0
-
-
-def fail(msg):
-    global failures
-    failures += 1
-    print("FAIL", msg)
+check = Checks()
 
 
 def smooth_image(w, h, seed):
@@ -58,7 +54,7 @@ def smooth_image(w, h, seed):
     return Image.fromarray(np.clip(np.stack(chans, -1), 0, 255).astype(np.uint8), "RGB")
 
 
-def check(model, sizes, limits, mean, std, tag):
+def compare_with_reference(model, sizes, limits, mean, std, tag):
     paths = []
     for i, (w, h) in enumerate(sizes):
         p = os.path.join(work, f"{tag}_{i}_{w}x{h}.png")
@@ -75,9 +71,9 @@ def check(model, sizes, limits, mean, std, tag):
         content = tuple(int(v) for v in got["content"][i])
         tokens = int(got["tokens"][i])
         name = f"{tag} {w} x {h}"
-        if grid != ref["grid"] or content != ref["content"] or tokens != ref["tokens"]:
-            fail(f"{name}: grid {grid} content {content} tokens {tokens}; reference grid {ref['grid']} content "
-                 f"{ref['content']} tokens {ref['tokens']}")
+        if not check(grid == ref["grid"] and content == ref["content"] and tokens == ref["tokens"],
+                     f"{name}: grid {grid} content {content} tokens {tokens}; reference grid {ref['grid']} content "
+                     f"{ref['content']} tokens {ref['tokens']}"):
             return
         n = grid[0] * grid[1]
         mine = got["patches"][row:row + n].astype(np.float64)
@@ -91,23 +87,20 @@ def check(model, sizes, limits, mean, std, tag):
         cw, ch = content
         pad = np.ones(a.shape[:2], dtype=bool)
         pad[:ch, :cw] = False
-        if pad.any() and not np.abs(a[pad] - b[pad]).max() <= 2e-6:
-            fail(f"{name}: padding differs from the reference's black ({np.abs(a[pad] - b[pad]).max():.3g})")
+        if pad.any():
+            check(np.abs(a[pad] - b[pad]).max() <= 2e-6,
+                  f"{name}: padding black as the reference's (max |diff| {np.abs(a[pad] - b[pad]).max():.3g})")
         d = np.abs(a[~pad] - b[~pad])
         resized = content != (w, h)
         if not resized:
-            ok = d.max() <= 2e-6
-            print(f"{name}: grid {grid}, {tokens} tokens, not resized: max |diff| {d.max():.2e}")
+            check(d.max() <= 2e-6, f"{name}: grid {grid}, {tokens} tokens, not resized: max |diff| {d.max():.2e}")
         else:
             level = 1.0 / (255.0 * min(std))  # one 8-bit level after normalisation (the largest)
             mean_lv, p99_lv, max_lv = d.mean() / level, np.percentile(d, 99) / level, d.max() / level
-            ok = mean_lv <= 0.5 and p99_lv <= 1.5 and max_lv <= 4.0
-            print(f"{name}: grid {grid}, {tokens} tokens, resized to {cw} x {ch}: |diff| mean {mean_lv:.3f}, "
+            check(mean_lv <= 0.5 and p99_lv <= 1.5 and max_lv <= 4.0,
+                  f"{name}: grid {grid}, {tokens} tokens, resized to {cw} x {ch}: |diff| mean {mean_lv:.3f}, "
                   f"99% {p99_lv:.2f}, max {max_lv:.1f} levels of 255")
-        if not ok:
-            fail(f"{name}: pixels outside the tolerance")
-    if row != got["patches"].shape[0]:
-        fail(f"{tag}: {got['patches'].shape[0]} patch rows, the grids account for {row}")
+    check(row == got["patches"].shape[0], f"{tag}: {got['patches'].shape[0]} patch rows, the grids account for {row}")
 
 
 model = os.path.join(work, "model")
@@ -119,7 +112,7 @@ if os.path.exists(os.path.join(model, "preprocessor_config.json")):
 # the patch budget (2500 x 1900: 178 x 135 patches > 16384), the side limit (8000 x 20: 571 patches along one side),
 # both near (600 x 7400: the budget binds first).
 sizes = [(100, 75), (13, 9), (57, 200), (28, 28), (29, 1), (1, 300), (2500, 1900), (8000, 20), (600, 7400)]
-check(model, sizes, (16384, 512), (0.5,) * 3, (0.5,) * 3, "default")
+compare_with_reference(model, sizes, (16384, 512), (0.5,) * 3, (0.5,) * 3, "default")
 
 # The checkpoint's own processor settings (K3 ships them in preprocessor_config.json).
 model2 = os.path.join(work, "model_pre")
@@ -129,17 +122,13 @@ mean, std = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.2757
 with open(os.path.join(model2, "preprocessor_config.json"), "w") as f:
     json.dump({"media_proc_cfg": {"in_patch_limit": 1024, "patch_limit_on_one_side": 40, "patch_size": 14,
                                   "merge_kernel_size": 2, "image_mean": list(mean), "image_std": list(std)}}, f)
-check(model2, [(700, 500), (1000, 60), (90, 45)], (1024, 40), mean, std, "preprocessor_config")
+compare_with_reference(model2, [(700, 500), (1000, 60), (90, 45)], (1024, 40), mean, std, "preprocessor_config")
 
 # A processor whose patch size is not the tower's.
 with open(os.path.join(model2, "preprocessor_config.json"), "w") as f:
     json.dump({"media_proc_cfg": {"patch_size": 16}}, f)
 r = subprocess.run([myriad, "vision", "patch", "--model", model2, "--out", os.path.join(work, "x.safetensors"),
                     os.path.join(work, "default_0_100x75.png")], capture_output=True, text=True)
-if r.returncode == 0 or "patch_size = 16" not in r.stderr or "patch_size = 14" not in r.stderr:
-    fail(f"a mismatched preprocessor_config.json: exit {r.returncode}, stderr {r.stderr.strip()!r}")
-else:
-    print("mismatched patch size refused:", r.stderr.strip().splitlines()[-1])
-
-print("FAILED" if failures else "PASSED", f"({failures} failures)")
-sys.exit(1 if failures else 0)
+check(r.returncode != 0 and "patch_size = 16" in r.stderr and "patch_size = 14" in r.stderr,
+      f"a mismatched preprocessor_config.json refused: exit {r.returncode}, {r.stderr.strip()!r}")
+check.finish("image_preprocess")

@@ -58,14 +58,10 @@ args = parser.parse_args()
 KEY = "test-key-123"
 GRACE = 0.2  # --shutdown-grace: seconds running requests may go on after SIGTERM (4 x 1800 tokens take longer)
 NAME = "tiny-served"
-failures = 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop"))
+from interop_checks import Checks  # noqa: E402
 
-
-def check(ok, what):
-    global failures
-    print(("ok:   " if ok else "FAIL: ") + what, flush=True)
-    if not ok:
-        failures += 1
+check = Checks()
 
 
 def http_get(port, path):
@@ -475,8 +471,7 @@ finally:
     if server.poll() is None:
         server.kill()
         server.wait()
-    if failures:
+    if check.failures:
         print("".join(log_lines[-20:]))
 
-print(f"{failures} failure(s)" if failures else "all passed", flush=True)
-sys.exit(1 if failures else 0)
+check.finish("openai_client")

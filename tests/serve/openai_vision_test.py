@@ -41,14 +41,10 @@ import openai
 
 myriad, root, work = sys.argv[1:4]
 KEY = "vision-key"
-failures = 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop"))
+from interop_checks import Checks  # noqa: E402
 
-
-def check(ok, what):
-    global failures
-    print(("ok:   " if ok else "FAIL: ") + what, flush=True)
-    if not ok:
-        failures += 1
+check = Checks()
 
 
 def png(width, height, seed):
@@ -302,5 +298,4 @@ finally:
     server.terminate()
     server.wait(timeout=30)
 
-print(f"{failures} failure(s)")
-sys.exit(1 if failures else 0)
+check.finish("openai_vision")
