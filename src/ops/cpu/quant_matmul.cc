@@ -30,13 +30,9 @@
 //
 // Threads: OpenMP over strips (integer) or panel rows (sgemm path), only when N x R x Cols is large enough to pay
 // for a fork/join, and never from inside another parallel region.
-// Measured (2-core AMD EPYC with AVX-512, [4096, 4096], N = 1, 2 threads, weights from DRAM, best of 60; the
-// machine's read ceiling in the same run 55 GB/s): f32 sgemv 1.49 ms (45 GB/s), q8 0.46 ms (39 GB/s of codes),
-// q4 0.37 ms (25 GB/s), mxfp4 0.39 ms (23 GB/s). q8 streams at 70% of the ceiling (sgemv: 82%); the 4-bit
-// kernels are bound by unpacking and per-group scaling (~45 G weights/s on two cores), still 4x faster than f32.
-// Since then the 4-bit VNNI step covers four groups (one 64-byte load, one convert + FMA per 128 weights): one core
-// of a 2-core Xeon (model 167) multiplies a cached [512, 2304] q4 matrix at 32 GB/s of codes instead of 20; from
-// DRAM both run at the core's memory rate (~10 GB/s per core here), which the unpacking no longer competes with.
+// Why four groups per 4-bit VNNI step: decode streams W from DRAM, and a 4-bit byte carries two weights to unpack,
+// convert and scale; with two groups per step the unpacking, not the memory, bounded the kernel on one core. The
+// measured rates (per core from the cache and from DRAM, against q8 and f32) are in docs/performance.md.
 #include <cblas.h>
 #include <omp.h>
 
