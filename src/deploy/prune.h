@@ -22,7 +22,7 @@
 //
 // NOTE (exactness): with a sigmoid router the score of an expert depends only on its own router row, so for a
 // token that never chose a dropped expert the pruned layer picks the same k experts with the same weights and the
-// output is unchanged (bit for bit, when the kernels are: tests/model/prune_test.cc checks it). With a softmax
+// output is unchanged (bit for bit, when the kernels are: tests/deploy/prune_test.cc checks it). With a softmax
 // router the scores are renormalised over fewer experts: with moe_renormalize the mixture weights are equal in
 // exact arithmetic (the common denominator cancels), without it they grow.
 //

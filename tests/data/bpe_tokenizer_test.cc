@@ -18,7 +18,7 @@
 #include "data/byte_bpe.h"
 #include "data/pretokenizer.h"
 #include "data/tokenizer.h"
-#include "train/byte_level_fixture.h"
+#include "data/byte_level_fixture.h"
 
 namespace myriad {
 namespace {

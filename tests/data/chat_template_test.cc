@@ -12,7 +12,7 @@
 #include <fstream>
 
 #include "data/conversation.h"
-#include "train/byte_level_fixture.h"
+#include "data/byte_level_fixture.h"
 
 namespace myriad {
 namespace {

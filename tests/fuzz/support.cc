@@ -11,7 +11,7 @@
 #include "data/corpus.h"
 #include "io/atomic_file.h"
 #include "model/init.h"
-#include "train/byte_level_fixture.h"
+#include "data/byte_level_fixture.h"
 
 namespace myriad::fuzz {
 

@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "train/byte_level_fixture.h"
+#include "data/byte_level_fixture.h"
 
 namespace myriad::serve {
 namespace {
