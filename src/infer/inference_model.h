@@ -18,8 +18,8 @@
 
 #include "data/tokenizer.h"
 #include "infer/decode_weights.h"
-#include "infer/kda_state.h"
-#include "infer/mla_cache.h"
+#include "infer/kda_decoder.h"
+#include "infer/mla_decoder.h"
 #include "model/config.h"
 #include "model/prefill_shards.h"
 #include "model/vision_tower.h"

@@ -10,7 +10,7 @@
 //   attention: scores (q_nope . k_nope + q_pe . k_pe) * mla_score_scale, causal softmax, values, where
 //   [k_nope | v] = W_kvb c_kv per head. The core is the execution's: training materialises per-head K and V (the
 //   naive form); inference keeps only the latent rows and absorbs W_kvb into the query and the output (the
-//   absorbed form, infer/mla_cache.h), the same numbers to f32 rounding.
+//   absorbed form, infer/mla_decoder.h), the same numbers to f32 rounding.
 //   out = W_o (attn * sigmoid(W_g x))   (the output gate when mla_use_output_gate)
 //
 // An execution X provides Value, Weights (members q_a_proj, q_a_layernorm, q_b_proj, q_proj, kv_a_proj,

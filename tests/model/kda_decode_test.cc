@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "infer/kda_state.h"
+#include "infer/kda_decoder.h"
 #include "model/sequence_context.h"
 #include "model/transformer.h"
 

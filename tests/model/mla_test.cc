@@ -1,4 +1,4 @@
-// MLA decoding with a latent cache (model/mla_cache.h) against the naive training form
+// MLA decoding with a latent cache (infer/mla_decoder.h, infer/mla_cache.h) against the naive training form
 // (Transformer::mla_mixer, per-head K and V materialised) on the MLA layer of configs/tiny.json (layer 3),
 // random weights, T = 520 tokens (past 512, and 8+ cache pages of 64):
 //   - token-by-token decoding, and chunked prefill (chunks of 100, the last 50) followed by decoding;
@@ -21,7 +21,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/threads.h"
-#include "infer/mla_cache.h"
+#include "infer/mla_decoder.h"
 #include "model/sequence_context.h"
 #include "model/sparse_mla.h"
 #include "model/transformer.h"

@@ -1,4 +1,5 @@
-#include "infer/kda_state.h"
+// KDA for inference (infer/kda_decoder.h).
+#include "infer/kda_decoder.h"
 
 #include <algorithm>
 #include <array>
@@ -12,14 +13,6 @@
 #include "ops/kernels.h"
 
 namespace myriad {
-
-size_t KdaState::bytes() const {
-  return conv_q.nbytes() + conv_k.nbytes() + conv_v.nbytes() + S.nbytes();
-}
-
-KdaState KdaState::clone() const {
-  return KdaState{conv_q.clone(), conv_k.clone(), conv_v.clone(), S.clone(), tokens};
-}
 
 KdaDecoder::KdaDecoder(const ModelConfig& config, const ModelWeights& weights, int64_t layer)
     : KdaDecoder(config, DecodeWeights::from_model(weights), layer) {}
