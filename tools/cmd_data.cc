@@ -15,6 +15,7 @@
 #include "data/image_datasets.h"
 #include "data/image_store.h"
 #include "data/image_text_records.h"
+#include "data/prepare.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
 

@@ -1,47 +1,18 @@
-// Token shards and data preparation (docs/training.md, `myriad data prepare`).
+// Token shards (docs/training.md): the files `myriad data prepare` writes (data/prepare.h) and the loader reads.
 //
 // Shard file: a 32-byte little-endian header
 //   magic "MYRTOKS\0" (8) | version u32 = 1 | dtype u32 (1 = u16, 2 = u32) | count u64 | reserved u64 = 0
 // then `count` token ids of that width. u16 when the vocabulary has at most 65536 ids, else u32. A split is the
 // concatenation of DIR/<split>-00000.bin, -00001.bin, ... in order; documents end with <|endoftext|>.
-//
-// Data sources (also what `myriad tokenizer train` reads): a path is a text file (one document), a JSONL file
-// (*.jsonl, *.ndjson: one document per line, its "text" string), or a directory walked recursively in sorted
-// order for *.txt, *.text, *.md, *.jsonl, *.ndjson (hidden entries skipped; a file named explicitly is read
-// whatever its extension). JSONL lines that are not JSON, not an object, or lack a string "text" are skipped and
-// counted (the first one's file and line number are kept for the report); blank lines are ignored silently, and
-// documents whose text is empty are counted apart and contribute nothing.
-//
-// prepare_data: each document's tokens followed by <|endoftext|>, the train and val streams cut into shards of at
-// most shard_tokens tokens, plus meta.json. The val split (val_fraction of the data):
-//   split_by position: per file, by byte position. A text file's last val_fraction of bytes (the cut moved
-//     forward to a UTF-8 character boundary) is a document of its own in val, the rest a document in train
-//     (the Shakespeare 90/10 split). In a JSONL file the documents whose line starts in the last val_fraction of
-//     the file's bytes go to val.
-//   split_by document: document i (counted over all files in order) goes to val when
-//     floor((i + 1) f) > floor(i f): an evenly spread round(N f) of the N documents, no randomness.
-// Everything is written into a sibling temporary directory DIR.tmp-XXXXXX (each file fsync'ed), which is then
-// renamed to DIR (an existing non-empty DIR is refused unless force; with force it is swapped out atomically
-// with renameat2(RENAME_EXCHANGE) and then removed). On any error the temporary directory is removed: DIR is
-// either untouched or complete.
-//
-// Leaves out: deduplication, filtering, shuffling at preparation time (the loader shuffles windows).
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
-#include "data/tokenizer.h"
-
 namespace myriad {
-
-// ---- Shard files ----
 
 inline constexpr char kShardMagic[8] = {'M', 'Y', 'R', 'T', 'O', 'K', 'S', '\0'};
 inline constexpr uint32_t kShardVersion = 1;
@@ -110,71 +81,5 @@ class ShardSetWriter {
   std::vector<int32_t> buffer_;
   std::vector<std::string> files_;
 };
-
-// ---- Data sources ----
-
-struct DataFile {
-  std::string path;
-  bool jsonl = false;
-  uint64_t bytes = 0;
-};
-
-// Expands paths as described above. Throws kIo for a missing path, kValue for a directory without text files.
-std::vector<DataFile> collect_data_files(const std::vector<std::string>& paths);
-
-struct SkippedLines {
-  int64_t count = 0;
-  std::string first_path;  // of the first skipped line
-  int64_t first_line = 0;  // 1-based
-  std::string first_reason;
-  void add(const std::string& path, int64_t line, const std::string& reason);
-  std::string describe() const;  // "3 lines skipped (first: data.jsonl line 7: not JSON)"
-};
-
-// Calls fn(text, byte offset of the line in the file) for each document of a JSONL file. Bad lines go to
-// `skipped`; `empty` (may be null) counts documents with an empty "text". on_bytes(n) reports progress.
-void read_jsonl_documents(const DataFile& file, const std::function<void(std::string_view, uint64_t)>& fn,
-                          SkippedLines* skipped, int64_t* empty = nullptr,
-                          const std::function<void(uint64_t)>& on_bytes = {});
-
-// Reads bytes [begin, end) of a file as consecutive chunks of about chunk_bytes, each ending just after a '\n'
-// unless a line is longer than chunk_bytes (then the cut is at a UTF-8 character boundary).
-void read_text_chunks(const std::string& path, uint64_t begin, uint64_t end, size_t chunk_bytes,
-                      const std::function<void(std::string_view)>& fn);
-
-// ---- Preparation ----
-
-enum class SplitBy { kPosition, kDocument };
-SplitBy parse_split_by(const std::string& s);  // "position" | "document"; throws kValue
-
-struct PrepareOptions {
-  double val_fraction = 0.1;  // [0, 1)
-  SplitBy split_by = SplitBy::kPosition;
-  int64_t shard_tokens = kDefaultShardTokens;
-  bool force = false;          // replace an existing non-empty output directory
-  bool progress = true;        // a progress bar on stderr (only drawn when stderr is a terminal)
-  std::string tokenizer_path;  // recorded in meta.json
-};
-
-struct SplitStats {
-  int64_t tokens = 0;
-  int64_t documents = 0;
-  uint64_t bytes = 0;  // text bytes that went in (separators not counted)
-  std::vector<std::string> shards;
-};
-
-struct PrepareResult {
-  SplitStats train, val;
-  int64_t files = 0;
-  uint64_t bytes = 0;
-  int64_t empty_documents = 0;
-  SkippedLines skipped;
-  nlohmann::ordered_json meta;  // what meta.json holds
-};
-
-// Tokenizes `paths` into out_dir (see above). Throws kIo (missing path, unwritable output, existing output),
-// kValue (empty data, no documents, bad options); out_dir is then untouched.
-PrepareResult prepare_data(const Tokenizer& tokenizer, const std::vector<std::string>& paths,
-                           const std::string& out_dir, const PrepareOptions& options = {});
 
 }  // namespace myriad

@@ -18,7 +18,7 @@
 #include "core/log.h"
 #include "core/utf8.h"
 #include "data/bpe_tokenizer.h"
-#include "data/shards.h"
+#include "data/data_files.h"
 #include "io/atomic_file.h"
 #include "io/checksums.h"
 

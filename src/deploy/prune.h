@@ -30,7 +30,7 @@
 // which is then renamed into place; an existing output is refused unless force (then swapped out atomically).
 //
 // Data (calibration and evaluation): a text file (one document), a JSONL file ("text" per line), a directory of
-// them (train/shards.h, collect_data_files), or a token-shard directory of `myriad data prepare` / a run's data/
+// them (data/data_files.h, collect_data_files), or a token-shard directory of `myriad data prepare` / a run's data/
 // (calibration reads its train split, evaluation its val split). Documents are tokenized with the model's
 // tokenizer and joined with <|endoftext|>.
 //

@@ -10,11 +10,12 @@
 #include <sstream>
 
 #include "data/corpus.h"
+#include "data/data_files.h"
 #include "data/image_store.h"
 #include "data/image_text_records.h"
 #include "data/loader.h"
 #include "data/longctx_tasks.h"
-#include "data/shards.h"
+#include "data/prepare.h"
 #include "data/tokenizer.h"
 #include "infer/decode_weights.h"
 #include "infer/inference_model.h"

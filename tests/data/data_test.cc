@@ -12,7 +12,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "data/data_files.h"
 #include "data/loader.h"
+#include "data/prepare.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
 

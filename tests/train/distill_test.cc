@@ -13,7 +13,7 @@
 #include <random>
 
 #include "autograd/functions.h"
-#include "data/shards.h"
+#include "data/prepare.h"
 #include "model/transformer.h"
 
 namespace myriad {
