@@ -730,14 +730,16 @@ void read_media_proc_cfg(const std::string& path, VisionConfig& v) {
   }
   v.in_patch_limit = positive("in_patch_limit");
   v.patch_limit_on_one_side = positive("patch_limit_on_one_side");
-  for (const auto& [key, dst] : {std::pair{"image_mean", &v.image_mean}, std::pair{"image_std", &v.image_std}}) {
+  for (const auto& [field, dst] : {std::pair{"image_mean", &v.image_mean}, std::pair{"image_std", &v.image_std}}) {
+    const std::string key = field;  // a copy: clang 14 cannot capture a structured binding in the lambda
+    const bool is_std = key == "image_std";
     if (!cfg->contains(key)) continue;
     const json& x = (*cfg)[key];
-    const bool ok = x.is_array() && x.size() == 3 && std::all_of(x.begin(), x.end(), [&](const json& e) {
-                      return e.is_number() && (std::string(key) == "image_mean" || e.get<double>() > 0);
+    const bool ok = x.is_array() && x.size() == 3 && std::all_of(x.begin(), x.end(), [is_std](const json& e) {
+                      return e.is_number() && (!is_std || e.get<double>() > 0);
                     });
     MYRIAD_REQUIRE(ok, kFormat, path, ": media_proc_cfg.", key, " = ", x.dump(), " must be three numbers",
-                   std::string(key) == "image_std" ? " > 0" : "");
+                   is_std ? " > 0" : "");
     *dst = std::array<double, 3>{x[0].get<double>(), x[1].get<double>(), x[2].get<double>()};
   }
 }
