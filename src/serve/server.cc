@@ -78,6 +78,16 @@ struct Server::Impl {
   bool started = false, stopped = false;
   std::atomic<bool> draining{false};  // stop() has begun: new generation requests get 503
   std::atomic<bool> stopping{false};  // the grace is over: running requests end too
+  // Generation requests whose answer is not yet written (a stream: until its provider is dropped). The grace waits
+  // for these, not only for the engine: a sequence leaves the engine before its handler has sent the last token.
+  std::atomic<int> answering{0};
+  struct Answering {
+    std::atomic<int>& n;
+    explicit Answering(std::atomic<int>& c) : n(c) { n.fetch_add(1); }
+    Answering(const Answering&) = delete;
+    Answering& operator=(const Answering&) = delete;
+    ~Answering() { n.fetch_sub(1); }
+  };
   const int64_t created = unix_now();
 
   mutable std::mutex mu;  // guards state, engine, model, load_error
@@ -221,6 +231,7 @@ struct Server::Impl {
   }
 
   void handle_generation(const httplib::Request& req, httplib::Response& res, bool chat) {
+    auto answering_now = std::make_shared<Answering>(answering);
     const json body = parse_body(req.body);
     std::shared_ptr<Engine> eng = require_engine();
     const InferenceModel& m = eng->model();
@@ -238,11 +249,7 @@ struct Server::Impl {
       for (;;) {
         events.clear();
         job->take(events, kPollInterval);
-        if (stopping) throw ApiError(503, "the server is stopping", "server_error", "", "server_stopping");
-        // A client that hung up is not waited for: the job, dropped with this throw, cancels the request and frees
-        // its pages (499, nginx's "client closed request", reaches only the metrics).
-        if (GuardedHttpServer::peer_closed())
-          throw ApiError(499, "the client closed the connection", "invalid_request_error", "", "client_closed");
+        // Tokens already taken are answered before the stop is: a request that finished within the grace is a 200.
         for (const TokenEvent& e : events) {
           reply->add(e);
           if (e.finish == FinishReason::kNone) continue;
@@ -251,6 +258,11 @@ struct Server::Impl {
           reply_json(res, 200, reply->full(finish_reason_name(e.finish)));
           return;
         }
+        if (stopping) throw ApiError(503, "the server is stopping", "server_error", "", "server_stopping");
+        // A client that hung up is not waited for: the job, dropped with this throw, cancels the request and frees
+        // its pages (499, nginx's "client closed request", reaches only the metrics).
+        if (GuardedHttpServer::peer_closed())
+          throw ApiError(499, "the client closed the connection", "invalid_request_error", "", "client_closed");
       }
     }
 
@@ -259,14 +271,14 @@ struct Server::Impl {
     std::shared_ptr<Job> shared_job(std::move(job));
     const bool include_usage = p.include_usage;
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream", [this, shared_job, reply, chat, include_usage, slot](size_t, httplib::DataSink& sink) {
-          try {
-            return stream(*shared_job, *reply, chat, include_usage, sink, stopping, stats.streams_aborted);
-          } catch (...) {  // never into httplib: end the connection (the job cancels when dropped)
-            return false;
-          }
-        });
+    res.set_chunked_content_provider("text/event-stream", [this, shared_job, reply, chat, include_usage, slot,
+                                                           answering_now](size_t, httplib::DataSink& sink) {
+      try {
+        return stream(*shared_job, *reply, chat, include_usage, sink, stopping, stats.streams_aborted);
+      } catch (...) {  // never into httplib: end the connection (the job cancels when dropped)
+        return false;
+      }
+    });
   }
 
   void handle_tokenize(const httplib::Request& req, httplib::Response& res) {
@@ -522,13 +534,14 @@ void Server::stop() {
   if (!s.started || s.stopped) return;
   s.stopped = true;
   s.draining = true;  // new generation requests: 503
-  // The grace: running and queued requests may finish (the engine's counts reach zero) for shutdown_grace_s.
+  // The grace: running and queued requests may finish (the engine's counts and the handlers still answering reach
+  // zero) for shutdown_grace_s.
   if (const std::shared_ptr<Engine> e = s.engine_if_loaded()) {
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(s.opt.shutdown_grace_s * 1000));
     for (;;) {
       const EngineMetrics m = e->metrics();
-      if ((m.running == 0 && m.waiting == 0) || std::chrono::steady_clock::now() >= deadline) break;
+      if ((m.running == 0 && m.waiting == 0 && s.answering == 0) || std::chrono::steady_clock::now() >= deadline) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
