@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "autograd/tape.h"
+#include "build_info.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "infer/generate.h"
@@ -161,6 +162,8 @@ struct PyTrainer {
 
 PYBIND11_MODULE(myriad, m) {
   m.doc() = "myriad: the C++ engine's tokenizers, inference model and training step from Python";
+  m.attr("__version__") = build::kVersion;  // as `myriad version` prints it (tools/build_info.h)
+  m.attr("__commit__") = build::kCommit;
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

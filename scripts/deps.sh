@@ -17,7 +17,7 @@ if [[ "$what" == fuzz || "$what" == test ]]; then
   pkgs+=(clang-14 libclang-rt-14-dev libomp-14-dev)
 fi
 if [[ "$what" == test ]]; then
-  pkgs+=(python3 python3-venv python3-numpy python3-torch python3-pytest python3-pil)
+  pkgs+=(python3 python3-venv python3-setuptools python3-wheel python3-numpy python3-torch python3-pytest python3-pil)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

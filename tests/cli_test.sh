@@ -27,7 +27,7 @@ one_error_line() {  # the last command printed exactly one line on stderr, namin
 }
 
 check "myriad --help" 0 "$bin" --help
-cmds=$(awk '/^commands:/{f=1;next} f && NF {print $1}' "$work/out")
+cmds=$(awk '/^commands:/{f=1;next} f && !NF {exit} f {print $1}' "$work/out")
 [[ -n "$cmds" ]] || { echo "FAIL: --help lists no commands"; fails=$((fails + 1)); }
 for c in $cmds; do
   check "myriad $c --help" 0 "$bin" "$c" --help
@@ -53,9 +53,14 @@ if grep -q -E "avx2|avx512f" "$work/out"; then  # a CPU for which Prescott is ge
   grep -q "Prescott (generic for this CPU)" "$work/out" || { echo "FAIL: version does not name the generic kernel"; fails=$((fails + 1)); }
 fi
 check "version names the GEMM backend and the ISA paths" 0 "$bin" version
-for w in "cpu:" "kernels:" "gemm:"; do
+for w in "commit:" "build:" "cpu:" "kernels:" "gemm:" "threads:" "cuda:" "mpi:"; do
   grep -q "$w" "$work/out" || { echo "FAIL: version prints no '$w' line"; fails=$((fails + 1)); }
 done
+# A run directory is a model for every command that takes --model (its latest checkpoint), logits included.
+"$bin" init --config "$root/configs/tiny.json" --out "$work/run/checkpoints/step-000001" >/dev/null 2>&1
+echo step-000001 >"$work/run/checkpoints/latest"
+echo "{}" >"$work/run/checkpoints/step-000001/trainer_state.json"
+check "logits --model RUN" 0 "$bin" logits --model "$work/run" --tokens 1,2,3 --out "$work/logits.safetensors"
 printf 'garbage!!' >"$work/bad.safetensors"
 check "inspect bad file" 1 "$bin" inspect "$work/bad.safetensors"
 one_error_line "bad.safetensors"

@@ -7,6 +7,7 @@
 #include "cli.h"
 #include "infer/weight_layout.h"
 #include "io/checkpoint.h"
+#include "io/run_layout.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
 #include "model/vision_tower.h"
@@ -35,9 +36,11 @@ int run_logits(const myriad::cli::Args& args) {
   const auto out = args.get("out");
   const auto tokens_arg = args.get("tokens");
   MYRIAD_REQUIRE(model_dir && out && tokens_arg, kValue, "logits needs --model DIR, --tokens LIST and --out FILE");
+  // A run reads as its latest checkpoint, as in every command that takes --model.
+  const std::string dir = model_or_latest_checkpoint(*model_dir);
   std::vector<std::string> warnings;
-  ModelConfig config = load_model_config(*model_dir, &warnings);
-  Checkpoint ckpt = open_model_checkpoint(*model_dir, config);
+  ModelConfig config = load_model_config(dir, &warnings);
+  Checkpoint ckpt = open_model_checkpoint(dir, config);
   Transformer model(config, ModelWeights::from_checkpoint(ckpt, config));
   const std::vector<int64_t> ids = parse_ids("tokens", *tokens_arg);
   Tensor tokens = Tensor::from_vector(ids, {int64_t(ids.size())});
@@ -56,7 +59,7 @@ int run_logits(const myriad::cli::Args& args) {
   if (!grads) no_grad.emplace();
   ag::Var image_features;
   if (auto images = args.get("images")) {
-    MYRIAD_REQUIRE(config.vision_config.has_value(), kValue, "--images: the model in ", *model_dir,
+    MYRIAD_REQUIRE(config.vision_config.has_value(), kValue, "--images: the model in ", dir,
                    " has no vision tower (its config.json has no vision_config)");
     const SafetensorsFile in = SafetensorsFile::open(*images);
     const ag::Var patches(cli::patch_file_tensor(in, "patches", DType::kF32, 2));
@@ -86,7 +89,8 @@ int run_logits(const myriad::cli::Args& args) {
 MYRIAD_COMMAND("logits", "run one forward pass and write the logits (and loss, gradients) as safetensors",
                "myriad logits --model DIR --tokens 1,2,3 --out FILE.safetensors [--targets 2,3,-100] [--grads] "
                "[--images FILE]",
-               {{"model", "DIR", "checkpoint directory (config.json + model.safetensors)"},
+               {{"model", "DIR",
+                 "a model directory (config.json + model.safetensors) or a run (its latest checkpoint)"},
                 {"tokens", "LIST", "comma-separated token ids"},
                 {"images", "FILE",
                  "images for the media placeholder tokens: a patch file as `myriad vision encode` "

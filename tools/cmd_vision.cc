@@ -11,6 +11,7 @@
 #include "infer/image_input.h"
 #include "infer/weight_layout.h"
 #include "io/checkpoint.h"
+#include "io/run_layout.h"
 #include "io/safetensors.h"
 #include "model/param_spec.h"
 #include "model/transformer.h"
@@ -28,8 +29,10 @@ int run_patch(const cli::Args& args) {
   const auto out = args.get("out");
   const std::vector<std::string> files(args.positional().begin() + 1, args.positional().end());
   MYRIAD_REQUIRE(model_dir && out && !files.empty(), kValue, "vision patch needs --model DIR, --out FILE and images");
-  const ModelConfig config = load_model_config(*model_dir, nullptr);
-  MYRIAD_REQUIRE(config.vision_config.has_value(), kValue, "vision patch: the model in ", *model_dir,
+  // A run reads as its latest checkpoint, as in every command that takes --model.
+  const std::string dir = model_or_latest_checkpoint(*model_dir);
+  const ModelConfig config = load_model_config(dir, nullptr);
+  MYRIAD_REQUIRE(config.vision_config.has_value(), kValue, "vision patch: the model in ", dir,
                  " has no vision tower (its config.json has no vision_config)");
   const VisionConfig& vc = *config.vision_config;
   const PatchOptions o = patch_options_for(vc);
@@ -65,12 +68,14 @@ int run_vision(const cli::Args& args) {
   const auto input = args.get("input");
   const auto out = args.get("out");
   MYRIAD_REQUIRE(model_dir && input && out, kValue, "vision encode needs --model DIR, --input FILE and --out FILE");
+  // A run reads as its latest checkpoint, as in every command that takes --model.
+  const std::string dir = model_or_latest_checkpoint(*model_dir);
   std::vector<std::string> warnings;
-  const ModelConfig config = load_model_config(*model_dir, &warnings);
-  MYRIAD_REQUIRE(config.vision_config.has_value(), kValue, "vision encode: the model in ", *model_dir,
+  const ModelConfig config = load_model_config(dir, &warnings);
+  MYRIAD_REQUIRE(config.vision_config.has_value(), kValue, "vision encode: the model in ", dir,
                  " has no vision tower (its config.json has no vision_config)");
   const VisionConfig& vc = *config.vision_config;
-  Checkpoint ckpt = open_model_checkpoint(*model_dir, config);
+  Checkpoint ckpt = open_model_checkpoint(dir, config);
   const ModelWeights weights = ModelWeights::from_checkpoint(ckpt, config);
 
   const SafetensorsFile in = SafetensorsFile::open(*input);
@@ -110,7 +115,7 @@ MYRIAD_COMMAND(
     "its preprocessing does",
     "myriad vision encode --model DIR --input FILE.safetensors --out FILE.safetensors [--grads]\n"
     "       myriad vision patch --model DIR --out FILE.safetensors IMAGE...",
-    {{"model", "DIR", "checkpoint directory whose config.json has a vision_config"},
+    {{"model", "DIR", "a model directory whose config.json has a vision_config, or a run (its latest checkpoint)"},
      {"input", "FILE",
       "safetensors with patches f32 [L, 3 p p] ((channel, row, col) per patch, "
       "images one after another, row-major), grids i64 [images, 2] (h, w in patches) "

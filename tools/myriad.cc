@@ -166,6 +166,15 @@ void print_main_help() {
       "myriad: sparse Mixture-of-Experts multimodal transformers (Kimi-K3 class), from a 2-core laptop to "
       "the flagship\n\nusage: myriad COMMAND [options]   (myriad COMMAND --help for its options)\n\ncommands:\n");
   for (const auto& [name, c] : myriad::cli::registry()) std::printf("  %-12s %s\n", name.c_str(), c.summary.c_str());
+  std::printf(
+      "\nexamples:\n"
+      "  myriad train --config configs/tiny.json --out runs/demo       train the demo model (make demo does this)\n"
+      "  myriad generate --model runs/demo --prompt \"In the morning,\"  continue a prompt\n"
+      "  myriad chat --model runs/demo                                 talk with a model in the terminal\n"
+      "  myriad serve --model runs/demo --port 8080                    OpenAI-compatible HTTP API\n"
+      "  myriad params --config configs/kimi-k3.json                   size a model before building it\n"
+      "\n--model takes a model directory (config.json, weights, tokenizer/) or a training run (its latest "
+      "checkpoint).\nEvery command and flag: docs/cli.md; the rest of the documentation: README.md and docs/.\n");
 }
 
 // Under mpirun, which rank speaks; and an error on one rank ends every rank (the others would wait in their

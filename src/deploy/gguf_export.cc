@@ -513,7 +513,7 @@ GgufArch gguf_arch_for(const ModelConfig& c) {
 GgufExportReport export_gguf(const std::string& model_dir, const std::string& out_path, const GgufExportOptions& o) {
   MYRIAD_REQUIRE(o.type == GgmlType::kF32 || o.type == GgmlType::kQ8_0 || o.type == GgmlType::kQ4_0, kValue,
                  "GGUF export: type ", ggml_type_name(o.type), ": must be f32, q8_0 or q4_0");
-  const ModelLocation loc = locate_model(model_dir);
+  const ModelLocation loc = locate_model(model_dir, "a GGUF file carries the tokenizer");
   const ModelConfig c = load_model_config((fs::path(loc.checkpoint_dir) / "config.json").string(), nullptr);
   const GgufArch arch = gguf_arch_for(c);
   const Checkpoint ck = open_model_checkpoint(loc.checkpoint_dir, c);

@@ -266,7 +266,7 @@ LayoutConvertReport convert_model_layout(const std::string& model_dir, const std
                                          CheckpointLayoutTarget target, DType dtype, bool force) {
   MYRIAD_REQUIRE(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16, kValue,
                  "convert: --dtype must be f32, bf16 or f16");
-  const ModelLocation loc = locate_model(model_dir);
+  const ModelLocation loc = locate_model(model_dir, "the published layout ships its tokenizer beside the weights");
   const ModelConfig c = load_model_config((fs::path(loc.checkpoint_dir) / "config.json").string(), nullptr);
   check_convertible(c, target);
   std::error_code ec;

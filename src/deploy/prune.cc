@@ -284,7 +284,7 @@ Perplexity evaluate_perplexity(const Transformer& model, const std::vector<int32
   return p;
 }
 
-ModelLocation locate_model(const std::string& dir) {
+ModelLocation locate_model(const std::string& dir, const std::string& needs_tokenizer_for) {
   std::error_code ec;
   MYRIAD_REQUIRE(fs::is_directory(dir, ec), kIo, "model directory '", dir, "' does not exist or is not a directory");
   ModelLocation m;
@@ -297,8 +297,8 @@ ModelLocation locate_model(const std::string& dir) {
   } else if (fs::is_directory(p / "tokenizer", ec)) {
     m.tokenizer_dir = (p / "tokenizer").string();
   }
-  MYRIAD_REQUIRE(!m.tokenizer_dir.empty(), kIo, "model '", dir,
-                 "' has no tokenizer/ directory (needed to tokenize the calibration data)");
+  MYRIAD_REQUIRE(!m.tokenizer_dir.empty(), kIo, "model '", dir, "' has no tokenizer/ directory (", needs_tokenizer_for,
+                 ")");
   return m;
 }
 
@@ -318,7 +318,7 @@ PruneResult prune_model(const PruneOptions& o) {
                    "' exists and is not empty (pass --force to replace it)");
   }
 
-  const ModelLocation loc = locate_model(o.in_dir);
+  const ModelLocation loc = locate_model(o.in_dir, "needed to tokenize the calibration data");
   {
     const fs::path a = fs::weakly_canonical(out, ec), in = fs::weakly_canonical(o.in_dir, ec),
                    ck = fs::weakly_canonical(loc.checkpoint_dir, ec);

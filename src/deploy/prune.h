@@ -5,7 +5,7 @@
 // Importance (NOTE: the choice): the summed mixture weight. Over the calibration tokens t of a layer,
 //   importance_e = sum over the copies (t, j) routed to e of p_tj,
 // p_tj the weight the layer actually mixes expert e's output with (s over the chosen k, renormalised when
-// moe_renormalize, times routed_scaling_factor; DESIGN 1.5). Selection is recomputed from the layer's router
+// moe_renormalize, times routed_scaling_factor; docs/design.md §1.5). Selection is recomputed from the layer's router
 // scores s [T, E] (RoutingStats::scores) exactly as the MoE layer does it (top-k of s + e_score_correction_bias,
 // or the capacity-limited routing at step 0 when the config has a capacity factor). An expert the router never
 // picks has importance 0; one that is picked often but always with a small weight ranks below one picked less
@@ -107,8 +107,9 @@ struct ModelLocation {
   std::string checkpoint_dir;
   std::string tokenizer_dir;
 };
-// Throws kIo naming DIR when there is no model or no tokenizer.
-ModelLocation locate_model(const std::string& dir);
+// Throws kIo naming DIR when there is no model or no tokenizer; `needs_tokenizer_for` says why in that message
+// ("needed to tokenize the calibration data", "a GGUF file carries the tokenizer").
+ModelLocation locate_model(const std::string& dir, const std::string& needs_tokenizer_for);
 
 struct PruneOptions {
   std::string in_dir;      // model directory or run directory

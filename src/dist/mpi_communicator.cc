@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -250,6 +251,15 @@ Communicator& mpi_world() {
 
 bool mpi_initialized() {
   return g_initialized_here;
+}
+
+std::string mpi_library_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  if (MPI_Get_library_version(text, &len) != MPI_SUCCESS) return "unknown";
+  std::string s(text, size_t(std::max(0, len)));
+  const size_t cut = s.find_first_of(",\n");
+  return cut == std::string::npos ? s : s.substr(0, cut);
 }
 
 void mpi_abort(int code) {

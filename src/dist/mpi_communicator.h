@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "dist/communicator.h"
 
@@ -20,6 +21,8 @@ bool launched_by_mpirun();
 Communicator& mpi_world();
 // Whether mpi_world() has initialised MPI (the CLI aborts the whole job on an error only then).
 bool mpi_initialized();
+// The MPI library's own version line ("Open MPI v4.1.4, package: ..."), first line only; callable before MPI starts.
+std::string mpi_library_version();
 // MPI_Abort on the world: every rank ends, with exit code `code`.
 [[noreturn]] void mpi_abort(int code);
 

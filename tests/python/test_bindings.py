@@ -123,3 +123,17 @@ def test_errors_are_python_exceptions_with_myriads_message(work):
         model.logits(np.array([-1]))
     with pytest.raises(ValueError, match="not both"):
         myriad.Trainer(dir=str(d / "model"), config=str(d / "tiny.json"))
+
+
+def test_version_is_the_clis_and_the_repositorys():
+    """The module and the CLI are stamped by the same build step (cmake/build_info.cmake); both start from the
+    VERSION file's number, and the commit is the checkout's HEAD when built from git."""
+    facts = json.loads(subprocess.run([MYRIAD, "version", "--json"], check=True, capture_output=True, text=True).stdout)
+    assert myriad.__version__ == facts["version"]
+    assert myriad.__commit__ == facts["commit"]
+    base = open(os.path.join(SOURCE, "VERSION")).read().strip()
+    assert facts["version"].startswith(base), (facts["version"], base)
+    if os.path.isdir(os.path.join(SOURCE, ".git")):
+        head = subprocess.run(["git", "-C", SOURCE, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        if head:
+            assert facts["commit"].startswith(head), (facts["commit"], head)
