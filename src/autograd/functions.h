@@ -48,9 +48,9 @@ Var situ_glu(const Var& g, const Var& u, SituParams p);  // g, u [..., F]
 Var rmsnorm(const Var& x, const Var& w, float eps);
 Var rmsnorm_gated(const Var& x, const Var& w, const Var& gate, float eps);
 Var l2norm(const Var& x, float eps);
-// The AttnRes read (DESIGN 1.4) of candidates [T, D] (one or more, all of one shape) with the read's norm weight
-// [D] and projection [1, D] (or [D]): softmax over the candidates of q . rmsnorm(v_c; w), the candidates weighted
-// by it and summed. One tape node (ops::attn_res_read_*).
+// The AttnRes read (docs/design.md §1.4) of candidates [T, D] (one or more, all of one shape) with the read's norm
+// weight [D] and projection [1, D] (or [D]): softmax over the candidates of q . rmsnorm(v_c; w), the candidates
+// weighted by it and summed. One tape node (ops::attn_res_read_*).
 Var attn_res_read(const std::vector<Var>& cands, const Var& norm, const Var& proj, float eps);
 
 Var softmax(const Var& x);      // over the last dim
@@ -102,7 +102,7 @@ Var concat_last(const std::vector<Var>& parts);             // along the last di
 Var slice_rows(const Var& x, int64_t start, int64_t end);   // rows [start, end) of a 2-D [n, N]
 Var concat_rows(const std::vector<Var>& parts, int64_t N);  // 2-D parts [n_i, N] -> [sum n_i, N] (none -> [0, N])
 
-// KDA's decay gate (DESIGN 1.2), fused: g = lb * sigmoid(exp(A_log[h]) * (f + dt_bias)); f [T, H, K],
+// KDA's decay gate (docs/design.md §1.2), fused: g = lb * sigmoid(exp(A_log[h]) * (f + dt_bias)); f [T, H, K],
 // A_log [H], dt_bias [H*K]; g lies in (lb, 0).
 Var kda_gate(const Var& f, const Var& A_log, const Var& dt_bias, float lower_bound);
 

@@ -1,4 +1,4 @@
-// The routed experts of an MoE layer (DESIGN 1.5) as one autograd op. Token copies arrive sorted by expert;
+// The routed experts of an MoE layer (docs/design.md §1.5) as one autograd op. Token copies arrive sorted by expert;
 // expert e maps its rows [offsets[e], offsets[e+1]) of z_sorted through a GLU FFN:
 //   y = glu(z w1_e^T, z w3_e^T) w2_e^T      (w1, w3 [F, L]: gate, up; w2 [L, F]: down; PyTorch's layout)
 // One tape node replaces the 3 linear + 1 GLU + 1 slice nodes per expert of a loop over experts, and the work runs

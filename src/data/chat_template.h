@@ -1,5 +1,5 @@
-// The chat template (DESIGN §3): how a conversation becomes tokens, and how an assistant reply's tokens become its
-// text and tool calls. One template for POST /v1/chat/completions, POST /tokenize {"messages": ...}, `myriad chat`,
+// The chat template (docs/design.md §3): how a conversation becomes tokens, and how an assistant reply's tokens become
+// its text and tool calls. One template for POST /v1/chat/completions, POST /tokenize {"messages": ...}, `myriad chat`,
 // SFT (data/conversations.h) and the agent's episodes, so a conversation gives the same tokens everywhere.
 //
 // The grammar, exactly (no spaces or newlines are added anywhere):

@@ -1,4 +1,4 @@
-// The communicator (DESIGN §4, issue 16): the collectives parallel training and serving need, behind one
+// The communicator (docs/design.md §4, issue 16): the collectives parallel training and serving need, behind one
 // interface over the standard engines. MpiCommunicator (dist/mpi_communicator.h) runs CPU ranks over OpenMPI;
 // SingleCommunicator is the one-process default (every collective is the identity or a copy). GPU ranks will
 // get an NCCL one when a rank can hold its model on a GPU (device() says where the buffers live). The model never sees

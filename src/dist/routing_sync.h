@@ -1,4 +1,4 @@
-// Routing statistics over the data ranks (issue 16, DESIGN 1.6): a step's balancing and metrics see the tokens
+// Routing statistics over the data ranks (issue 16, docs/design.md §1.6): a step's balancing and metrics see the tokens
 // of every rank, so the router bias (and every logged figure) is the one a single process would get on the
 // whole step. Quantile balancing sums its radix-select counts (model/balancing.h QbRadixSelect): the bias is
 // bit-identical to the single-process qb_estimate_bias, not within a bin of it. On a one-rank communicator the

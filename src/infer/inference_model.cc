@@ -194,7 +194,7 @@ Tensor InferenceModel::rmsnorm(const Tensor& x_in, const float* weight) const {
 }
 
 Tensor InferenceModel::attn_res_read(const float* norm, const float* proj, const std::vector<Tensor>& cands) const {
-  // The AttnRes read as training runs it (ops::attn_res_read_forward: one op, DESIGN 1.4).
+  // The AttnRes read as training runs it (ops::attn_res_read_forward: one op, docs/design.md §1.4).
   const PhaseScope phase("AttnRes reads");
   std::vector<Tensor> held;  // contiguous copies where a candidate is a view
   std::vector<const float*> v;

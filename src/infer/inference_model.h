@@ -1,4 +1,4 @@
-// The model for serving (DESIGN §3): the text model of DESIGN §1 run without autograd over a BATCH of
+// The model for serving (docs/design.md §3): the text model of docs/design.md §1 run without autograd over a BATCH of
 // sequences, each with its own state: per KDA layer the fixed-size KdaState, per MLA layer the paged latent
 // MlaCache. One forward takes, for each sequence of the batch, the next tokens to process (a prefill chunk or a
 // single decode token); every matrix product with a weight runs once over the rows of all sequences together

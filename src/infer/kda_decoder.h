@@ -1,5 +1,5 @@
 // KDA for inference: the mixer of one layer run over pieces of a sequence with its fixed-size state
-// (infer/kda_state.h) carried between them (DESIGN 1.2). A one-token piece runs the recurrent form (decode);
+// (infer/kda_state.h) carried between them (docs/design.md §1.2). A one-token piece runs the recurrent form (decode);
 // longer pieces the chunkwise form (prefill). Processing a sequence in pieces equals processing it whole (a test).
 #pragma once
 

@@ -1,4 +1,4 @@
-// The state one KDA layer carries between the pieces of a sequence (DESIGN 1.2): the three short convolutions'
+// The state one KDA layer carries between the pieces of a sequence (docs/design.md §1.2): the three short convolutions'
 // tails ([W-1, H*K] each) and the delta-rule state S ([H, K, V]). Its size does not depend on how long the
 // sequence is, so the cost per token does not grow with context; infer/kda_decoder.h advances it.
 #pragma once

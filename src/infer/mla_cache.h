@@ -1,4 +1,4 @@
-// The latent cache of gated MLA decoding (DESIGN.md §1.3): what infer/mla_decoder.h attends over.
+// The latent cache of gated MLA decoding (docs/design.md §1.3): what infer/mla_decoder.h attends over.
 //
 // MlaCache: one sequence, one MLA layer. Per token it keeps only
 //   c_kv  [kv_lora_rank]      AFTER kv_a_layernorm (normed), and

@@ -1,4 +1,4 @@
-// Gated MLA decoding (DESIGN.md §1.3) over a latent cache (infer/mla_cache.h), in the absorbed form.
+// Gated MLA decoding (docs/design.md §1.3) over a latent cache (infer/mla_cache.h), in the absorbed form.
 //
 // MlaDecoder: the absorbed form (DeepSeek-V2 §2.1.2 / the reference's impl "absorbed"). kv_b_proj [H(Dn+Dv), C]
 // is split once into W_uk [H, Dn, C] (key half) and W_uv [H, Dv, C] (value half). Per head h and query t:

@@ -1,5 +1,5 @@
-// Next-token selection for the serving engine (DESIGN §3): greedy, temperature, top-k, top-p, min-p, repetition /
-// frequency / presence penalties, a seed per request, and log-probabilities with the top alternatives.
+// Next-token selection for the serving engine (docs/design.md §3): greedy, temperature, top-k, top-p, min-p,
+// repetition / frequency / presence penalties, a seed per request, and log-probabilities with the top alternatives.
 //
 // Order of operations on the logits of one position (the order vLLM and llama.cpp use, written out here so that
 // a user can predict the result):

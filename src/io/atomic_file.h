@@ -1,4 +1,4 @@
-// Atomic file writes (DESIGN.md §5): the bytes go to a temporary file in the destination's directory, which is
+// Atomic file writes (docs/design.md §5): the bytes go to a temporary file in the destination's directory, which is
 // fsync'ed, renamed over the destination, and the directory fsync'ed. A reader therefore sees either the old
 // file or the complete new one, never a torn one, even after a crash; a process that has the old file mmap'ed
 // keeps its (unlinked) inode intact.

@@ -1,4 +1,4 @@
-// Model checkpoints in the Hugging Face layout (DESIGN.md §5): a directory holding either one
+// Model checkpoints in the Hugging Face layout (docs/design.md §5): a directory holding either one
 // `model.safetensors`, or shards listed by `model.safetensors.index.json`:
 //   {"metadata": {"total_size": 123}, "weight_map": {"<tensor name>": "model-00001-of-00002.safetensors", ...}}
 //

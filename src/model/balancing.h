@@ -1,4 +1,4 @@
-// MoE load balancing (DESIGN.md §1.6) as pure functions over one MoE layer's routing of one batch: quantile
+// MoE load balancing (docs/design.md §1.6) as pure functions over one MoE layer's routing of one batch: quantile
 // balancing (QB) of the router bias b = `e_score_correction_bias`, exact and from histogram counts (the form
 // ranks sum across a cluster); the two baselines kept for comparison (DeepSeek-V3's sign update, the
 // Switch-style auxiliary loss); the capacity factor (overflow to the next-best expert with room, else drop);
@@ -8,7 +8,7 @@
 // Shape legend: m (= T) tokens of the batch, n (= E) routed experts, k top-k. Router scores s [m, n] are the
 // f32 outputs of the router activation (sigmoid or softmax, so in [0, 1]); b [n]; "biased" = s + b.
 //
-// Roles (DESIGN 1.5 / 1.6): b changes which experts a token chooses (top-k of s + b), never the mixture
+// Roles (docs/design.md §1.5 / §1.6): b changes which experts a token chooses (top-k of s + b), never the mixture
 // weights (p = s over the chosen k, `ag::route_weights`). Adding a constant to b changes no decision, so every
 // estimate here is returned mean-centred.
 //
@@ -90,7 +90,7 @@ QbHistogram qb_histogram_refine(const QbHistogram& h, int64_t k);
 std::vector<float> qb_estimate_bias_histogram(const float* scores, const float* bias, int64_t m, int64_t n, int64_t k,
                                               int64_t bins, int passes = 1);
 
-// Exact QB from counts (what ranks sum across a cluster, DESIGN 1.6): a radix select of each column's
+// Exact QB from counts (what ranks sum across a cluster, docs/design.md §1.6): a radix select of each column's
 // (q+1)-th largest margin on the margins' order-preserving 32-bit keys, one byte per pass from the top. Each
 // pass, every process counts the next byte of its candidates (its margins whose key matches the bytes fixed so
 // far) into [n, 256] int64; the counts summed over the processes fix that byte for every column. After

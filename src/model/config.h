@@ -1,5 +1,5 @@
 // Model config: parse and validate a Hugging Face-style config.json for Kimi-K3-class models
-// (`model_type: kimi_linear`, DESIGN.md §1). The text config may sit at the top level or be nested as
+// (`model_type: kimi_linear`, docs/design.md §1). The text config may sit at the top level or be nested as
 // "text_config" beside an optional "vision_config" (K3's published file, `model_type: kimi_k3`).
 //
 // Everything is checked up front: the first problem found throws one myriad::Error (kConfig) whose message

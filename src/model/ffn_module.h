@@ -1,5 +1,5 @@
-// The feed-forward modules (DESIGN 1.5), written once: the GLU FFN (dense layers and the shared experts) and the
-// latent MoE. Training (Transformer, on the tape) and inference (InferenceModel, without the tape, weights
+// The feed-forward modules (docs/design.md §1.5), written once: the GLU FFN (dense layers and the shared experts) and
+// the latent MoE. Training (Transformer, on the tape) and inference (InferenceModel, without the tape, weights
 // possibly block-quantized) call these with their own execution X, which says how each step runs.
 //
 // GLU FFN:    y = W_down glu(W_gate x, W_up x),   glu = SiTU-GLU, or SwiGLU silu(g) u (hidden_act "silu")

@@ -1,5 +1,5 @@
-// The gradient-ready seam (DESIGN §4, issue 16): the third way parallelism reaches the model from outside, beside
-// MoE dispatch and the sequence context. During a backward pass the model tells a listener, layer by layer, when
+// The gradient-ready seam (docs/design.md §4, issue 16): the third way parallelism reaches the model from outside,
+// beside MoE dispatch and the sequence context. During a backward pass the model tells a listener, layer by layer, when
 // a layer's weights (every tensor named "model.layers.<l>.") have received this backward's last contribution, so
 // a data-parallel trainer can start reducing them while the layers below are still differentiated
 // (dist/gradient_sync.h). The model knows nothing of ranks: it only places one tape marker (ag::Tape::on_backward)

@@ -1,4 +1,4 @@
-// The KDA mixer (DESIGN 1.2), written once. Every path that runs a KDA layer calls kda_forward: training
+// The KDA mixer (docs/design.md §1.2), written once. Every path that runs a KDA layer calls kda_forward: training
 // (Transformer, on the tape, one sequence, states from the sequence context) and inference (KdaDecoder, no tape,
 // a batch of sequences each with its carried KdaState, weights possibly block-quantized). What differs between
 // them is HOW each step runs, not WHAT is computed: an execution X supplies the steps, over its own value type.
@@ -9,7 +9,7 @@
 //   g = lower_bound * sigmoid(exp(A_log) * (W_fb f_a + dt_bias))    (the per-channel log-decay, <= 0; K3)
 //   g = -exp(A_log) * softplus(W_fb f_a + dt_bias)                  (lower_bound -infinity: Kimi-Linear, fla)
 //   beta = sigmoid(b)
-//   o = delta rule over (q, k, v, g, beta) from the state entering the rows       (ops kda_*; DESIGN 1.2)
+//   o = delta rule over (q, k, v, g, beta) from the state entering the rows       (ops kda_*; docs/design.md §1.2)
 //   out = W_o (rmsnorm(o) * o_norm * sigmoid(W_g x))                (per head, eps rms_norm_eps; the output gate is
 //                                                                    W_gb W_ga x when use_full_rank_gate is false)
 //

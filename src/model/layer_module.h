@@ -1,5 +1,5 @@
-// The layer stack with attention residuals (DESIGN 1.4), written once for training (Transformer, on the tape) and
-// inference (InferenceModel, without it); each passes its own execution X, which says how a step runs.
+// The layer stack with attention residuals (docs/design.md §1.4), written once for training (Transformer, on the tape)
+// and inference (InferenceModel, without it); each passes its own execution X, which says how a step runs.
 //
 // attn_res_mode "block" (blocks of B = attn_res_block_size layers): layer l reads its mixer input as a softmax
 // attention over the sealed snapshots and the running sum (AttnRes read q_pre; the running sum alone before
@@ -28,10 +28,10 @@ namespace myriad {
 
 enum class ResRead : uint8_t { kMixerRead, kFfnRead, kOutputRead };
 
-// The AttnRes read (DESIGN 1.4) of candidates v_c [T, D] with the read's norm weight w [D] and projection q [1, D]:
-// s_c = q . rmsnorm(v_c; w) (eps rms_norm_eps), p = softmax over the candidates of each row's s, read = sum_c p_c v_c.
-// Each execution's res_read runs it as the one op ops::attn_res_read_forward / _backward (ag::attn_res_read on the
-// tape), so training, prefill and decode compute it alike.
+// The AttnRes read (docs/design.md §1.4) of candidates v_c [T, D] with the read's norm weight w [D] and
+// projection q [1, D]: s_c = q . rmsnorm(v_c; w) (eps rms_norm_eps), p = softmax over the candidates of each row's s,
+// read = sum_c p_c v_c. Each execution's res_read runs it as the one op ops::attn_res_read_forward / _backward
+// (ag::attn_res_read on the tape), so training, prefill and decode compute it alike.
 
 // One layer. sealed: the snapshots sealed before it; mixer_out (may be null) receives the mixer's output.
 template <class X>

@@ -1,5 +1,5 @@
-// The gated MLA mixer (DESIGN 1.3), written once around its attention core. Training (Transformer, on the tape)
-// and inference (MlaDecoder, without it, over each sequence's latent cache) call mla_forward with their own
+// The gated MLA mixer (docs/design.md §1.3), written once around its attention core. Training (Transformer, on the
+// tape) and inference (MlaDecoder, without it, over each sequence's latent cache) call mla_forward with their own
 // execution X, which says how each step runs.
 //
 // Per token, x [D] the normed input, H heads:

@@ -1,5 +1,5 @@
-// The MoE dispatch seam (DESIGN §4): between the routing of a MoE layer (model/routing.h: which expert each token
-// copy goes to) and its experts. dispatch() turns the token rows and the copies grouped by expert into the rows
+// The MoE dispatch seam (docs/design.md §4): between the routing of a MoE layer (model/routing.h: which expert each
+// token copy goes to) and its experts. dispatch() turns the token rows and the copies grouped by expert into the rows
 // each LOCAL expert serves, sorted by expert; the model runs its local experts on them (one grouped op); combine()
 // returns each copy's output to its token, weighted by its mixture weight, summed over the token's copies.
 //

@@ -1,5 +1,5 @@
 // The MLA layers' RoPE settings from a config: YaRN parameters when rope_scaling asks for them (factor > 1),
-// with the defaults of DESIGN 1.3 / the YaRN paper for absent fields. One place for the training path
+// with the defaults of docs/design.md §1.3 / the YaRN paper for absent fields. One place for the training path
 // (Transformer::mla_mixer) and the decode path (MlaDecoder), which must agree exactly.
 #pragma once
 
@@ -12,7 +12,7 @@ namespace myriad {
 
 std::optional<YarnParams> mla_yarn_params(const ModelConfig& c);
 
-// The MLA softmax scale (DESIGN 1.3): 1 / sqrt(qk_nope_head_dim + qk_rope_head_dim), times YaRN's
+// The MLA softmax scale (docs/design.md §1.3): 1 / sqrt(qk_nope_head_dim + qk_rope_head_dim), times YaRN's
 // mscale(factor, mscale_all_dim)^2 when the layer uses RoPE with YaRN scaling. The training forward and the
 // decoder both take it from here.
 float mla_score_scale(const ModelConfig& c);

@@ -1,7 +1,7 @@
 // MoE routing, once for every path that routes tokens (training's moe_ffn, the inference model, expert
 // pruning): which experts each token's copies go to, and the copies grouped by expert.
-// DESIGN 1.5/1.6: the selection is the top-k of s + b, where s are the router scores and b the correction bias
-// (topk_method "noaux_tc"; "greedy" has no bias): b selects, it never weighs. Under a capacity limit, overflow
+// docs/design.md §1.5/§1.6: the selection is the top-k of s + b, where s are the router scores and b the correction
+// bias (topk_method "noaux_tc"; "greedy" has no bias): b selects, it never weighs. Under a capacity limit, overflow
 // goes to the next-best expert with room, else the copy is dropped (-1).
 #pragma once
 

@@ -1,4 +1,4 @@
-// The sequence-mixing seam (DESIGN §4): where a layer that mixes tokens needs what came before its piece of the
+// The sequence-mixing seam (docs/design.md §4): where a layer that mixes tokens needs what came before its piece of the
 // sequence. A forward sees a contiguous shard of a sequence, tokens [token_offset(), token_offset() + T); the
 // per-token parts (norms, FFNs, AttnRes) need nothing else, the mixers ask this context for:
 //   - KDA: the state S entering the shard and the short convolutions' last W-1 inputs before it (the conv

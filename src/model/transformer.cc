@@ -117,7 +117,7 @@ struct TapeKda {
 
 }  // namespace
 
-// KDA (DESIGN 1.2): model/kda_module.h on the tape.
+// KDA (docs/design.md §1.2): model/kda_module.h on the tape.
 Var Transformer::kda_mixer(int64_t l, const Var& x, const ForwardOptions& opt, SequenceContext& ctx) const {
   const KdaDims d = KdaDims::of(config_);
   const std::string a = layer_prefix(l) + "self_attn.";
@@ -232,7 +232,7 @@ struct TapeMla {
 
 }  // namespace
 
-// Gated MLA (DESIGN 1.3): model/mla_module.h on the tape.
+// Gated MLA (docs/design.md §1.3): model/mla_module.h on the tape.
 Var Transformer::mla_mixer(int64_t l, const Var& x, SequenceContext& ctx) const {
   const std::string a = layer_prefix(l) + "self_attn.";
   const ModelConfig& c = config_;
@@ -291,7 +291,7 @@ struct TapeFfn {
   void routing_stats(const Var& s, const ExpertSelection& sel, const ExpertGroups& groups) const {
     if (!stats) return;
     const int64_t E = c.num_experts;
-    // Switch-style balancing acts through the loss: coef E sum_e f_e P_e on the router scores (DESIGN 1.6).
+    // Switch-style balancing acts through the loss: coef E sum_e f_e P_e on the router scores (docs/design.md §1.6).
     if (c.balancing == Balancing::kAuxLoss) stats->aux_loss = aux_balance_loss(s, sel.idx, float(c.aux_loss_coef));
     stats->layer = layer;
     stats->load.resize(static_cast<size_t>(E));
@@ -325,7 +325,7 @@ Var Transformer::dense_ffn(int64_t l, const Var& x) const {
   return glu_ffn(exec, {p(m + "gate_proj.weight"), p(m + "up_proj.weight"), p(m + "down_proj.weight")}, x);
 }
 
-// Latent MoE (DESIGN 1.5): model/ffn_module.h on the tape.
+// Latent MoE (docs/design.md §1.5): model/ffn_module.h on the tape.
 Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats, const ForwardOptions& opt) const {
   const ModelConfig& c = config_;
   const std::string m = layer_prefix(l) + "block_sparse_moe.";
@@ -358,7 +358,7 @@ Var Transformer::moe_ffn(int64_t l, const Var& x, RoutingStats* stats, const For
   return moe_forward(exec, w, x, c, bias, capacity, dispatcher, tap.replay.defined() ? &tap : nullptr);
 }
 
-// AttnRes read (DESIGN 1.4): score_c = sum_d (w_norm * w_proj)_d V_c,d / rms(V_c); softmax over candidates.
+// AttnRes read (docs/design.md §1.4): score_c = sum_d (w_norm * w_proj)_d V_c,d / rms(V_c); softmax over candidates.
 Var Transformer::attn_res_read(const std::string& norm, const std::string& proj, const std::vector<Var>& cands,
                                bool checkpoint) const {
   if (checkpoint && ag::grad_enabled())

@@ -1,6 +1,6 @@
-// The text model of DESIGN.md §1 on autograd Vars: embeddings, KDA and gated-MLA mixers in the config's
+// The text model of docs/design.md §1 on autograd Vars: embeddings, KDA and gated-MLA mixers in the config's
 // layout, dense SiTU-GLU or latent MoE FFNs, AttnRes, final norm, lm_head, loss.
-// AttnRes modes: "block" (DESIGN 1.4), "none" (plain pre-norm residual), and the seed's "skip": a plain
+// AttnRes modes: "block" (docs/design.md §1.4), "none" (plain pre-norm residual), and the seed's "skip": a plain
 // residual where the mixer output of each block's first layer (l % B == 0) is held and added to the stream
 // again after the block's last layer ((l + 1) % B == 0).
 // One sequence at a time (tokens [T]); the model code knows nothing of ranks or devices.
@@ -28,7 +28,7 @@ struct ForwardOptions {
   bool checkpoint_layers = false;
   // Training step, for the capacity-factor schedule (capacity_factor_start -> _end over _steps).
   int64_t step = 0;
-  // The two seams through which parallelism is applied from outside (DESIGN §4); null: this process alone.
+  // The two seams through which parallelism is applied from outside (docs/design.md §4); null: this process alone.
   const MoeDispatcher* moe_dispatcher = nullptr;  // model/moe_dispatch.h
   SequenceContext* sequence = nullptr;            // model/sequence_context.h
   // Told during the backward when each layer's weights have their gradients (model/gradient_ready.h); null: none.

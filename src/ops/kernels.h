@@ -31,14 +31,14 @@ namespace myriad {
 enum class Unary : uint8_t { kSiLU, kSigmoid, kTanh, kSoftplus, kGeluTanh, kGelu };
 enum class Binary : uint8_t { kAdd, kMul };
 
-// SiTU-GLU constants (DESIGN 1.5): y = [b1 tanh(g/b1) sigmoid(g)] * h(u), h(u) = b2 tanh(u/b2), or h(u) = u when
-// b2 is +infinity (activation_situ_linear_beta null: the up projection unclamped).
+// SiTU-GLU constants (docs/design.md §1.5): y = [b1 tanh(g/b1) sigmoid(g)] * h(u), h(u) = b2 tanh(u/b2), or h(u) = u
+// when b2 is +infinity (activation_situ_linear_beta null: the up projection unclamped).
 struct SituParams {
   float beta = 4.0f;          // activation_situ_beta (b1)
   float linear_beta = 25.0f;  // activation_situ_linear_beta (b2)
 };
 
-// The GLU inside each routed expert: SiTU-GLU (DESIGN 1.5), or SwiGLU silu(g) * u (hidden_act "silu").
+// The GLU inside each routed expert: SiTU-GLU (docs/design.md §1.5), or SwiGLU silu(g) * u (hidden_act "silu").
 enum class GluKind : uint8_t { kSitu, kSwiGlu };
 struct GluParams {
   GluKind kind = GluKind::kSitu;
@@ -127,7 +127,7 @@ inline bool prefer_masked_sparse(double dense_keys, double sparse_keys) {
   return dense_keys <= kSparseMaskedFactor * sparse_keys;
 }
 
-// Kimi Delta Attention (DESIGN 1.2), per sequence b and head h: q, k, g [B, T, H, K]; v [B, T, H, V];
+// Kimi Delta Attention (docs/design.md §1.2), per sequence b and head h: q, k, g [B, T, H, K]; v [B, T, H, V];
 // beta [B, T, H]; states [B, H, K, V] (S0 null = zeros: a fresh sequence). q, k arrive L2-normalised (q also
 // scaled by K^-1/2); g <= 0 is the per-channel log-decay. Per token: S <- Diag(e^g) S; S <- S + beta k (v - S^T k)^T;
 // o = S^T q. The chunkwise form does `chunk` tokens at a time with matrix products (WY form of the delta rule).
@@ -206,7 +206,7 @@ void rmsnorm_forward(Device device, float* y, float* rstd, const float* x, const
 void rmsnorm_backward(Device device, float* dx, float* dw, float* dg, const float* dy, const float* x, const float* w,
                       const float* g, const float* rstd, int64_t rows, int64_t N);
 
-// The AttnRes read (DESIGN 1.4) of C candidates v[c], each [rows, N], with u = w_norm * w_proj [N]:
+// The AttnRes read (docs/design.md §1.4) of C candidates v[c], each [rows, N], with u = w_norm * w_proj [N]:
 //   r[t, c] = 1 / sqrt(mean_j v[c][t, j]^2 + eps), s[t, c] = r[t, c] (u . v[c][t]), p[t] = softmax_c(s[t]),
 //   out[t] = sum_c p[t, c] v[c][t];  p and r [rows, C] are saved for the backward.
 // One op for what was rmsnorm + projection + softmax + weighted sum per candidate (ops/cpu/attn_res.cc).
@@ -319,8 +319,8 @@ void embedding_backward(Device device, float* dtable, const float* dout, const i
 // A GLU over contiguous [rows, F] operands: y = SiTU-GLU(g, u), or silu(g) u for GluKind::kSwiGlu. y may be g.
 void glu_forward(Device device, GluParams p, float* y, const float* g, const float* u, int64_t rows, int64_t F);
 
-// The routed experts of an MoE layer as one fused op (DESIGN 1.5). Copies arrive sorted by expert; expert e maps
-// rows [off[e], off[e+1]) of z [C, L] through y = glu(z w1_e^T, z w3_e^T) w2_e^T with w1[e], w3[e] -> [F, L] and
+// The routed experts of an MoE layer as one fused op (docs/design.md §1.5). Copies arrive sorted by expert; expert e
+// maps rows [off[e], off[e+1]) of z [C, L] through y = glu(z w1_e^T, z w3_e^T) w2_e^T with w1[e], w3[e] -> [F, L] and
 // w2[e] -> [L, F] (E pointers each; off [E + 1], from 0 to C, non-decreasing). Forward overwrites y [C, L] and the
 // GLU inputs g, u [C, F] (kept for backward). Backward ACCUMULATES into dz [C, L] and each expert's dw1[e], dw3[e]
 // [F, L], dw2[e] [L, F] (null: not wanted); it recomputes the GLU output from g, u. The experts run on their own

@@ -1,4 +1,4 @@
-// Weight-only block quantization for serving (DESIGN §3): int8 and int4 with a scale per group of 32 weights,
+// Weight-only block quantization for serving (docs/design.md §3): int8 and int4 with a scale per group of 32 weights,
 // and MXFP4 (OCP Microscaling: E2M1 values with an E8M0 power-of-two scale per 32, as K3 ships its routed
 // experts). Matrices are quantized along their input dimension (a row of a [out, in] weight is cut into groups
 // of 32 consecutive inputs) and used directly by ops::quant_matmul (ops/block_quant.h: the formats as the

@@ -1,4 +1,4 @@
-// The serving engine (DESIGN §3): continuous batching of generation requests over one InferenceModel.
+// The serving engine (docs/design.md §3): continuous batching of generation requests over one InferenceModel.
 //
 // Each engine step runs ONE batched forward (InferenceModel::forward) over every running sequence: a sequence
 // still in its prompt contributes its next prefill chunk, a decoding one its last token. New requests join

@@ -1,4 +1,4 @@
-// The OpenAI-compatible HTTP server (DESIGN §3) over one Engine: cpp-httplib for HTTP, nlohmann for JSON.
+// The OpenAI-compatible HTTP server (docs/design.md §3) over one Engine: cpp-httplib for HTTP, nlohmann for JSON.
 //
 // Endpoints (bodies are JSON; errors are {"error": {"message", "type", "param", "code"}} with the status below):
 //   POST /v1/chat/completions   messages -> chat template (data/chat_template.h) -> generation. User messages may

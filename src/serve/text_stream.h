@@ -1,4 +1,4 @@
-// Streaming detokenisation with stop strings (DESIGN §3): tokens in, text out, such that
+// Streaming detokenisation with stop strings (docs/design.md §3): tokens in, text out, such that
 //   - only whole, valid UTF-8 characters are ever emitted (a token may end inside a character; its bytes wait
 //     for the rest). A byte sequence that can no longer become valid UTF-8 is emitted as U+FFFD (one per
 //     maximal ill-formed subpart, Unicode 15 §3.9 / table 3-8), so every emitted piece is valid UTF-8 (JSON-safe);

@@ -1,4 +1,4 @@
-// AdamW over the model's trainable weights (DESIGN §2): decoupled weight decay (none on norms, biases, A_log,
+// AdamW over the model's trainable weights (docs/design.md §2): decoupled weight decay (none on norms, biases, A_log,
 // dt_bias; buffers such as the router's correction bias are not touched), global-norm gradient clipping, and
 // its state (m, v per tensor, the step count) saved and restored as safetensors for exact resumption.
 #pragma once

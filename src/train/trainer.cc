@@ -343,7 +343,7 @@ void Trainer::long_context_eval(int64_t stage) {
 }
 
 void Trainer::balance(const std::vector<RoutingStats>& routing, const std::vector<int64_t>& total_tokens) {
-  // DESIGN 1.6: the bias is estimated on this step's batch (every rank's tokens: dist/routing_sync.h) and
+  // docs/design.md §1.6: the bias is estimated on this step's batch (every rank's tokens: dist/routing_sync.h) and
   // applied to the next. Only the selection moves; the mixture weights never see b. (aux_loss balancing acts
   // through the loss, in run(): nothing to do here.) Every rank computes the same new b.
   const ModelConfig& c = model_.config();

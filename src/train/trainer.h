@@ -1,4 +1,4 @@
-// The training loop (DESIGN §2, issue 5): the progressive context ladder, gradient accumulation over the
+// The training loop (docs/design.md §2, issue 5): the progressive context ladder, gradient accumulation over the
 // sequences of a step, warmup + cosine, global-norm clipping, AdamW, MoE balancing between steps, NaN/inf
 // steps skipped (and the run stopped after too many in a row, the last good checkpoint intact), periodic
 // evaluation, atomic checkpoints, exact resumption, metrics as JSONL and a live progress line.

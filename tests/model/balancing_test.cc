@@ -1,4 +1,4 @@
-// MoE balancing (DESIGN 1.6): quantile balancing converges on skewed batches and its margin choice makes a
+// MoE balancing (docs/design.md §1.6): quantile balancing converges on skewed batches and its margin choice makes a
 // balanced bias a fixed point; b's invariances (a constant changes no decision, b never weighs); histogram QB
 // equals the exact one within a bin and sums across "ranks"; the sign update moves load toward the mean; the
 // auxiliary loss and its gradient against a naive double computation; capacity routing; routing statistics.
@@ -68,7 +68,7 @@ double violation_with(const std::vector<float>& s, const std::vector<float>& b, 
 }
 
 // The QB estimate written out the slow way (full sorts), with the margin's bias term as a switch: biased =
-// false is DESIGN 1.6 (s_tj - alpha_t); true is the alternative s_tj + b_j - alpha_t. Raw (not centred).
+// false is docs/design.md §1.6 (s_tj - alpha_t); true is the alternative s_tj + b_j - alpha_t. Raw (not centred).
 std::vector<double> naive_qb_raw(const std::vector<float>& s, const std::vector<float>& b, int64_t m, int64_t n,
                                  int64_t k, bool biased_margin) {
   std::vector<float> alpha(static_cast<size_t>(m));

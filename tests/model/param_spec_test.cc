@@ -76,7 +76,7 @@ class ParamTest : public testing::Test {
 
 // --- the flagship -----------------------------------------------------------------------------------------------
 
-// Totals summed over the specs (not per-component formulas), against the K3 report (DESIGN.md §1.8).
+// Totals summed over the specs (not per-component formulas), against the K3 report (docs/design.md §1.8).
 TEST(ParamSpec, FlagshipTotalsFromSpecs) {
   const ModelConfig c = load(kK3);
   const std::vector<ParamSpec> specs = model_param_specs(c);

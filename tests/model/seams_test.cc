@@ -1,4 +1,4 @@
-// The two seams through which parallelism reaches the model (DESIGN §4), driven from outside as expert and
+// The two seams through which parallelism reaches the model (docs/design.md §4), driven from outside as expert and
 // sequence parallelism will drive them:
 //   - the MoE dispatcher: the training forward and the inference model send every MoE layer's copies through the
 //     dispatcher they are given (and only through it), and a dispatcher that moves the rows through a buffer of

@@ -153,7 +153,7 @@ TEST(Moe, GroupedDispatchEqualsPerTokenLoop) {
   }
 }
 
-// A capacity limit (DESIGN 1.6): no expert above ceil(cf m k / n), overflow rerouted or dropped (counted), and
+// A capacity limit (docs/design.md §1.6): no expert above ceil(cf m k / n), overflow rerouted or dropped (counted), and
 // the layer still trains (gradients reach the router through the served copies).
 TEST(Moe, CapacityLimitCapsLoadsAndCountsDrops) {
   ModelConfig c = load("tiny.json");

@@ -1,4 +1,4 @@
-// KDA (DESIGN 1.2): the reference recurrence's backward against finite differences (double); the CPU
+// KDA (docs/design.md §1.2): the reference recurrence's backward against finite differences (double); the CPU
 // recurrent and chunkwise forms and the CPU backward against the reference; chunkwise = recurrent for several
 // chunk sizes and lengths not divisible by the chunk; two pieces with the carried state = one piece.
 // Tolerances: f32 kernels vs the double reference on O(1) values through T-step recurrences whose state

@@ -361,7 +361,7 @@ TEST(OpSituGlu, StridedForwardBackwardAndFiniteDifferences) {
     expect_close(yg.values(), y, 1e-5, 1e-4, "situ forward");
     expect_close(dgug.values(), dgu, 1e-5, 1e-4, "situ backward");
     EXPECT_TRUE(yg.intact() && dgug.intact());
-    // Bound: |y| <= b1 * b2 for any input (DESIGN 1.5); inputs x1000.
+    // Bound: |y| <= b1 * b2 for any input (docs/design.md §1.5); inputs x1000.
     for (auto& v : gu) v *= 1000.0;
     ref::situ_glu_forward<double>(y.data(), F, gu.data(), ld, gu.data() + F, ld, rows, F, p);
     for (double v : y) EXPECT_LE(std::abs(v), 100.0 + 1e-9);
@@ -378,8 +378,8 @@ TEST(OpSituGlu, StridedForwardBackwardAndFiniteDifferences) {
       gu, dgu, "situ d/d(g,u)");
 }
 
-// SiTU-GLU's SwiGLU limit (DESIGN 1.5): as b1, b2 -> infinity, b1 tanh(g/b1) sigmoid(g) b2 tanh(u/b2) -> silu(g) u.
-// activation_situ_linear_beta null (b2 = +infinity): the up projection unclamped, h(u) = u. Forward and both
+// SiTU-GLU's SwiGLU limit (docs/design.md §1.5): as b1, b2 -> infinity, b1 tanh(g/b1) sigmoid(g) b2 tanh(u/b2) ->
+// silu(g) u. activation_situ_linear_beta null (b2 = +infinity): the up projection unclamped, h(u) = u. Forward and both
 // gradients against the formulas written out in double (not the reference kernel); a naive b2 tanh(u / b2) would
 // give inf * 0 = NaN. kElem: one f32 evaluation of fast_tanh / fast_exp compositions.
 TEST(OpSituGlu, InfiniteLinearBetaLeavesTheUpProjectionUnclamped) {

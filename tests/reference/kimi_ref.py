@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Plain-PyTorch reference of myriad's kimi_linear text model (DESIGN.md §1): the parity oracle.
+"""Plain-PyTorch reference of myriad's kimi_linear text model (docs/design.md §1): the parity oracle.
 
-Written from the maths in DESIGN.md §1 and docs/tensors.md; functions over a dict of tensors, no nn.Module.
+Written from the maths in docs/design.md §1 and docs/tensors.md; functions over a dict of tensors, no nn.Module.
 Computes logits [T, vocab] and the loss of one sequence, in float64 by default, with autograd giving every
 parameter's gradient. See tests/reference/README.md for the exact conventions.
 

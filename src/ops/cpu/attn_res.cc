@@ -1,5 +1,5 @@
-// The AttnRes read (DESIGN 1.4) fused on the CPU: one pass over the candidates for the scores (each row's sum of
-// squares and projection together), the softmax over the candidates, one pass for the weighted sum; the backward
+// The AttnRes read (docs/design.md §1.4) fused on the CPU: one pass over the candidates for the scores (each row's sum
+// of squares and projection together), the softmax over the candidates, one pass for the weighted sum; the backward
 // in two passes (dot products, then every gradient). Run as separate tape ops (rmsnorm, a [T, D] x [D, 1]
 // product, concat, softmax, slice, broadcast multiply and add per candidate) the read made and re-read a dozen
 // [T, D] tensors per candidate and was most of the "other" share of a training step. Rows split over threads;

@@ -1,4 +1,4 @@
-// Kimi Delta Attention on the CPU (DESIGN 1.2).
+// Kimi Delta Attention on the CPU (docs/design.md §1.2).
 //
 // Recurrent form: per token, four passes over the K x V state (decay, S^T k, rank-1 update, S^T q), with the
 // V axis contiguous and vectorised. Used for decode; its backward (kda_recurrent_backward) is the recurrent

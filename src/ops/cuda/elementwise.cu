@@ -102,7 +102,7 @@ __global__ void axpy_kernel(float* y, const float* x, float alpha, int64_t n) {
   MYRIAD_GRID_STRIDE(i, n) y[i] += alpha * x[i];
 }
 
-// SiTU-GLU (DESIGN 1.5): f(g) = b1 tanh(g/b1) sigmoid(g), h(u) = b2 tanh(u/b2), y = f(g) h(u).
+// SiTU-GLU (docs/design.md §1.5): f(g) = b1 tanh(g/b1) sigmoid(g), h(u) = b2 tanh(u/b2), y = f(g) h(u).
 __global__ void situ_glu_forward_kernel(float* y, int64_t ldy, const float* g, int64_t ldg, const float* u, int64_t ldu,
                                         int64_t rows, int64_t F, float b1, float b2) {
   MYRIAD_GRID_STRIDE(i, rows * F) {

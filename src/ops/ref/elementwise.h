@@ -110,7 +110,7 @@ void copy_rows(T* dst, int64_t ldd, const T* src, int64_t lds, int64_t rows, int
     for (int64_t j = 0; j < cols; ++j) dst[r * ldd + j] = (accumulate ? dst[r * ldd + j] : T(0)) + src[r * lds + j];
 }
 
-// SiTU-GLU(g, u) = [b1 tanh(g/b1) sigmoid(g)] * [b2 tanh(u/b2)]  (DESIGN 1.5).
+// SiTU-GLU(g, u) = [b1 tanh(g/b1) sigmoid(g)] * [b2 tanh(u/b2)]  (docs/design.md §1.5).
 template <class T>
 void situ_glu_forward(T* y, int64_t ldy, const T* g, int64_t ldg, const T* u, int64_t ldu, int64_t rows, int64_t F,
                       SituParams p) {

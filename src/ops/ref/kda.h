@@ -1,4 +1,4 @@
-// Reference Kimi Delta Attention (DESIGN 1.2): the recurrent form, token by token, and its backward through
+// Reference Kimi Delta Attention (docs/design.md §1.2): the recurrent form, token by token, and its backward through
 // the same recurrence with every state kept (it is the oracle; the fast kernels keep states only at chunk
 // boundaries). T = float or double.
 // Shapes: q, k, g [B, T, H, K]; v [B, T, H, V]; beta [B, T, H]; S0, S_out [B, H, K, V]; o [B, T, H, V].

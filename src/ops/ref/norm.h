@@ -63,7 +63,7 @@ void l2norm_backward(T* dx, const T* dy, const T* y, const T* rnorm, int64_t row
   }
 }
 
-// The AttnRes read (DESIGN 1.4) of C candidates v[c] [rows, N] with u = w_norm * w_proj [N]:
+// The AttnRes read (docs/design.md §1.4) of C candidates v[c] [rows, N] with u = w_norm * w_proj [N]:
 //   r[t, c] = 1 / sqrt(mean_j v[c][t, j]^2 + eps),  s[t, c] = r[t, c] sum_j u_j v[c][t, j],
 //   p[t, :] = softmax(s[t, :]),  out[t] = sum_c p[t, c] v[c][t].
 // p and r [rows, C] are kept for the backward.
