@@ -3,8 +3,9 @@
 //   Tokenizer(path)                        any kind Tokenizer::load reads; encode -> numpy int32, decode -> str
 //   Model(dir, tokenizer=None)             InferenceModel::load; logits(tokens) -> numpy float32 [T, vocab] (every
 //                                          position, one forward over a fresh sequence state), generate(...)
-//   Trainer(dir=None, config=None, ...)    the training Transformer (a checkpoint's weights, or random ones from a
-//                                          config) with AdamW; step(tokens, targets) on numpy [B, T] batches
+//   Trainer(dir=None, config=None, ...)    the training Transformer (a model's, checkpoint's or run's weights, or
+//                                          random ones from a config) with AdamW; step(tokens, targets) on numpy [B, T]
+//                                          batches
 // myriad's errors arrive as Python exceptions (ValueError for bad values, RuntimeError otherwise) with myriad's
 // message. The GIL is released while the model computes.
 #include <pybind11/numpy.h>
@@ -24,6 +25,7 @@
 #include "infer/speculative.h"
 #include "infer/weight_layout.h"
 #include "io/checkpoint.h"
+#include "io/run_layout.h"
 #include "model/config.h"
 #include "model/transformer.h"
 #include "train/optimizer.h"
@@ -237,9 +239,12 @@ PYBIND11_MODULE(myriad, m) {
       .def(py::init([](std::optional<std::string> dir, std::optional<std::string> config, float lr, float weight_decay,
                        float clip, uint64_t seed) {
              MYRIAD_REQUIRE(dir.has_value() != config.has_value(), kValue,
-                            "Trainer: give dir (a checkpoint's weights) or config (random weights), not both");
-             const ModelConfig mc = load_model_config(dir ? *dir : *config, nullptr);
-             ModelWeights w = dir ? ModelWeights::from_checkpoint(open_model_checkpoint(*dir, mc), mc)
+                            "Trainer: give dir (a model, checkpoint or run: its weights) or config (random weights), "
+                            "not both");
+             // A run reads as its latest checkpoint, as `--model` does in the CLI.
+             const std::string from = dir ? model_or_latest_checkpoint(*dir) : *config;
+             const ModelConfig mc = load_model_config(from, nullptr);
+             ModelWeights w = dir ? ModelWeights::from_checkpoint(open_model_checkpoint(from, mc), mc)
                                   : ModelWeights::random(mc, seed);
              PyTrainer t;
              t.model = std::make_unique<Transformer>(mc, std::move(w));

@@ -61,6 +61,9 @@ done
 echo step-000001 >"$work/run/checkpoints/latest"
 echo "{}" >"$work/run/checkpoints/step-000001/trainer_state.json"
 check "logits --model RUN" 0 "$bin" logits --model "$work/run" --tokens 1,2,3 --out "$work/logits.safetensors"
+check "quantize --model RUN" 0 "$bin" quantize --model "$work/run" --out "$work/run-q8" --type q8
+check "quantize --model and --in" 1 "$bin" quantize --model "$work/run" --in "$work/run" --out "$work/x" --type q8
+one_error_line "not both"
 printf 'garbage!!' >"$work/bad.safetensors"
 check "inspect bad file" 1 "$bin" inspect "$work/bad.safetensors"
 one_error_line "bad.safetensors"

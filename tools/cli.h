@@ -52,6 +52,10 @@ struct Command {
   std::function<int(const Args&)> run;
 };
 
+// The model a command reads: --model DIR, or --in DIR, the older spelling prune and quantize still take (kValue
+// when both are given). A model directory or a run (its latest checkpoint), as in every command.
+std::optional<std::string> model_flag(const Args& args);
+
 std::map<std::string, Command>& registry();
 std::string command_help(const Command& c);
 

@@ -2,7 +2,7 @@
 // Reads one user message per line from stdin, renders the whole history with the chat template
 // (serve/chat_template.h: the same as the server's), and streams the reply as the engine produces it. The history
 // is kept; when it no longer fits the context (with room for --max-tokens), the oldest turns are dropped (the
-// system message stays). "/image PATH" attaches an image (PNG, JPEG, BMP, GIF) to the next message, for a model with
+// system message stays). "/image PATH" attaches an image (PNG, JPEG, GIF, WebP) to the next message, for a model with
 // a vision tower (kept in the history with its message); "/video PATH" a short video (an animated GIF). "/reset" clears
 // the history, "/quit" (or end of input) exits. With a terminal a "> " prompt is shown; with piped input only the
 // replies are printed, one line each (a reply's own newlines kept). Ctrl-C while a reply streams ends that reply; at

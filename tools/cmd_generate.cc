@@ -168,7 +168,7 @@ MYRIAD_COMMAND(
           "after generating, write the state of the prompt (its longest prefix snapshot: all but fewer than "
           "--prefix-every tokens) to FILE, for --load-state later"},
          {"image", "PATHS",
-          "images (PNG, JPEG, BMP, GIF; comma-separated) for a model with a vision tower: "
+          "images (PNG, JPEG, GIF, WebP; comma-separated) for a model with a vision tower: "
           "each <|image|> marker of the prompt (media_placeholder_token_id) takes the "
           "next; without markers the images go before the prompt"},
          {"video", "PATHS",

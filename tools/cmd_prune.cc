@@ -11,12 +11,12 @@ namespace {
 
 int run_prune(const myriad::cli::Args& args) {
   myriad::PruneOptions o;
-  o.in_dir = args.get_or("in", "");
+  o.in_dir = myriad::cli::model_flag(args).value_or("");
   o.calib_path = args.get_or("calib", "");
   o.out_dir = args.get_or("out", "");
   const auto keep = args.get("keep");
   MYRIAD_REQUIRE(!o.in_dir.empty() && !o.calib_path.empty() && !o.out_dir.empty() && keep.has_value(), kValue,
-                 "prune needs --in DIR --calib DATA --keep N|P% --out DIR");
+                 "prune needs --model DIR --calib DATA --keep N|P% --out DIR");
   o.keep = myriad::parse_keep_spec(*keep);
   o.max_tokens = args.get_int("max-tokens", 32768, 1, 1L << 40);
   o.eval_path = args.get_or("eval", "");
@@ -48,8 +48,9 @@ int run_prune(const myriad::cli::Args& args) {
 }  // namespace
 
 MYRIAD_COMMAND("prune", "drop the least used routed experts, measured on calibration text",
-               "myriad prune --in DIR --calib DATA --keep N|P% --out DIR [--max-tokens M] [--eval DATA] [--force]",
-               {{"in", "DIR", "a model directory (config.json, model.safetensors, tokenizer/) or a training run"},
+               "myriad prune --model DIR --calib DATA --keep N|P% --out DIR [--max-tokens M] [--eval DATA] [--force]",
+               {{"model", "DIR", "a model directory (config.json, model.safetensors, tokenizer/) or a training run"},
+                {"in", "DIR", "the same as --model (its older spelling)"},
                 {"calib", "DATA",
                  "calibration data: text / JSONL files or a directory of them, or a token-shard directory "
                  "(its train split)"},

@@ -16,11 +16,11 @@ std::string mib(uint64_t b) {
 }
 
 int run_quantize(const myriad::cli::Args& args) {
-  const auto in = args.get("in");
+  const auto in = myriad::cli::model_flag(args);
   const auto out = args.get("out");
   const auto type = args.get("type");
   MYRIAD_REQUIRE(in && out && type, kValue,
-                 "quantize needs --in DIR --out DIR --type q8|q4|mxfp4 (see myriad quantize --help)");
+                 "quantize needs --model DIR --out DIR --type q8|q4|mxfp4 (see myriad quantize --help)");
   MYRIAD_REQUIRE(args.positional().empty(), kValue, "quantize takes no positional arguments, got '",
                  args.positional()[0], "'");
   const myriad::QuantType t = myriad::parse_quant_type(*type);
@@ -50,10 +50,11 @@ int run_quantize(const myriad::cli::Args& args) {
 }  // namespace
 
 MYRIAD_COMMAND("quantize", "block-quantize a model's linear weights (int8, int4 or MXFP4, groups of 32)",
-               "myriad quantize --in DIR --out DIR --type q8|q4|mxfp4 [--only experts|all] [--force]",
-               {{"in", "DIR",
+               "myriad quantize --model DIR --out DIR --type q8|q4|mxfp4 [--only experts|all] [--force]",
+               {{"model", "DIR",
                  "a model directory (config.json, model.safetensors or shards, tokenizer/) or a training run (its "
                  "latest checkpoint)"},
+                {"in", "DIR", "the same as --model (its older spelling)"},
                 {"out", "DIR", "output model directory (written atomically)"},
                 {"type", "T", "q8 (8.5 bits/weight), q4 (4.5) or mxfp4 (4.25: E2M1 with a power-of-two scale)"},
                 {"only", "WHAT", "experts: quantize only the routed experts; all (default): every linear weight"},

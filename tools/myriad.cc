@@ -44,6 +44,12 @@ Registrar::Registrar(Command c) {
   registry().emplace(c.name, std::move(c));
 }
 
+std::optional<std::string> model_flag(const Args& args) {
+  MYRIAD_REQUIRE(!(args.has("model") && args.has("in")), kValue,
+                 "give --model DIR or its older spelling --in DIR, not both");
+  return args.has("model") ? args.get("model") : args.get("in");
+}
+
 std::string command_help(const Command& c) {
   std::string s = "usage: " + c.usage + "\n\n" + c.summary + "\n";
   std::vector<OptionSpec> all = c.options;

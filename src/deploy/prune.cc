@@ -303,7 +303,7 @@ ModelLocation locate_model(const std::string& dir, const std::string& needs_toke
 }
 
 PruneResult prune_model(const PruneOptions& o) {
-  MYRIAD_REQUIRE(!o.in_dir.empty(), kValue, "prune needs --in DIR (a model or a training run)");
+  MYRIAD_REQUIRE(!o.in_dir.empty(), kValue, "prune needs --model DIR (a model or a training run)");
   MYRIAD_REQUIRE(!o.calib_path.empty(), kValue, "prune needs --calib DATA (text, JSONL or a directory of them)");
   MYRIAD_REQUIRE(!o.out_dir.empty(), kValue, "prune needs --out DIR");
   MYRIAD_REQUIRE(o.max_tokens >= 1, kValue, "--max-tokens ", o.max_tokens, ": must be >= 1");

@@ -110,6 +110,14 @@ def test_training_step_loss_and_learning(work):
         last = trainer.step(x, y)
     assert trainer.steps == 30
     assert last < 0.6 * first, (first, last)
+    # A run directory starts from its latest checkpoint, as --model does in the CLI: the same first loss.
+    import shutil
+    ck = d / "run" / "checkpoints" / "step-000003"
+    if not ck.exists():
+        shutil.copytree(d / "model", ck)
+        (ck / "trainer_state.json").write_text("{}")
+        (d / "run" / "checkpoints" / "latest").write_text("step-000003\n")
+    assert myriad.Trainer(dir=str(d / "run"), lr=3e-3).step(x, y) == first
 
 
 def test_errors_are_python_exceptions_with_myriads_message(work):
