@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "report/compare.h"
+#include "report/svg_files.h"
 
 namespace myriad {
 namespace {
@@ -155,6 +156,28 @@ TEST_F(ReportTest, SyntheticRunGivesOneSelfContainedPage) {
   size_t entries = 0;
   for (const auto& e : fs::directory_iterator(run())) entries += e.is_regular_file() ? 1 : 0;
   EXPECT_EQ(entries, 4u);
+
+  // Each chart as a standalone SVG file: named by its title, the page's element with the SVG namespace added.
+  const std::string svg_dir = (fs::path(run()) / "svg").string();
+  const std::vector<std::string> files = write_svg_documents(html, svg_dir);
+  ASSERT_EQ(files.size(), 8u);
+  EXPECT_EQ(fs::path(files[0]).filename(), "loss.svg");
+  EXPECT_EQ(fs::path(files[1]).filename(), "learning-rate.svg");
+  EXPECT_TRUE(fs::exists(fs::path(svg_dir) / "gradient-norm-and-skipped-steps.svg"));
+  EXPECT_TRUE(fs::exists(fs::path(svg_dir) / "expert-load-over-training-layer-1-the-first-moe-layer.svg"));
+  size_t from = 0;
+  for (const std::string& f : files) {
+    const std::string doc = read_all(f);
+    const std::string head = "<svg xmlns=\"http://www.w3.org/2000/svg\" ";
+    ASSERT_EQ(doc.rfind(head, 0), 0u) << f;
+    const std::string body = doc.substr(head.size(), doc.size() - head.size() - 1);  // less the final newline
+    const size_t at = html.find("<svg " + body, from);
+    EXPECT_NE(at, std::string::npos) << f << ": not the page's chart, in order";
+    from = at == std::string::npos ? from : at + 1;
+    EXPECT_EQ(count(doc, "<svg "), 1u) << f;
+    EXPECT_EQ(doc.substr(doc.size() - 7), "</svg>\n") << f;
+  }
+  EXPECT_THROW(svg_documents("<p><svg viewBox=\"0 0 1 1\"><g></g></p>"), Error);
 }
 
 TEST_F(ReportTest, OutOption) {
