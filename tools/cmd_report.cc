@@ -27,15 +27,15 @@ int run_report(const myriad::cli::Args& args) {
     const myriad::ComparisonSummary s = myriad::write_comparison(pos, args.get_or("out", ""));
     path = s.path, records = s.records, skipped = s.skipped_lines;
   }
-  if (const auto dir = args.get("svg")) {
-    const std::vector<std::string> files = myriad::write_svg_documents(myriad::read_file(path), *dir);
-    std::printf("wrote %zu chart%s as SVG files in %s\n", files.size(), files.size() == 1 ? "" : "s", dir->c_str());
-  }
   std::printf("wrote %s (%lld records", path.c_str(), static_cast<long long>(records));
   if (skipped > 0)
     std::printf(", %lld malformed line%s skipped", static_cast<long long>(skipped), skipped == 1 ? "" : "s");
   if (ignored > 0) std::printf(", %lld of unknown type ignored", static_cast<long long>(ignored));
   std::printf(")\n");
+  if (const auto dir = args.get("svg")) {
+    const std::vector<std::string> files = myriad::write_svg_documents(myriad::read_file(path), *dir);
+    std::printf("wrote %zu chart%s as SVG files in %s\n", files.size(), files.size() == 1 ? "" : "s", dir->c_str());
+  }
   return 0;
 }
 
