@@ -19,7 +19,7 @@
 #include "autograd/tape.h"
 #include "build_info.h"
 #include "core/error.h"
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 #include "infer/generate.h"
 #include "infer/inference_model.h"
 #include "infer/speculative.h"

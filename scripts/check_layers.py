@@ -28,6 +28,16 @@ LAYERS = {
     "rl": ["serve", "train", "agent", "dist", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
     "bench": ["serve", "train", "agent", "dist", "infer", "model", "quant", "data", "autograd", "ops", "io", "core"],
 }
+# Layers split into rooms (subfolders), each room -> the rooms of the same layer it may include (its own always).
+# Every file of such a layer lives in one of its rooms.
+ROOMS = {
+    "data": {
+        "tokenize": [],  # tokenizers, their pieces, and the text files they are trained on
+        "media": [],  # image and video decoding
+        "chat": ["tokenize"],  # chat formats, conversations, the tool-call grammar
+        "datasets": ["tokenize", "chat", "media"],  # corpus and tasks, shards and loader, image and video sets
+    },
+}
 BACKENDS = ("ops/cpu/", "ops/cuda/")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s+<([^>]+)>')
@@ -74,6 +84,13 @@ def check(src):
                 problems.append(f"{rel}: folder '{layer}' is not a layer (add it to scripts/check_layers.py)")
                 continue
             allowed = set(LAYERS[layer]) | {layer}
+            room = None
+            if layer in ROOMS:
+                room = rel.split("/")[1] if rel.count("/") >= 2 else None
+                if room not in ROOMS[layer]:
+                    problems.append(f"src/{rel}: every file of src/{layer} lives in one of its rooms "
+                                    f"({', '.join(ROOMS[layer])}; scripts/check_layers.py)")
+                    continue
             with open(path, encoding="utf-8", errors="replace") as f:
                 for n, line in enumerate(f, 1):
                     sm = SYSTEM_INCLUDE.match(line)
@@ -94,6 +111,16 @@ def check(src):
                     elif target not in allowed:
                         problems.append(f"src/{rel}:{n}: layer '{layer}' includes {inc} from layer '{target}', "
                                         f"which is not below it (allowed: {', '.join(sorted(allowed))})")
+                    elif target in ROOMS:
+                        to_room = inc.split("/")[1] if inc.count("/") >= 2 else None
+                        rooms_ok = [room] + ROOMS[target][room] if target == layer else list(ROOMS[target])
+                        if to_room not in ROOMS[target]:
+                            problems.append(f"src/{rel}:{n}: includes {inc}, which is in no room of '{target}' "
+                                            f"({', '.join(ROOMS[target])})")
+                        elif to_room not in rooms_ok:
+                            problems.append(f"src/{rel}:{n}: room '{layer}/{room}' includes {inc} from room "
+                                            f"'{target}/{to_room}', which is not below it (allowed: "
+                                            f"{', '.join(sorted(rooms_ok))})")
     return problems
 
 
@@ -115,14 +142,21 @@ def self_test():
 
     clean = {"core/a.h": "#pragma once\n", "model/m.cc": '#include "core/a.h"\n#include "model/m.h"\n',
              "ops/cpu/k.h": "", "ops/o.cc": '#include "ops/cpu/k.h"\n',
-             "ops/cuda/c.cu": "#include <cuda_runtime.h>\n#include <cublas_v2.h>\n"}
+             "ops/cuda/c.cu": "#include <cuda_runtime.h>\n#include <cublas_v2.h>\n",
+             "data/tokenize/t.h": "", "data/chat/c.cc": '#include "data/tokenize/t.h"\n',
+             "data/datasets/d.cc": '#include "data/chat/c.h"\n#include "data/media/i.h"\n',
+             "agent/a.cc": '#include "data/chat/c.h"\n'}
     cases = {
         "upward include": {"core/a.cc": '#include "model/m.h"\n'},
-        "sideways include": {"data/t.cc": '#include "model/m.h"\n'},
+        "sideways include": {"data/tokenize/s.cc": '#include "model/m.h"\n'},
         "backend header outside ops": {"serve/s.cc": '#include "ops/cpu/k.h"\n'},
         "vendor header outside ops/cuda": {"dist/n.cc": "#include <nccl.h>\n"},
         "vendor header elsewhere in ops": {"ops/o2.cc": "#include <cuda_runtime.h>\n"},
         "unknown folder": {"misc/x.cc": ""},
+        "a file outside the rooms": {"data/loose.cc": ""},
+        "a room including one above it": {"data/tokenize/t.cc": '#include "data/chat/c.h"\n'},
+        "a room including a sideways one": {"data/media/i.cc": '#include "data/tokenize/t.h"\n'},
+        "an include outside the rooms": {"agent/b.cc": '#include "data/loose.h"\n'},
     }
     failures = 0
     if check(tree(clean)):

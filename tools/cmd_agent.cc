@@ -4,7 +4,7 @@
 #include "agent/agent_tasks.h"
 #include "agent/episode.h"
 #include "cli.h"
-#include "data/conversation.h"
+#include "data/chat/conversation.h"
 
 namespace {
 

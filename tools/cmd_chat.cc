@@ -23,7 +23,7 @@
 
 #include "cli.h"
 #include "core/error.h"
-#include "data/chat_template.h"
+#include "data/chat/chat_template.h"
 #include "engine_flags.h"
 #include "infer/image_input.h"
 #include "serve/engine.h"

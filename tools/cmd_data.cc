@@ -1,7 +1,7 @@
 // `myriad data prepare --tokenizer DIR --data PATH... --out DIR [--val-fraction F] [--split-by position|document]
 // [--shard-tokens N] [--force]`: tokenizes text / JSONL files into token shards + meta.json (train/shards.h);
 // `myriad data prepare --data RECORDS.jsonl --out DIR` with image-text records decodes their images once into an
-// image store beside the rewritten records (data/image_store.h).
+// image store beside the rewritten records (data/datasets/image_store.h).
 // A progress bar goes to stderr when it is a terminal; the summary to stdout.
 #include <chrono>
 #include <cstdio>
@@ -12,16 +12,17 @@
 
 #include "cli.h"
 #include "core/error.h"
-#include "data/image_datasets.h"
-#include "data/image_store.h"
-#include "data/image_text_records.h"
-#include "data/prepare.h"
-#include "data/shards.h"
-#include "data/tokenizer.h"
+#include "data/datasets/image_datasets.h"
+#include "data/datasets/image_store.h"
+#include "data/datasets/image_text_records.h"
+#include "data/datasets/prepare.h"
+#include "data/datasets/shards.h"
+#include "data/tokenize/tokenizer.h"
 
 namespace {
 
-// Image-text records: their images decoded once into a store beside the rewritten records (data/image_store.h).
+// Image-text records: their images decoded once into a store beside the rewritten records
+// (data/datasets/image_store.h).
 int run_prepare_images(const std::string& records, const std::string& out, bool force) {
   const auto t0 = std::chrono::steady_clock::now();
   const myriad::ImageTextPrepareResult r = myriad::prepare_image_text(records, out, force);

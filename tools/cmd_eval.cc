@@ -50,7 +50,7 @@ int run_eval_tasks(const myriad::cli::Args& args) {
     j["val_loss"] = e.loss;
     j["val_tokens"] = e.tokens;
   }
-  // The pretraining tasks (data/tasks.h) as myriad train scores them: what post-training kept of them.
+  // The pretraining tasks (data/datasets/tasks.h) as myriad train scores them: what post-training kept of them.
   if (const int per_task = int(args.get_int("text-tasks", 32, 0, 100000)); per_task > 0) {
     const Tokenizer& tok = model->tokenizer();
     const int32_t eot = tok.has_special("<|endoftext|>") ? tok.id_of("<|endoftext|>") : -1;
@@ -171,9 +171,9 @@ int run_eval_images(const myriad::cli::Args& args) {
   return 0;
 }
 
-// `myriad eval text`: the pretraining tasks (arithmetic, copy, reverse, recall; data/tasks.h) on held-out prompts,
-// greedy, as myriad train scores them: each task's accuracy, and `show` of its prompts drawn at random (the seed's
-// own draw, not picked) with the model's answer marked right or WRONG beside the truth. What `make demo` prints.
+// `myriad eval text`: the pretraining tasks (arithmetic, copy, reverse, recall; data/datasets/tasks.h) on held-out
+// prompts, greedy, as myriad train scores them: each task's accuracy, and `show` of its prompts drawn at random (the
+// seed's own draw, not picked) with the model's answer marked right or WRONG beside the truth. What `make demo` prints.
 int run_eval_text(const myriad::cli::Args& args) {
   using namespace myriad;
   const auto model_dir = args.get("model");

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cli.h"
-#include "data/image.h"
+#include "data/media/image.h"
 #include "dist/expert_parallel.h"
 #include "engine_flags.h"
 #include "infer/image_input.h"

@@ -19,7 +19,7 @@
 
 #include "cli.h"
 #include "core/error.h"
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 #include "io/atomic_file.h"
 
 namespace {

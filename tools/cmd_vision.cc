@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "cli.h"
-#include "data/image.h"
+#include "data/media/image.h"
 #include "infer/image_input.h"
 #include "infer/weight_layout.h"
 #include "io/checkpoint.h"

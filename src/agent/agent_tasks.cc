@@ -4,8 +4,8 @@
 #include <random>
 
 #include "core/error.h"
-#include "data/corpus.h"
-#include "data/tasks.h"
+#include "data/datasets/corpus.h"
+#include "data/datasets/tasks.h"
 
 namespace myriad {
 

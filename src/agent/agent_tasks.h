@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "agent/tools.h"
-#include "data/chat_template.h"
+#include "data/chat/chat_template.h"
 
 namespace myriad {
 

@@ -4,8 +4,8 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "data/json_schema.h"
-#include "data/tasks.h"
+#include "data/chat/json_schema.h"
+#include "data/datasets/tasks.h"
 
 namespace myriad {
 

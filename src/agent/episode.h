@@ -25,7 +25,7 @@
 
 #include "agent/agent_tasks.h"
 #include "agent/tools.h"
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 
 namespace myriad {
 
@@ -48,8 +48,9 @@ struct EpisodeOutcome {
   std::string answer;
   int turns = 0, calls = 0, tool_errors = 0;
   int forbidden_calls = 0, malformed_calls = 0, unknown_tools = 0;
-  int invalid_arguments = 0;  // calls of a known tool whose arguments break its parameters' schema (data/json_schema.h)
-  std::string limit;          // "", "turns", "tokens", "time", "forged_turn": what ended it without an answer
+  int invalid_arguments =
+      0;              // calls of a known tool whose arguments break its parameters' schema (data/chat/json_schema.h)
+  std::string limit;  // "", "turns", "tokens", "time", "forged_turn": what ended it without an answer
   int64_t policy_tokens = 0;
   double completion = 0, efficiency = 0, safety = 0, length = 0, total = 0;  // the rewards (see the top)
   int violations() const { return forbidden_calls + malformed_calls + unknown_tools; }

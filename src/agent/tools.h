@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "agent/exact_number.h"
-#include "data/chat_template.h"
-#include "data/json_schema.h"
+#include "data/chat/chat_template.h"
+#include "data/chat/json_schema.h"
 
 namespace myriad {
 

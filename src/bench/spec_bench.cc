@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "data/corpus.h"
+#include "data/datasets/corpus.h"
 #include "infer/inference_model.h"
 #include "serve/engine.h"
 

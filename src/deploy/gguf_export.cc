@@ -9,8 +9,8 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "data/bpe_tokenizer.h"
-#include "data/tokenizer.h"
+#include "data/tokenize/bpe_tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 #include "deploy/foreign_runtime.h"
 #include "deploy/prune.h"
 #include "infer/weight_layout.h"

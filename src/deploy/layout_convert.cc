@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 #include "deploy/foreign_runtime.h"
 #include "deploy/prune.h"
 #include "infer/weight_layout.h"

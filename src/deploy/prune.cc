@@ -18,8 +18,8 @@
 
 #include "autograd/functions.h"
 #include "core/error.h"
-#include "data/data_files.h"
-#include "data/loader.h"
+#include "data/datasets/loader.h"
+#include "data/tokenize/data_files.h"
 #include "infer/weight_layout.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"

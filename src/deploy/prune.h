@@ -30,8 +30,8 @@
 // which is then renamed into place; an existing output is refused unless force (then swapped out atomically).
 //
 // Data (calibration and evaluation): a text file (one document), a JSONL file ("text" per line), a directory of
-// them (data/data_files.h, collect_data_files), or a token-shard directory of `myriad data prepare` / a run's data/
-// (calibration reads its train split, evaluation its val split). Documents are tokenized with the model's
+// them (data/tokenize/data_files.h, collect_data_files), or a token-shard directory of `myriad data prepare` / a run's
+// data/ (calibration reads its train split, evaluation its val split). Documents are tokenized with the model's
 // tokenizer and joined with <|endoftext|>.
 //
 // Leaves out: per-layer expert counts (the config format has one), merging dropped experts into kept ones,
@@ -45,7 +45,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 #include "model/transformer.h"
 
 namespace myriad {

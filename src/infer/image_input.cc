@@ -11,7 +11,7 @@ PatchOptions patch_options_for(const VisionConfig& v) {
   o.patch_size = v.patch_size;
   o.merge_h = v.merge_kernel_size[0];
   o.merge_w = v.merge_kernel_size[1];
-  // K3's projector: its processor's scale-down-and-pad (data/image.h kScaleAndPad).
+  // K3's projector: its processor's scale-down-and-pad (data/media/image.h kScaleAndPad).
   if (v.mm_projector_type == "patchmergerv2") o.fit = ImageFit::kScaleAndPad;
   if (v.in_patch_limit) o.max_patches = *v.in_patch_limit;
   if (v.patch_limit_on_one_side) o.max_side_patches = *v.patch_limit_on_one_side;

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "data/image.h"
-#include "data/video.h"
+#include "data/media/image.h"
+#include "data/media/video.h"
 #include "model/config.h"
 #include "model/vision_tower.h"
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 #include "infer/decode_weights.h"
 #include "infer/kda_decoder.h"
 #include "infer/mla_decoder.h"

@@ -4,7 +4,7 @@
 // Order of operations on the logits of one position (the order vLLM and llama.cpp use, written out here so that
 // a user can predict the result):
 //   0. logit_bias added to the model's logits; then, with a tool-call grammar, -inf on every token it does not
-//      allow here (data/tool_call_grammar.h).
+//      allow here (data/chat/tool_call_grammar.h).
 //   1. penalties on the raw logits:
 //        repetition_penalty r (CTRL, Keskar et al. 2019), for every token seen in the prompt or the output:
 //          logit > 0 ? logit / r : logit * r
@@ -33,7 +33,7 @@
 #include <span>
 #include <vector>
 
-#include "data/tool_call_grammar.h"
+#include "data/chat/tool_call_grammar.h"
 
 namespace myriad {
 
@@ -50,7 +50,7 @@ struct SamplingParams {
   // OpenAI's logit_bias: (token id, bias) added to the model's logits before anything else (-100 bans a token,
   // +100 all but forces it). Ids in [0, vocab), biases in [-100, 100].
   std::vector<std::pair<int32_t, float>> logit_bias;
-  // Constrained tool calls (data/tool_call_grammar.h): the grammar's mask follows logit_bias (step 0), so the
+  // Constrained tool calls (data/chat/tool_call_grammar.h): the grammar's mask follows logit_bias (step 0), so the
   // reported logprobs are those of the masked distribution. tool_grammar_start: the forced start of the reply
   // (tokens the prompt ends with, read as the reply's first ones: tool_choice required or a named function), fed
   // to the grammar before the first draw. Every chosen token (observe()) moves the grammar on.

@@ -11,8 +11,8 @@
 
 #include "core/error.h"
 #include "core/json_fields.h"
-#include "data/corpus.h"
-#include "data/loader.h"
+#include "data/datasets/corpus.h"
+#include "data/datasets/loader.h"
 #include "dist/gradient_sync.h"
 #include "infer/decode_weights.h"
 #include "infer/weight_layout.h"

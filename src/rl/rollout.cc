@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "core/error.h"
-#include "data/corpus.h"
+#include "data/datasets/corpus.h"
 #include "serve/engine.h"
 
 namespace myriad {

@@ -7,8 +7,8 @@
 #include <optional>
 #include <string>
 
-#include "data/chat_template.h"
-#include "data/tokenizer.h"
+#include "data/chat/chat_template.h"
+#include "data/tokenize/tokenizer.h"
 #include "serve/engine.h"
 #include "serve/openai_schema.h"
 

@@ -7,8 +7,8 @@
 #include <random>
 
 #include "core/json_fields.h"
-#include "data/tokenizer.h"
-#include "data/tool_call_grammar.h"
+#include "data/chat/tool_call_grammar.h"
+#include "data/tokenize/tokenizer.h"
 
 namespace myriad::serve {
 namespace {
@@ -298,7 +298,7 @@ void parse_tool_choice(const json& b, const std::vector<ToolSpec>& tools, const 
 }
 
 // Strict tools (a tool's "strict": true, or every tool with --strict-tools): the reply is sampled under the
-// tool-call grammar (data/tool_call_grammar.h), which starts after the forced start of a tool_choice.
+// tool-call grammar (data/chat/tool_call_grammar.h), which starts after the forced start of a tool_choice.
 void constrain_tool_calls(const std::vector<ToolSpec>& tools, ChatFormat format, const Tokenizer& tok,
                           const ServerOptions& opt, ParsedRequest& p) {
   const auto strict = std::find_if(tools.begin(), tools.end(), [](const ToolSpec& t) { return t.strict; });

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/chat_template.h"
-#include "data/conversation.h"
+#include "data/chat/chat_template.h"
+#include "data/chat/conversation.h"
 #include "infer/image_input.h"
 #include "serve/engine.h"
 #include "serve/server.h"

@@ -1,7 +1,7 @@
 // The OpenAI-compatible HTTP server (docs/design.md §3) over one Engine: cpp-httplib for HTTP, nlohmann for JSON.
 //
 // Endpoints (bodies are JSON; errors are {"error": {"message", "type", "param", "code"}} with the status below):
-//   POST /v1/chat/completions   messages -> chat template (data/chat_template.h) -> generation. User messages may
+//   POST /v1/chat/completions   messages -> chat template (data/chat/chat_template.h) -> generation. User messages may
 //     carry images as content parts {"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}} (PNG,
 //     JPEG, BMP, GIF) for a model with a vision tower; a remote http(s) URL is refused (nothing is fetched: SSRF),
 //     as are more than max_images, an image over image_limits, or any image for a model without a vision tower
@@ -50,7 +50,7 @@
 #include <string>
 #include <vector>
 
-#include "data/image.h"
+#include "data/media/image.h"
 #include "serve/engine.h"
 #include "serve/replica_proxy.h"
 
@@ -81,7 +81,7 @@ struct ServerOptions {
   double shutdown_grace_s = 10;
   size_t max_body_bytes = 16u << 20;  // larger request bodies get 413
   int64_t default_max_tokens = 1024;  // chat requests without max_tokens get min(this, context left)
-  // Constrained decoding of tool calls for every request with tools (data/tool_call_grammar.h), as if each tool
+  // Constrained decoding of tool calls for every request with tools (data/chat/tool_call_grammar.h), as if each tool
   // said "strict": true; without it only requests with a strict tool are constrained.
   bool strict_tools = false;
   // Images in chat requests (image_url parts with data: URIs): at most max_images per request, each within

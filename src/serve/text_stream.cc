@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 #include "core/utf8.h"
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 
 namespace myriad {
 namespace {

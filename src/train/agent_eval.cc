@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "core/json_fields.h"
-#include "data/corpus.h"
+#include "data/datasets/corpus.h"
 #include "infer/generate.h"
 #include "model/config.h"
 

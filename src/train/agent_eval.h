@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "agent/episode.h"
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 #include "dist/communicator.h"
 #include "infer/inference_model.h"
 #include "infer/sampling.h"
@@ -31,7 +31,7 @@ struct AgentEvalOptions {
   EpisodeLimits limits;
   RewardWeights weights;
   int transcripts = 1;  // episodes per family kept as text in the report
-  // Constrained decoding of the calls (data/tool_call_grammar.h: every tool strict), greedy or sampled alike.
+  // Constrained decoding of the calls (data/chat/tool_call_grammar.h: every tool strict), greedy or sampled alike.
   bool strict_tools = false;
   std::vector<AgentTask> tasks;  // a suite of its own (read_agent_suite); empty: the built-in held-out tasks
   // The ranks that run this evaluation in lockstep (an expert-parallel group: every forward is a collective), or

@@ -17,7 +17,7 @@
 #include <optional>
 #include <string>
 
-#include "data/loader.h"
+#include "data/datasets/loader.h"
 #include "infer/inference_model.h"
 #include "train/trainer.h"
 

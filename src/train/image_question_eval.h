@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 #include "infer/inference_model.h"
 #include "train/image_text_source.h"
 

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "core/error.h"
-#include "data/motion_clips.h"
+#include "data/datasets/motion_clips.h"
 
 namespace myriad {
 

@@ -10,17 +10,18 @@
 // tokens and prompts are never predicted. Examples are packed whole into sequences of seq_len (several per
 // sequence; the rest padded with <|endoftext|> and ignored); one longer than seq_len is a kConfig error naming
 // both lengths. Two sources:
-//   ShapeSceneSource      the built-in shape scenes (data/shape_images.h), one question per scene in turn over
+//   ShapeSceneSource      the built-in shape scenes (data/datasets/shape_images.h), one question per scene in turn over
 //                         its families; train and held-out scenes from disjoint seeds (split_seed); state: the
 //                         next train scene.
-//   ImageTextFileSource   the records of an image-text JSONL file (data/image_text_records.h), every image decoded
+//   ImageTextFileSource   the records of an image-text JSONL file (data/datasets/image_text_records.h), every image
+//   decoded
 //                         and patched once when the source is made (held in memory, never decoded per step); or
-//                         of a prepared directory (data/image_store.h), whose images are never decoded: a training
-//                         example's patches are made from the mapped store when it is drawn; the
-//                         last records are held out for validation (1 in 20, at most 256, none under 20 records);
-//                         each epoch in its own order from the seed; state: epoch and position. With shift > 0
-//                         each training image is moved by a random offset of up to shift pixels per axis each
-//                         time it is drawn (augmentation; the offset a function of the seed, epoch and position).
+//                         of a prepared directory (data/datasets/image_store.h), whose images are never decoded: a
+//                         training example's patches are made from the mapped store when it is drawn; the last records
+//                         are held out for validation (1 in 20, at most 256, none under 20 records); each epoch in its
+//                         own order from the seed; state: epoch and position. With shift > 0 each training image is
+//                         moved by a random offset of up to shift pixels per axis each time it is drawn (augmentation;
+//                         the offset a function of the seed, epoch and position).
 // Both resume exactly.
 #pragma once
 
@@ -31,10 +32,10 @@
 #include <string>
 #include <vector>
 
-#include "data/image_store.h"
-#include "data/image_text_records.h"
-#include "data/shape_images.h"
-#include "data/tokenizer.h"
+#include "data/datasets/image_store.h"
+#include "data/datasets/image_text_records.h"
+#include "data/datasets/shape_images.h"
+#include "data/tokenize/tokenizer.h"
 #include "infer/image_input.h"
 #include "model/config.h"
 #include "train/trainer.h"
@@ -102,7 +103,7 @@ class GeneratedQuestionSource : public BatchSource {
   uint64_t next_ = 0;  // train examples used so far
 };
 
-// The built-in shape scenes (data/shape_images.h), one question per scene.
+// The built-in shape scenes (data/datasets/shape_images.h), one question per scene.
 class ShapeSceneSource final : public GeneratedQuestionSource {
  public:
   ShapeSceneSource(const ModelConfig& config, const Tokenizer& tok, int64_t image_size = 56);
@@ -112,8 +113,8 @@ class ShapeSceneSource final : public GeneratedQuestionSource {
   int64_t image_size_;
 };
 
-// The built-in motion clips (data/motion_clips.h): each clip a video question ("which way does the square move?",
-// "what colour is the square?"), the clip's frames in chunks of init_pos_emb_time.
+// The built-in motion clips (data/datasets/motion_clips.h): each clip a video question ("which way does the square
+// move?", "what colour is the square?"), the clip's frames in chunks of init_pos_emb_time.
 class MotionClipSource final : public GeneratedQuestionSource {
  public:
   MotionClipSource(const ModelConfig& config, const Tokenizer& tok, int64_t size = 56, int64_t frames = 4);
@@ -142,7 +143,7 @@ class ImageTextFileSource final : public BatchSource {
   const VisionConfig vision_;
   int64_t shift_ = 0;
   std::vector<std::vector<Image>> train_images_;  // with shift (and no store): each training example's decoded images
-  std::optional<ImageStore> store_;               // a prepared directory's images (data/image_store.h)
+  std::optional<ImageStore> store_;               // a prepared directory's images (data/datasets/image_store.h)
   std::vector<std::vector<int64_t>> stored_;      // with store_: each training example's images in it
   ImageTextExample augmented_;                    // with shift: the example drawn last, its images moved
   std::pair<uint64_t, uint64_t> augmented_at_ = {~0ull, ~0ull};  // its (epoch, position)

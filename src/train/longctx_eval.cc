@@ -5,8 +5,8 @@
 
 #include "core/error.h"
 #include "core/timing.h"
-#include "data/corpus.h"
-#include "data/tokenizer.h"
+#include "data/datasets/corpus.h"
+#include "data/tokenize/tokenizer.h"
 #include "infer/generate.h"
 #include "infer/inference_model.h"
 

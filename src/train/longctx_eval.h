@@ -1,5 +1,5 @@
 // The long-context evaluation (`myriad eval longctx`): accuracy by GENERATED answer on the long-context tasks
-// (data/longctx_tasks.h) over a grid of prompt lengths x needle depths, `samples` prompts per cell, greedy.
+// (data/datasets/longctx_tasks.h) over a grid of prompt lengths x needle depths, `samples` prompts per cell, greedy.
 // Prompts are prefilled in chunks (prefill_chunk tokens per forward) on the model's states and caches, then the
 // answer is decoded token by token, as `myriad serve` would.
 #pragma once
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "data/longctx_tasks.h"
+#include "data/datasets/longctx_tasks.h"
 
 namespace myriad {
 

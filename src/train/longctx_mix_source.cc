@@ -3,7 +3,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "data/longctx_tasks.h"
+#include "data/datasets/longctx_tasks.h"
 
 namespace myriad {
 

@@ -1,7 +1,7 @@
 // Long-context task samples mixed into training (train.json `longctx_mix`, issue 17's ladder): a BatchSource over
 // another one (the corpus) that replaces a fraction of its sequences by task samples of the sequence's length
-// (data/longctx_tasks.h: the built-in prose with a needle at a random depth, the question, then the answer and the
-// end-of-text token), so a model climbing the ladder learns to retrieve across its whole window. Which sequences
+// (data/datasets/longctx_tasks.h: the built-in prose with a needle at a random depth, the question, then the answer and
+// the end-of-text token), so a model climbing the ladder learns to retrieve across its whole window. Which sequences
 // are samples, their tasks, depths and numbers all follow from (seed, the sequence's index): resumption is exact.
 // A sample is padded to the length with pad tokens; its only targets are the answer's tokens and the end-of-text
 // (retrieval; the filler's language is the corpus sequences' job). The fraction may differ by stage of the ladder
@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 

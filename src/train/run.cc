@@ -9,14 +9,14 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "data/corpus.h"
-#include "data/data_files.h"
-#include "data/image_store.h"
-#include "data/image_text_records.h"
-#include "data/loader.h"
-#include "data/longctx_tasks.h"
-#include "data/prepare.h"
-#include "data/tokenizer.h"
+#include "data/datasets/corpus.h"
+#include "data/datasets/image_store.h"
+#include "data/datasets/image_text_records.h"
+#include "data/datasets/loader.h"
+#include "data/datasets/longctx_tasks.h"
+#include "data/datasets/prepare.h"
+#include "data/tokenize/data_files.h"
+#include "data/tokenize/tokenizer.h"
 #include "infer/decode_weights.h"
 #include "infer/inference_model.h"
 #include "io/atomic_file.h"
@@ -74,8 +74,8 @@ bool is_shard_dir(const std::string& p) {
   return fs::is_directory(p) && fs::exists(fs::path(p) / "meta.json");
 }
 
-// Image-text training data (data/image_text_records.h): one JSONL file whose records have images, or a directory
-// `myriad data prepare` made of one (data/image_store.h).
+// Image-text training data (data/datasets/image_text_records.h): one JSONL file whose records have images, or a
+// directory `myriad data prepare` made of one (data/datasets/image_store.h).
 bool is_image_data(const std::vector<std::string>& data) {
   return data.size() == 1 &&
          ((fs::is_regular_file(data[0]) && is_image_text_file(data[0])) || is_prepared_image_text(data[0]));

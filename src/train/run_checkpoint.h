@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 #include "io/atomic_file.h"
 #include "io/run_layout.h"
 #include "model/config.h"

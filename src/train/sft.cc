@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "core/json_fields.h"
-#include "data/conversation.h"
+#include "data/chat/conversation.h"
 #include "infer/decode_weights.h"
 #include "infer/weight_layout.h"
 #include "io/atomic_file.h"

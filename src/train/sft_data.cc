@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "data/loader.h"
+#include "data/datasets/loader.h"
 
 namespace myriad {
 

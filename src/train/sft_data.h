@@ -3,7 +3,7 @@
 // markers are -100: not predicted, not in the loss).
 //
 // Packing: each epoch takes the training conversations in the order of window_permutation(seed, epoch, n)
-// (data/loader.h's draws) and fills a row of T + 1 tokens with whole conversations while the next one fits;
+// (data/datasets/loader.h's draws) and fills a row of T + 1 tokens with whole conversations while the next one fits;
 // a conversation longer than T + 1 tokens fills a row alone, cut to its first T + 1 tokens (counted in
 // `truncated()`). The rest of a row is <|endoftext|> with target -100. tokens = row[0, T), targets[i] =
 // row[i + 1] when that token is an assistant token, else -100. A row's conversations see each other through
@@ -24,10 +24,10 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "data/chat_template.h"
-#include "data/conversation.h"
-#include "data/loader.h"
-#include "data/tokenizer.h"
+#include "data/chat/chat_template.h"
+#include "data/chat/conversation.h"
+#include "data/datasets/loader.h"
+#include "data/tokenize/tokenizer.h"
 #include "train/trainer.h"
 
 namespace myriad {

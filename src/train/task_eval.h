@@ -1,5 +1,5 @@
 // The task evaluation that shows a user the model learning: greedy generation on the held-out prompts of every
-// task (data/tasks.h), scored, accuracy per task in metrics.jsonl.
+// task (data/datasets/tasks.h), scored, accuracy per task in metrics.jsonl.
 #pragma once
 
 #include <cstdint>
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "data/loader.h"
-#include "data/tasks.h"
+#include "data/datasets/loader.h"
+#include "data/datasets/tasks.h"
 
 namespace myriad {
 

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/json_fields.h"
-#include "data/tasks.h"
+#include "data/datasets/tasks.h"
 #include "model/config.h"
 
 namespace myriad {

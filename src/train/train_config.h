@@ -21,13 +21,13 @@
 //                     the long-context grid (train/longctx_eval.h) at the end of every stage of the ladder; each
 //                     length at most max_position_embeddings. Absent: not run
 //   longctx_mix       {"tasks": ["passkey"], "fraction": 0.5}: that fraction of the training sequences (drawn from
-//                     the seed) are long-context task samples (data/longctx_tasks.h) of the stage's length, needle at
-//                     a random depth, answer included, instead of corpus text (train/longctx_mix_source.h); fraction
-//                     in [0, 1], some stage's share > 0. Absent: none
+//                     the seed) are long-context task samples (data/datasets/longctx_tasks.h) of the stage's length,
+//                     needle at a random depth, answer included, instead of corpus text (train/longctx_mix_source.h);
+//                     fraction in [0, 1], some stage's share > 0. Absent: none
 //   builtin_corpus    {"bytes": 3145728, "task_share": 0.5, "task_weights": {"arithmetic": 1, "copy": 1,
 //                     "reverse": 1, "recall": 1}}: the corpus `myriad train` generates when given no data
-//                     (data/corpus.h): its size, the share of task documents (the rest prose) and the task kinds'
-//                     relative weights (absent kinds: 1). Ignored when --data is given
+//                     (data/datasets/corpus.h): its size, the share of task documents (the rest prose) and the task
+//                     kinds' relative weights (absent kinds: 1). Ignored when --data is given
 #pragma once
 
 #include <cstdint>
@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "data/corpus.h"
+#include "data/datasets/corpus.h"
 
 namespace myriad {
 

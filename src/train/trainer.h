@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 #include "dist/gradient_sync.h"
 #include "dist/optimizer_sharding.h"
 #include "dist/parallel_dims.h"

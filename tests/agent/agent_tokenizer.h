@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 
 namespace myriad::test {
 

@@ -1,6 +1,6 @@
-// The parts of the byte-level BPE tokenizers (data/bpe_tokenizer.h) against independent expectations: the merge loop
-// against a naive textbook BPE on random vocabularies (both of its paths), the pattern translation, each Split
-// behavior on Hugging Face's documented example, added-token matching, and load/save of a hand-written
+// The parts of the byte-level BPE tokenizers (data/tokenize/bpe_tokenizer.h) against independent expectations: the
+// merge loop against a naive textbook BPE on random vocabularies (both of its paths), the pattern translation, each
+// Split behavior on Hugging Face's documented example, added-token matching, and load/save of a hand-written
 // tokenizer.json through Tokenizer::load. (The id-for-id check against tiktoken and tokenizers themselves is
 // tests/interop/tokenizer_interop.py.)
 #include <gtest/gtest.h>
@@ -14,11 +14,11 @@
 #include <random>
 
 #include "core/error.h"
-#include "data/added_tokens.h"
-#include "data/byte_bpe.h"
-#include "data/pretokenizer.h"
-#include "data/tokenizer.h"
 #include "data/byte_level_fixture.h"
+#include "data/tokenize/added_tokens.h"
+#include "data/tokenize/byte_bpe.h"
+#include "data/tokenize/pretokenizer.h"
+#include "data/tokenize/tokenizer.h"
 
 namespace myriad {
 namespace {

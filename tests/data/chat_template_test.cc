@@ -1,8 +1,8 @@
-// The chat template (data/chat_template.h) and OpenAI-format conversations (data/conversation.h): the exact
+// The chat template (data/chat/chat_template.h) and OpenAI-format conversations (data/chat/conversation.h): the exact
 // grammar as text, special tokens only where the template puts them (content cannot forge a turn), the assistant
 // mask SFT trains on, reading replies back into text and tool calls (malformed ones as text), and the JSON/JSONL
 // readers' errors naming the field and the line.
-#include "data/chat_template.h"
+#include "data/chat/chat_template.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,8 +11,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "data/conversation.h"
 #include "data/byte_level_fixture.h"
+#include "data/chat/conversation.h"
 
 namespace myriad {
 namespace {

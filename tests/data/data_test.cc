@@ -12,11 +12,11 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "data/data_files.h"
-#include "data/loader.h"
-#include "data/prepare.h"
-#include "data/shards.h"
-#include "data/tokenizer.h"
+#include "data/datasets/loader.h"
+#include "data/datasets/prepare.h"
+#include "data/datasets/shards.h"
+#include "data/tokenize/data_files.h"
+#include "data/tokenize/tokenizer.h"
 
 namespace myriad {
 namespace {

@@ -1,8 +1,8 @@
-// Image decoding and patching (data/image.h), IDX arrays (data/idx.h). Images are written with stb_image_write
-// (Debian's libstb), an encoder independent of the decoders (libjpeg-turbo, libpng, giflib, libwebp): PNG is
-// lossless, so the decoded pixels must equal the written ones exactly; JPEG within a small error. GIF bytes are
+// Image decoding and patching (data/media/image.h), IDX arrays (data/datasets/idx.h). Images are written with
+// stb_image_write (Debian's libstb), an encoder independent of the decoders (libjpeg-turbo, libpng, giflib, libwebp):
+// PNG is lossless, so the decoded pixels must equal the written ones exactly; JPEG within a small error. GIF bytes are
 // written out by hand from the format; WebP by libwebp's own encoder (lossless: exact).
-#include "data/image.h"
+#include "data/media/image.h"
 
 #include <gtest/gtest.h>
 #include <stb_image_write.h>
@@ -19,8 +19,8 @@
 
 #include "core/base64.h"
 #include "core/error.h"
-#include "data/idx.h"
-#include "data/shape_images.h"
+#include "data/datasets/idx.h"
+#include "data/datasets/shape_images.h"
 
 namespace myriad {
 namespace {

@@ -1,6 +1,6 @@
 // Tokenizer: training on a few KB of generated text, the exact byte round trip (ASCII, multi-byte UTF-8, invalid
 // UTF-8, random binary), the special-token and byte-token layout, determinism, save/load and errors.
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

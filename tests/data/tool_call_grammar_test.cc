@@ -1,9 +1,9 @@
-// Constrained tool calls (data/tool_call_grammar.h) and the schema subset they follow (data/json_schema.h).
+// Constrained tool calls (data/chat/tool_call_grammar.h) and the schema subset they follow (data/chat/json_schema.h).
 // The character automaton is checked against independent readers of the same text: nlohmann's JSON parser and
 // the schema's tree walk (JsonSchema::accepts) say whether a call is valid, the automaton must agree on canonical
 // calls and never accept an invalid one; at the token level, replies sampled from random logits under the mask
 // are read back by the chat template's parser.
-#include "data/tool_call_grammar.h"
+#include "data/chat/tool_call_grammar.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include "agent/agent_tokenizer.h"
 #include "agent/tools.h"
 #include "core/error.h"
-#include "data/chat_template.h"
-#include "data/json_schema.h"
+#include "data/chat/chat_template.h"
+#include "data/chat/json_schema.h"
 #include "infer/sampling.h"
 
 namespace myriad {

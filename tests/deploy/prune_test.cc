@@ -21,8 +21,8 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "data/corpus.h"
-#include "data/shards.h"
+#include "data/datasets/corpus.h"
+#include "data/datasets/shards.h"
 #include "io/checkpoint.h"
 
 namespace myriad {

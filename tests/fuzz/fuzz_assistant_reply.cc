@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "agent/tools.h"
-#include "data/chat_template.h"
+#include "data/chat/chat_template.h"
 #include "fuzz/support.h"
 
 using namespace myriad;

@@ -3,8 +3,8 @@
 // and the messages written back as JSON must read and encode to the same ids.
 #include <cstdint>
 
-#include "data/chat_template.h"
-#include "data/conversation.h"
+#include "data/chat/chat_template.h"
+#include "data/chat/conversation.h"
 #include "fuzz/support.h"
 
 using namespace myriad;

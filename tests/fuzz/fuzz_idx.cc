@@ -2,7 +2,7 @@
 // array must hold exactly the product of its dimensions in values.
 #include <cstdint>
 
-#include "data/idx.h"
+#include "data/datasets/idx.h"
 #include "fuzz/support.h"
 
 using namespace myriad;

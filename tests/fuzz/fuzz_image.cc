@@ -2,12 +2,12 @@
 // by libpng, GIF by giflib, WebP by libwebp, the pixel cap from the header first), then resized and cut into patches
 // under a small budget. Limits are lowered (256K pixels, 64 patches of 14 x 14) so every input stays fast and within
 // the memory cap; the decoded image must hold exactly width x height x 3 bytes and the patches grid x 3 x 14 x 14
-// values. The same bytes as a video (data/video.h: an animated GIF's frames, counted from its blocks before decoding;
-// 64 frames and the same pixels over all of them at most): every frame of the video's size.
+// values. The same bytes as a video (data/media/video.h: an animated GIF's frames, counted from its blocks before
+// decoding; 64 frames and the same pixels over all of them at most): every frame of the video's size.
 #include <cstdint>
 
-#include "data/image.h"
-#include "data/video.h"
+#include "data/media/image.h"
+#include "data/media/video.h"
 #include "fuzz/support.h"
 
 using namespace myriad;

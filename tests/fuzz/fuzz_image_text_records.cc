@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "data/image_text_records.h"
+#include "data/datasets/image_text_records.h"
 #include "fuzz/support.h"
 #include "model/config.h"
 #include "train/image_text_source.h"

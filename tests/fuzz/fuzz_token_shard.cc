@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 
-#include "data/loader.h"
+#include "data/datasets/loader.h"
 #include "fuzz/support.h"
 
 using namespace myriad;

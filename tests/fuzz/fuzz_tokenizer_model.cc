@@ -2,7 +2,7 @@
 // file). An accepted model must then encode and decode a fixed multilingual text with ids inside its vocabulary.
 #include <cstdint>
 
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 #include "fuzz/support.h"
 
 using namespace myriad;

@@ -3,7 +3,7 @@
 // itself byte for byte (byte fallback covers every character; no special token may appear).
 #include <cstdint>
 
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 #include "fuzz/support.h"
 
 using namespace myriad;

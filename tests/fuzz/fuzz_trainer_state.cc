@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <filesystem>
 
-#include "data/loader.h"
-#include "data/shards.h"
+#include "data/datasets/loader.h"
+#include "data/datasets/shards.h"
 #include "fuzz/support.h"
 #include "train/run_checkpoint.h"
 #include "train/sft_data.h"

@@ -8,10 +8,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "data/corpus.h"
+#include "data/byte_level_fixture.h"
+#include "data/datasets/corpus.h"
 #include "io/atomic_file.h"
 #include "model/init.h"
-#include "data/byte_level_fixture.h"
 
 namespace myriad::fuzz {
 

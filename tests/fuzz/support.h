@@ -14,7 +14,7 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 
 namespace myriad::fuzz {
 

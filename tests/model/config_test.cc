@@ -185,7 +185,7 @@ TEST(ModelConfig, TinyParses) {
   EXPECT_EQ(c.vocab_size, 512);
   EXPECT_EQ(c.attn_res_block_size, 2);
   EXPECT_EQ(c.balancing, Balancing::kQuantile);
-  EXPECT_EQ(c.media_placeholder_token_id, 11);  // <|image|> in myriad's tokenizer (data/tokenizer.h)
+  EXPECT_EQ(c.media_placeholder_token_id, 11);  // <|image|> in myriad's tokenizer (data/tokenize/tokenizer.h)
 }
 
 // activation_situ_linear_beta: absent is K3's 25, null is upstream's "no clamp" (+infinity), a number is itself,

@@ -1,4 +1,4 @@
-"""myriad's image preprocessing for K3's projector (data/image.h kScaleAndPad) against the reference written from
+"""myriad's image preprocessing for K3's projector (data/media/image.h kScaleAndPad) against the reference written from
 K3's published processor (tests/reference/k3_image_ref.py: its arithmetic, Pillow's BICUBIC resize, black padding
 on the right and at the bottom, the normalisation, the patch order).
 

@@ -27,10 +27,10 @@
 #include <thread>
 
 #include "core/error.h"
-#include "data/chat_template.h"
-#include "data/conversation.h"
-#include "data/corpus.h"
-#include "data/tokenizer.h"
+#include "data/chat/chat_template.h"
+#include "data/chat/conversation.h"
+#include "data/datasets/corpus.h"
+#include "data/tokenize/tokenizer.h"
 #include "infer/inference_model.h"
 #include "model/init.h"
 #include "timing_bounds.h"

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 
 namespace myriad {
 namespace {

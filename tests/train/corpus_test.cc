@@ -2,7 +2,7 @@
 // answer checked by parsing it back, held-out prompts absent from the training corpus, generation (greedy
 // determinism, stop_id, stop predicate) on a random tiny model, and the scoring through evaluate_tasks with
 // fake tokenizers that act as an oracle.
-#include "data/corpus.h"
+#include "data/datasets/corpus.h"
 
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>

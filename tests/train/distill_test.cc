@@ -13,7 +13,7 @@
 #include <random>
 
 #include "autograd/functions.h"
-#include "data/prepare.h"
+#include "data/datasets/prepare.h"
 #include "model/transformer.h"
 
 namespace myriad {

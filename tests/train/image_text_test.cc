@@ -12,8 +12,8 @@
 #include <random>
 
 #include "autograd/functions.h"
-#include "data/image_store.h"
-#include "data/image_text_records.h"
+#include "data/datasets/image_store.h"
+#include "data/datasets/image_text_records.h"
 #include "infer/decode_weights.h"
 #include "io/atomic_file.h"
 #include "model/weights.h"
@@ -316,8 +316,8 @@ TEST(ImageText, FileRecordsBecomeTheirKindsOfExamplesAndResumeExactly) {
   std::filesystem::remove_all(dir);
 }
 
-// A prepared directory (data/image_store.h: images decoded once into a store, the records rewritten to refer to
-// it) trains exactly as its records do: the same batches (tokens, targets, patches, grids), with augmentation too,
+// A prepared directory (data/datasets/image_store.h: images decoded once into a store, the records rewritten to refer
+// to it) trains exactly as its records do: the same batches (tokens, targets, patches, grids), with augmentation too,
 // the same validation, the same resume; the stored pixels are the decoder's. Bad input is one clear error and
 // leaves no directory behind.
 TEST(ImageText, PreparedDirectoryTrainsExactlyAsItsRecords) {

@@ -1,5 +1,5 @@
-// Long-context tasks and their evaluation (data/longctx_tasks.h, train/longctx_eval.h, report/longctx_page.h): each
-// sample's length, needle depth and answer checked by reading the prompt back (the chain of a vartrack sample
+// Long-context tasks and their evaluation (data/datasets/longctx_tasks.h, train/longctx_eval.h, report/longctx_page.h):
+// each sample's length, needle depth and answer checked by reading the prompt back (the chain of a vartrack sample
 // followed here, independently of the generator); the grid scored with oracle generators that are always right,
 // never right, or right only up to a length; the real model path; and every refusal before any work.
 #include <gtest/gtest.h>
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/corpus.h"
-#include "data/longctx_tasks.h"
-#include "data/tokenizer.h"
+#include "data/datasets/corpus.h"
+#include "data/datasets/longctx_tasks.h"
+#include "data/tokenize/tokenizer.h"
 #include "infer/decode_weights.h"
 #include "infer/generate.h"
 #include "infer/inference_model.h"

@@ -1,9 +1,9 @@
-// Videos (data/video.h): an animated GIF's frames through giflib, the frame count read from the blocks before
+// Videos (data/media/video.h): an animated GIF's frames through giflib, the frame count read from the blocks before
 // decoding, the caps, even frame sampling; and a video as the vision tower takes it (infer/image_input.h
 // add_video): chunks of init_pos_emb_time frames, one placeholder run. The GIFs are written here from the format
 // (stb has no GIF writer): 4-colour frames, LZW codes of 3 bits with a clear code after every two pixels, so that
 // every code is a literal and the table never widens the codes.
-#include "data/video.h"
+#include "data/media/video.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,9 +17,9 @@
 
 #include "autograd/functions.h"
 #include "core/error.h"
-#include "data/image_store.h"
-#include "data/image_text_records.h"
-#include "data/motion_clips.h"
+#include "data/datasets/image_store.h"
+#include "data/datasets/image_text_records.h"
+#include "data/datasets/motion_clips.h"
 #include "infer/image_input.h"
 #include "model/transformer.h"
 #include "model/vision_tower.h"

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "data/chat_template.h"
+#include "data/chat/chat_template.h"
 
 namespace myriad {
 

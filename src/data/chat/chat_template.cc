@@ -1,16 +1,16 @@
 // The chat template: see chat_template.h for the grammar.
-#include "data/chat_template.h"
+#include "data/chat/chat_template.h"
 
 #include <algorithm>
 
 #include "core/error.h"
 #include "core/json_fields.h"
 #include "core/utf8.h"
-#include "data/chat_format_support.h"
-#include "data/chatml_chat_format.h"
-#include "data/deepseek_chat_format.h"
-#include "data/k3_chat_format.h"
-#include "data/kimi_chat_format.h"
+#include "data/chat/chat_format_support.h"
+#include "data/chat/chatml_chat_format.h"
+#include "data/chat/deepseek_chat_format.h"
+#include "data/chat/k3_chat_format.h"
+#include "data/chat/kimi_chat_format.h"
 
 namespace myriad {
 

@@ -15,7 +15,7 @@
 //   CALL         := {"name":NAME,"arguments":ARGS}               compact JSON, ARGS an object with sorted keys
 //   tool         := "<|tool_result|>" TEXT "<|/tool_result|>"  results follow the calls in their order
 //
-// TEXT is a message's content, unchanged, encoded with Specials::kAsText (data/tokenizer.h): a user message or
+// TEXT is a message's content, unchanged, encoded with Specials::kAsText (data/tokenize/tokenizer.h): a user message or
 // a tool result that contains "<|assistant|>" or "<|tool_result|>" is text, never a turn; only the template emits
 // special tokens. Tool call ids and function names of tool messages are not rendered (results are matched to
 // calls by order). E.g. user "Price of 2 apples?", assistant call lookup_price {"item":"apple"}, tool "0.5":
@@ -32,13 +32,13 @@
 //
 // Other models' formats (ChatFormat), picked from the special tokens of the tokenizer they ship (chat_format_of):
 //   k3 (<|open|> <|sep|> <|close|> <|end_of_msg|>): Kimi K3's tagged messages with think and response channels,
-//     see data/k3_chat_format.h.
+//     see data/chat/k3_chat_format.h.
 //   kimi (K2 / Kimi-Linear, the tokenizer has <|im_middle|>): Kimi-K2-Instruct's chat template with its tools,
-//     calls and results; see data/kimi_chat_format.h.
+//     calls and results; see data/chat/kimi_chat_format.h.
 //   deepseek-v3 (<｜User｜> <｜Assistant｜>): DeepSeek-V3-0324's template, with calls and results, and tools declared
-//     in the system prompt; see data/deepseek_chat_format.h.
+//     in the system prompt; see data/chat/deepseek_chat_format.h.
 //   chatml (<|im_start|>): <|im_start|>ROLE\nTEXT<|im_end|>\n per turn, calls and results as Qwen's templates write
-//     them; see data/chatml_chat_format.h. Generation prompt: <|im_start|>assistant\n.
+//     them; see data/chat/chatml_chat_format.h. Generation prompt: <|im_start|>assistant\n.
 // Role names and the newlines are text; only the markers are special tokens; contents are encoded with
 // Specials::kAsText as in myriad's format. A reply ends at the format's end of turn (chat_stop_strings). Every
 // format has tool calls and declarations.
@@ -51,7 +51,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 
 namespace myriad {
 
@@ -73,7 +73,7 @@ struct ToolCall {
 };
 
 // An image of a message (an OpenAI content part of type image_url): where it stands in the message's content (a
-// byte offset: the text of the parts before it) and its URL as given (a data: URI; data/image.h reads it). The
+// byte offset: the text of the parts before it) and its URL as given (a data: URI; data/media/image.h reads it). The
 // template writes one image marker there, which the caller expands to the image's run of tokens.
 struct ChatImage {
   size_t at = 0;
@@ -104,7 +104,7 @@ struct ToolSpec {
   // the formats that render the list (kimi, k3); empty: built from the fields above
   std::string declaration = {};
   // OpenAI's function "strict": the arguments follow the schema exactly; served with constrained decoding
-  // (data/tool_call_grammar.h). Not rendered.
+  // (data/chat/tool_call_grammar.h). Not rendered.
   bool strict = false;
   // The entry {"type": "function", "function": {...}}: `declaration` when set, else from the fields.
   nlohmann::ordered_json entry() const;

@@ -1,5 +1,5 @@
 // The ChatML chat format: see chatml_chat_format.h for the grammar.
-#include "data/chatml_chat_format.h"
+#include "data/chat/chatml_chat_format.h"
 
 #include "core/error.h"
 

@@ -1,5 +1,5 @@
 // OpenAI-format conversations from JSON: see conversation.h.
-#include "data/conversation.h"
+#include "data/chat/conversation.h"
 
 #include <algorithm>
 #include <fstream>

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/chat_template.h"
+#include "data/chat/chat_template.h"
 
 namespace myriad {
 

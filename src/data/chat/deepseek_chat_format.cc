@@ -1,5 +1,5 @@
 // DeepSeek-V3's chat format: see deepseek_chat_format.h for the grammar.
-#include "data/deepseek_chat_format.h"
+#include "data/chat/deepseek_chat_format.h"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // The tool-parameter subset of JSON Schema: see json_schema.h.
-#include "data/json_schema.h"
+#include "data/chat/json_schema.h"
 
 #include <algorithm>
 #include <map>

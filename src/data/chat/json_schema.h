@@ -1,13 +1,13 @@
 // The part of JSON Schema that tool parameters use (issue 15: strict tool calls), compiled once into a tree that
 // both checks a JSON value (JsonSchema::accepts: the agent's count of calls whose arguments break their tool's
-// schema) and drives constrained decoding one character at a time (data/tool_call_grammar.h).
+// schema) and drives constrained decoding one character at a time (data/chat/tool_call_grammar.h).
 //
 // Understood (anything else makes its node "any JSON value", never an error: a schema the model cannot be held to
 // is left open rather than refused):
 //   {"enum": [v, ...]}, {"const": v}    one of the values, as compact JSON (nlohmann's dump)
 //   {"type": "string"}                  any string (format, pattern and lengths are not enforced)
 //   {"type": "number"}                  a JSON number; "integer": digits only (no fraction, no exponent); the
-//                                       decoder bounds the digits (data/tool_call_grammar.h)
+//                                       decoder bounds the digits (data/chat/tool_call_grammar.h)
 //   {"type": "boolean"}, {"type": "null"}
 //   {"type": "object", "properties": {k: s, ...}, "required": [k, ...]}
 //                                       the declared properties only (OpenAI's strict mode: additionalProperties

@@ -1,5 +1,5 @@
 // Kimi K3's chat format; see k3_chat_format.h for the grammar.
-#include "data/k3_chat_format.h"
+#include "data/chat/k3_chat_format.h"
 
 #include <algorithm>
 #include <cctype>

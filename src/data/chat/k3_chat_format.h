@@ -30,7 +30,7 @@
 // calls' order when every message names a call's id (tool=that call's name), else as given (tool=the call at the
 // same position); I counts the results since that assistant message, from 1. Only the template writes specials.
 //
-// Images and videos inside a message are framed by the media specials (data/chat_template.cc, MediaWrap::kK3).
+// Images and videos inside a message are framed by the media specials (data/chat/chat_template.cc, MediaWrap::kK3).
 // Leaves out: the renderer's options (thinking off, other efforts, response_format system messages, message names,
 // systems that add tools); an assistant's argument object is written with its keys sorted (the JSON parser keeps them
 // so), where the renderer keeps the object's own order.
@@ -40,8 +40,8 @@
 #include <span>
 #include <vector>
 
-#include "data/chat_format_support.h"
-#include "data/chat_template.h"
+#include "data/chat/chat_format_support.h"
+#include "data/chat/chat_template.h"
 
 namespace myriad {
 

@@ -1,5 +1,5 @@
 // Kimi K2's chat format: see kimi_chat_format.h for the grammar.
-#include "data/kimi_chat_format.h"
+#include "data/chat/kimi_chat_format.h"
 
 #include <algorithm>
 

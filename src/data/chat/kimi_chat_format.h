@@ -28,8 +28,8 @@
 #include <span>
 #include <vector>
 
-#include "data/chat_format_support.h"
-#include "data/chat_template.h"
+#include "data/chat/chat_format_support.h"
+#include "data/chat/chat_template.h"
 
 namespace myriad {
 

@@ -1,5 +1,5 @@
 // Constrained decoding of tool calls: see tool_call_grammar.h.
-#include "data/tool_call_grammar.h"
+#include "data/chat/tool_call_grammar.h"
 
 #include <algorithm>
 #include <cmath>

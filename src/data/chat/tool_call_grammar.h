@@ -1,13 +1,13 @@
 // Constrained decoding of tool calls (issue 15; what llama.cpp's server does with a grammar and OpenAI with
 // "strict": true): a mask over the vocabulary, applied by the sampler before it draws (infer/sampling.h), that
-// lets a reply be only what the chat template's grammar (data/chat_template.h) can read as content and calls:
+// lets a reply be only what the chat template's grammar (data/chat/chat_template.h) can read as content and calls:
 //
 //   reply := TEXT call* END             call := <|tool_call|> CALL <|/tool_call|>
 //   CALL  := {"name":NAME,"arguments":ARGS}    compact JSON, no whitespace
 //   END   := <|endoftext|> | </s>
 //
 // NAME is one of the request's tools (as a JSON string); ARGS is a JSON object that satisfies the tool's
-// parameters schema (data/json_schema.h: the declared properties in sorted order, the required ones present, each
+// parameters schema (data/chat/json_schema.h: the declared properties in sorted order, the required ones present, each
 // value of its type) for a strict tool, any JSON object for the others. Inside CALL no special token is allowed;
 // in TEXT every special token but <|tool_call|> and END is masked (no forged turns); after a call only another
 // call (when parallel calls are allowed) or END. Without calls allowed (tool_choice "none") the reply is TEXT END.
@@ -31,9 +31,9 @@
 #include <string>
 #include <vector>
 
-#include "data/chat_template.h"
-#include "data/json_schema.h"
-#include "data/tokenizer.h"
+#include "data/chat/chat_template.h"
+#include "data/chat/json_schema.h"
+#include "data/tokenize/tokenizer.h"
 
 namespace myriad {
 

@@ -1,11 +1,11 @@
 // The prose grammar and the corpus mix (see corpus.h).
-#include "data/corpus.h"
+#include "data/datasets/corpus.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
-#include "data/tasks.h"
+#include "data/datasets/tasks.h"
 
 namespace myriad {
 

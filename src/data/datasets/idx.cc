@@ -1,5 +1,5 @@
 // IDX reading (see idx.h), through zlib's gz* calls (Debian's zlib).
-#include "data/idx.h"
+#include "data/datasets/idx.h"
 
 #include <zlib.h>
 

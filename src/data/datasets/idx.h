@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "data/image.h"
+#include "data/media/image.h"
 
 namespace myriad {
 

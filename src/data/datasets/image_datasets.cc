@@ -1,14 +1,14 @@
 // Image-question datasets as JSONL: see image_datasets.h.
-#include "data/image_datasets.h"
+#include "data/datasets/image_datasets.h"
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "data/idx.h"
-#include "data/image.h"
-#include "data/motion_clips.h"
-#include "data/shape_images.h"
+#include "data/datasets/idx.h"
+#include "data/datasets/motion_clips.h"
+#include "data/datasets/shape_images.h"
+#include "data/media/image.h"
 #include "io/atomic_file.h"
 
 namespace myriad {

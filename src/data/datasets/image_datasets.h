@@ -1,10 +1,11 @@
-// Image-question datasets written as image-text JSONL (data/image_text_records.h), images inline as PNG data: URIs
-// (one file per split, written atomically): what `myriad data shapes` and `myriad data mnist` make, for
-// `myriad train --data DIR/train.jsonl` and `myriad eval images --data DIR/test.jsonl`.
-//   shapes  the built-in shape scenes (data/shape_images.h): scene i of a split asks its question i mod (its
+// Image-question datasets written as image-text JSONL (data/datasets/image_text_records.h), images inline as PNG data:
+// URIs (one file per split, written atomically): what `myriad data shapes` and `myriad data mnist` make, for `myriad
+// train --data DIR/train.jsonl` and `myriad eval images --data DIR/test.jsonl`.
+//   shapes  the built-in shape scenes (data/datasets/shape_images.h): scene i of a split asks its question i mod (its
 //           questions), type = the question's family (count, colour, shape, where); train and test scenes come
 //           from disjoint seeds.
-//   motion  the built-in motion clips (data/motion_clips.h): clip i asks "which way does the square move?" (type
+//   motion  the built-in motion clips (data/datasets/motion_clips.h): clip i asks "which way does the square move?"
+//   (type
 //           motion) when i is even, "what colour is the square?" (colour) when odd; its frames inline as a list of
 //           PNG data: URIs ("videos": [[...]]); train and test clips from disjoint seeds.
 //   mnist   MNIST's IDX files (images and labels): "which digit is this?" answered by the digit ("7"), type

@@ -1,5 +1,5 @@
 // Prepared image-text data: see image_store.h.
-#include "data/image_store.h"
+#include "data/datasets/image_store.h"
 
 #include <cstring>
 #include <filesystem>
@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/json_fields.h"
-#include "data/image_text_records.h"
+#include "data/datasets/image_text_records.h"
 #include "io/atomic_file.h"
 
 namespace myriad {

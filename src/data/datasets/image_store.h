@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "data/image.h"
+#include "data/media/image.h"
 #include "io/safetensors.h"
 
 namespace myriad {
@@ -51,8 +51,8 @@ struct ImageTextPrepareResult {
   uint64_t pixel_bytes = 0;
 };
 
-// Reads `records_path` (data/image_text_records.h; every record checked first), decodes its images under `limits`
-// (kFormat naming the record and image for a bad one) and writes DIR as above. DIR must be new or empty unless
+// Reads `records_path` (data/datasets/image_text_records.h; every record checked first), decodes its images under
+// `limits` (kFormat naming the record and image for a bad one) and writes DIR as above. DIR must be new or empty unless
 // `force`. Nothing is left in DIR when it fails.
 ImageTextPrepareResult prepare_image_text(const std::string& records_path, const std::string& dir, bool force,
                                           const ImageLimits& limits = {});

@@ -1,5 +1,5 @@
 // Image-text JSONL records: see image_text_records.h.
-#include "data/image_text_records.h"
+#include "data/datasets/image_text_records.h"
 
 #include <filesystem>
 #include <fstream>
@@ -7,8 +7,8 @@
 
 #include "core/error.h"
 #include "core/json_fields.h"
-#include "data/conversation.h"
-#include "data/image_store.h"
+#include "data/chat/conversation.h"
+#include "data/datasets/image_store.h"
 
 namespace myriad {
 
@@ -23,8 +23,8 @@ const std::string& string_field(const json& j, const char* key, const std::strin
   return it->get_ref<const std::string&>();
 }
 
-// A path relative to the file's folder; data: URIs and stored images (data/image_store.h) as they are; remote URLs
-// refused.
+// A path relative to the file's folder; data: URIs and stored images (data/datasets/image_store.h) as they are; remote
+// URLs refused.
 std::string resolve_image(const std::string& ref, const std::filesystem::path& folder, const std::string& what) {
   if (ref.rfind("data:", 0) == 0 || stored_image_index(ref, what) >= 0) return ref;
   MYRIAD_REQUIRE(ref.rfind("http://", 0) != 0 && ref.rfind("https://", 0) != 0, kFormat, what,

@@ -10,21 +10,21 @@
 // A caption or question may carry "videos" (besides or instead of "images"): each an animated GIF (a path or data:
 // URI) or a list of its frames' images; the markers take the images first, then the videos (each video one
 // marker). Chat records take image_url parts only.
-// An image is a path (relative to the JSONL file's folder) or a data: URI (data/image.h); http(s) URLs are
+// An image is a path (relative to the JSONL file's folder) or a data: URI (data/media/image.h); http(s) URLs are
 // refused (nothing is fetched). `myriad data prepare` writes records whose images are "stored:N" (an image of its
-// store, data/image_store.h). In "text" and "prompt" the image marker (the model's image_placeholder, "<|image|>"
-// by default) stands where the next image goes; without markers the images come first; otherwise the markers and
-// the images must agree in number. "type" (optional) names the question's family for per-type accuracy. What a
-// record trains (train/image_text_source.h): a caption's text, a question's answer, a chat's assistant turns.
+// store, data/datasets/image_store.h). In "text" and "prompt" the image marker (the model's image_placeholder,
+// "<|image|>" by default) stands where the next image goes; without markers the images come first; otherwise the
+// markers and the images must agree in number. "type" (optional) names the question's family for per-type accuracy.
+// What a record trains (train/image_text_source.h): a caption's text, a question's answer, a chat's assistant turns.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "data/chat_template.h"
-#include "data/image.h"
-#include "data/video.h"
+#include "data/chat/chat_template.h"
+#include "data/media/image.h"
+#include "data/media/video.h"
 
 namespace myriad {
 

@@ -1,5 +1,5 @@
 // The training data loader: memory-mapped shards, shuffled windows, exact resume. See loader.h.
-#include "data/loader.h"
+#include "data/datasets/loader.h"
 
 #include <algorithm>
 #include <filesystem>

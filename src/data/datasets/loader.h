@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "data/shards.h"
+#include "data/datasets/shards.h"
 
 namespace myriad {
 

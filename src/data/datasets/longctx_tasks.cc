@@ -1,12 +1,12 @@
 // Long-context tasks: see longctx_tasks.h.
-#include "data/longctx_tasks.h"
+#include "data/datasets/longctx_tasks.h"
 
 #include <algorithm>
 #include <cctype>
 
 #include "core/error.h"
-#include "data/corpus.h"
-#include "data/tokenizer.h"
+#include "data/datasets/corpus.h"
+#include "data/tokenize/tokenizer.h"
 
 namespace myriad {
 

@@ -1,5 +1,5 @@
 // The built-in motion clips (see motion_clips.h).
-#include "data/motion_clips.h"
+#include "data/datasets/motion_clips.h"
 
 #include <algorithm>
 #include <random>

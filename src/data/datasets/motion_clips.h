@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "data/shape_images.h"
-#include "data/video.h"
+#include "data/datasets/shape_images.h"
+#include "data/media/video.h"
 
 namespace myriad {
 

@@ -1,5 +1,5 @@
-// `myriad data prepare` (data/prepare.h).
-#include "data/prepare.h"
+// `myriad data prepare` (data/datasets/prepare.h).
+#include "data/datasets/prepare.h"
 
 #include <fcntl.h>
 #include <stdio.h>  // renameat2

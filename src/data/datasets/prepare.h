@@ -1,5 +1,5 @@
-// `myriad data prepare` (docs/training.md): documents (data/data_files.h) tokenized into token shards (data/shards.h),
-// split into train and val.
+// `myriad data prepare` (docs/training.md): documents (data/tokenize/data_files.h) tokenized into token shards
+// (data/datasets/shards.h), split into train and val.
 //
 // prepare_data: each document's tokens followed by <|endoftext|>, the train and val streams cut into shards of at
 // most shard_tokens tokens, plus meta.json. The val split (val_fraction of the data):
@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "data/data_files.h"
-#include "data/shards.h"
-#include "data/tokenizer.h"
+#include "data/datasets/shards.h"
+#include "data/tokenize/data_files.h"
+#include "data/tokenize/tokenizer.h"
 
 namespace myriad {
 

@@ -1,5 +1,5 @@
 // The synthetic shape scenes (see shape_images.h).
-#include "data/shape_images.h"
+#include "data/datasets/shape_images.h"
 
 #include <algorithm>
 #include <array>

@@ -1,5 +1,5 @@
-// Token shard files (data/shards.h).
-#include "data/shards.h"
+// Token shard files (data/datasets/shards.h).
+#include "data/datasets/shards.h"
 
 #include <fcntl.h>
 #include <stdio.h>  // renameat2

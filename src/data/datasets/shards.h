@@ -1,4 +1,5 @@
-// Token shards (docs/training.md): the files `myriad data prepare` writes (data/prepare.h) and the loader reads.
+// Token shards (docs/training.md): the files `myriad data prepare` writes (data/datasets/prepare.h) and the loader
+// reads.
 //
 // Shard file: a 32-byte little-endian header
 //   magic "MYRTOKS\0" (8) | version u32 = 1 | dtype u32 (1 = u16, 2 = u32) | count u64 | reserved u64 = 0

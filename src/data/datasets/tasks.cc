@@ -1,5 +1,5 @@
 // Task documents, held-out prompts and their scoring (see tasks.h).
-#include "data/tasks.h"
+#include "data/datasets/tasks.h"
 
 #include <algorithm>
 

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "data/corpus.h"
+#include "data/datasets/corpus.h"
 
 namespace myriad {
 

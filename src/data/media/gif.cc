@@ -1,5 +1,5 @@
 // GIF decoding (see gif.h).
-#include "data/gif.h"
+#include "data/media/gif.h"
 
 #include <gif_lib.h>
 

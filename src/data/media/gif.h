@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "data/image.h"
+#include "data/media/image.h"
 
 namespace myriad {
 

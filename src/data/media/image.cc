@@ -1,9 +1,9 @@
 // Image decoding and patching (see image.h). Each format by the library made for it, the decoders browsers and
 // PIL trust, fuzzed upstream for years: JPEG by libjpeg-turbo (its TurboJPEG API), PNG by libpng (its simplified
-// API), WebP by libwebp, GIF by giflib (data/gif.h). Debian's libstb (a 2022 snapshot) only resizes and writes
+// API), WebP by libwebp, GIF by giflib (data/media/gif.h). Debian's libstb (a 2022 snapshot) only resizes and writes
 // PNGs: its JPEG and GIF decoders read out of bounds under myriad's fuzzing (issue 18), and its BMP decoder is of
 // the same code, so BMP is not read (OpenAI's API takes PNG, JPEG, WebP and GIF). All linked, none vendored.
-#include "data/image.h"
+#include "data/media/image.h"
 
 #include <png.h>
 #include <stb_image_resize.h>
@@ -22,7 +22,7 @@
 
 #include "core/base64.h"
 #include "core/error.h"
-#include "data/gif.h"
+#include "data/media/gif.h"
 
 namespace myriad {
 

@@ -1,10 +1,10 @@
 // Video decoding (see video.h).
-#include "data/video.h"
+#include "data/media/video.h"
 
 #include <cstring>
 
 #include "core/error.h"
-#include "data/gif.h"
+#include "data/media/gif.h"
 
 namespace myriad {
 

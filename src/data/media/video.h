@@ -1,5 +1,5 @@
 // Short videos as the vision tower reads them (docs/vision.md "Video"): an animated GIF's frames, decoded by
-// giflib (data/gif.h), with the frame count read from the file's block structure BEFORE any frame is decoded, so
+// giflib (data/media/gif.h), with the frame count read from the file's block structure BEFORE any frame is decoded, so
 // that a small file of many frames over a large canvas (a decompression bomb in time and memory) is refused up
 // front; a still PNG, JPEG, GIF or WebP is a video of one frame. Then the frames the model sees: at most
 // max_frames, spread evenly over the video.
@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "data/image.h"
+#include "data/media/image.h"
 
 namespace myriad {
 

@@ -1,5 +1,5 @@
 // Added-token matching. See added_tokens.h.
-#include "data/added_tokens.h"
+#include "data/tokenize/added_tokens.h"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // Byte-level BPE tokenizers from tiktoken and Hugging Face files. See bpe_tokenizer.h.
-#include "data/bpe_tokenizer.h"
+#include "data/tokenize/bpe_tokenizer.h"
 
 #include <algorithm>
 #include <cctype>
@@ -10,7 +10,7 @@
 #include "core/base64.h"
 #include "core/error.h"
 #include "core/json_fields.h"
-#include "data/normalizer.h"
+#include "data/tokenize/normalizer.h"
 #include "io/atomic_file.h"
 
 namespace myriad {

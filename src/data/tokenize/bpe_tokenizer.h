@@ -26,9 +26,9 @@
 #include <utility>
 #include <vector>
 
-#include "data/added_tokens.h"
-#include "data/byte_bpe.h"
-#include "data/pretokenizer.h"
+#include "data/tokenize/added_tokens.h"
+#include "data/tokenize/byte_bpe.h"
+#include "data/tokenize/pretokenizer.h"
 
 namespace myriad {
 

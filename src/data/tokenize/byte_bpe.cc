@@ -1,5 +1,5 @@
 // Byte-level BPE merging. See byte_bpe.h.
-#include "data/byte_bpe.h"
+#include "data/tokenize/byte_bpe.h"
 
 #include <algorithm>
 #include <climits>

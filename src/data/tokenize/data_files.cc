@@ -1,5 +1,5 @@
-// The data sources: files named by paths and their documents (data/data_files.h).
-#include "data/data_files.h"
+// The data sources: files named by paths and their documents (data/tokenize/data_files.h).
+#include "data/tokenize/data_files.h"
 
 #include <fcntl.h>
 #include <stdio.h>  // renameat2

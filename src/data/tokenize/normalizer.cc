@@ -1,5 +1,5 @@
 // NFC through ICU. See normalizer.h.
-#include "data/normalizer.h"
+#include "data/tokenize/normalizer.h"
 
 #include <unicode/normalizer2.h>
 #include <unicode/unistr.h>

@@ -1,5 +1,5 @@
 // Pre-tokenization on PCRE2. See pretokenizer.h.
-#include "data/pretokenizer.h"
+#include "data/tokenize/pretokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

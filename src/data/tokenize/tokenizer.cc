@@ -1,5 +1,5 @@
 // SentencePiece BPE tokenizer with an exact byte round trip. See tokenizer.h.
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
@@ -17,8 +17,8 @@
 #include "core/json_fields.h"
 #include "core/log.h"
 #include "core/utf8.h"
-#include "data/bpe_tokenizer.h"
-#include "data/data_files.h"
+#include "data/tokenize/bpe_tokenizer.h"
+#include "data/tokenize/data_files.h"
 #include "io/atomic_file.h"
 #include "io/checksums.h"
 

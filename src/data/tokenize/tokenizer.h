@@ -96,7 +96,7 @@ class Tokenizer {
  public:
   Tokenizer() = default;
 
-  // Trains on text files, JSONL files (each line's "text") and directories of them (data/data_files.h,
+  // Trains on text files, JSONL files (each line's "text") and directories of them (data/tokenize/data_files.h,
   // collect_data_files), saves into out_dir (save()) and returns the tokenizer. vocab_size is an upper bound: when
   // the text runs out of pairs to merge first, the vocabulary is smaller (a warning says so; vocab_size() and
   // tokenizer.json give the real size). Throws kIo for a missing path, kValue for no training text, a vocab_size
