@@ -546,8 +546,32 @@ void Engine::encode_new_images() {
   }
 }
 
-bool Engine::step() {
-  std::lock_guard step_lock(step_mu_);
+// One running sequence's part of a step: a row of the batch (and of its logits), or a long prefill of its own.
+struct Engine::StepPart {
+  Sequence* seq = nullptr;
+  bool prefilling = false;
+  int64_t row = -1;         // in the batch; -1 for a long prefill
+  int64_t long_tokens = 0;  // what the long prefill took
+  Tensor long_logits;       // its logits [1, V]
+  std::string failure;      // why it failed
+};
+
+// A step: the batch (prefill chunks ending on prefix snapshot boundaries within the step's prompt budget, and one
+// token, or a verify chunk of drafts, for every decoding sequence), each sequence's part of it, and what it gave.
+struct Engine::StepPlan {
+  std::vector<BatchEntry> batch;
+  std::vector<StepPart> parts;
+  uint64_t long_prefills = 0;
+  Tensor logits;                   // the batch's logits, every entry's logit_rows in batch order
+  std::string error;               // why the batch's forward failed
+  std::vector<int64_t> logit_row;  // each entry's first row of logits
+  // The step's totals for the metrics.
+  uint64_t prompt_tokens = 0, generated = 0;
+  std::vector<double> ttft, tpot;
+  std::vector<SpeculationStats> spec;
+};
+
+void Engine::take_cancellations() {
   {
     std::lock_guard lock(mu_);
     admit_locked();
@@ -561,23 +585,41 @@ bool Engine::step() {
   // Requests cancelled above get their last event now (outside the lock: a sink may call back into the engine).
   for (auto& s : running_)
     if (s->done) emit(*s, cancelled_event());
+}
 
-  encode_new_images();
+void Engine::start_sequence(Sequence& s) {
+  s.state = model_->new_sequence(opt_.page_tokens, opt_.cache_dtype);
+  s.state.record_routing = s.req.record_routing;
+  lookup_prefix(s);
+  s.started = true;
+  if (opt_.draft == "ngram") s.drafter = std::make_unique<NgramDrafter>();
+  if (opt_.draft == "model")
+    s.drafter = std::make_unique<ModelDrafter>(opt_.draft_model, *model_, s.req.sampling.seed, /*check=*/false);
+  s.spec_k = opt_.spec_tokens;
+}
 
-  // The batch: prefill chunks (ending on prefix snapshot boundaries) within the step's prompt budget, and one
-  // token for every decoding sequence. A long prompt under sequence-parallel prefill runs whole, outside the batch.
-  std::vector<BatchEntry> batch;
-  // Each running sequence's part of the step: a row of the batch (and of its logits), or a long prefill of its own.
-  struct Part {
-    Sequence* seq = nullptr;
-    bool prefilling = false;
-    int64_t row = -1;         // in the batch; -1 for a long prefill
-    int64_t long_tokens = 0;  // what the long prefill took
-    Tensor long_logits;       // its logits [1, V]
-    std::string failure;      // why it failed
-  };
-  std::vector<Part> parts;
-  uint64_t long_prefills = 0;
+// A decoding sequence's chunk: its next input, then the drafts when speculating (a failing drafter costs its
+// drafts, not the request).
+void Engine::draft_chunk(Sequence& s, bool speculate) {
+  s.chunk.assign(1, s.next_input);
+  s.q.clear();
+  // Drafts: no more than the tokens still wanted after this one (the request's reservation covers them).
+  const int64_t k = std::min(s.spec_k, s.req.max_tokens - int64_t(s.generated.size()) - 1);
+  if (!speculate || !s.drafter || k <= 0) return;
+  try {
+    std::vector<int32_t> d = s.drafter->draft(s.req.prompt, s.generated, k, *s.sampler, s.q);
+    d.resize(std::min(d.size(), size_t(k)));
+    s.q.resize(std::min(s.q.size(), d.size()));
+    for (int32_t t : d)
+      MYRIAD_CHECK(t >= 0 && t < text_vocab_, "speculation: drafted token ", t, " outside the vocabulary");
+    s.chunk.insert(s.chunk.end(), d.begin(), d.end());
+  } catch (const std::exception&) {
+    s.chunk.resize(1);
+    s.q.clear();
+  }
+}
+
+void Engine::plan_step(StepPlan& plan) {
   int64_t prompt_budget = opt_.prefill_chunk;
   // Speculation this step: only while few enough sequences decode for the step to stay bound by the weights.
   int64_t decoding = 0;
@@ -587,33 +629,25 @@ bool Engine::step() {
   for (auto& sp : running_) {
     Sequence& s = *sp;
     if (s.done) continue;
-    if (!s.started) {
-      s.state = model_->new_sequence(opt_.page_tokens, opt_.cache_dtype);
-      s.state.record_routing = s.req.record_routing;
-      lookup_prefix(s);
-      s.started = true;
-      if (opt_.draft == "ngram") s.drafter = std::make_unique<NgramDrafter>();
-      if (opt_.draft == "model")
-        s.drafter = std::make_unique<ModelDrafter>(opt_.draft_model, *model_, s.req.sampling.seed, /*check=*/false);
-      s.spec_k = opt_.spec_tokens;
-    }
+    if (!s.started) start_sequence(s);
     const int64_t P = int64_t(s.req.prompt.size());
     // A long prefill ends on the last prefix snapshot boundary before the prompt's end (the snapshot is stored
     // and the rest, under prefix_every tokens, prefills in chunks), or takes the whole prompt without snapshots.
+    // A long prompt under sequence-parallel prefill runs whole, outside the batch.
     int64_t whole = 0;
     if (s.prefilled < P && opt_.long_prefill && s.state.tokens == 0 && s.image_keys.empty() &&
         !s.req.record_routing) {  // (a sequence-parallel prefill does not record the routing)
       whole = opt_.prefix_every > 0 && P > opt_.prefix_every ? (P - 1) / opt_.prefix_every * opt_.prefix_every : P;
       if (whole < opt_.long_prefill_min) whole = 0;
     }
-    Part part;
+    StepPart part;
     part.seq = &s;
     part.prefilling = s.prefilled < P;
     if (whole > 0) {
       part.long_tokens = whole;
       try {
         part.long_logits = opt_.long_prefill(s.state, std::span<const int32_t>(s.req.prompt.data(), size_t(whole)));
-        ++long_prefills;
+        ++plan.long_prefills;
       } catch (const std::exception& e) {
         part.failure = e.what();
       }
@@ -625,164 +659,162 @@ bool Engine::step() {
         if (boundary < P) n = std::min(n, boundary - s.prefilled);
       }
       prompt_budget -= n;
-      part.row = int64_t(batch.size());
+      part.row = int64_t(plan.batch.size());
       BatchEntry entry{&s.state, std::span<const int32_t>(s.req.prompt.data() + s.prefilled, size_t(n))};
       if (const int64_t k = count_placeholders(s, s.prefilled, s.prefilled + n); k > 0) {
         const int64_t D = model_->config().hidden_size;
         entry.image_rows = std::span<const float>(s.req.image_rows.data<float>() + s.image_row * D, size_t(k * D));
       }
-      batch.push_back(entry);
+      plan.batch.push_back(entry);
     } else {
-      part.row = int64_t(batch.size());
-      s.chunk.assign(1, s.next_input);
-      s.q.clear();
-      // Drafts: no more than the tokens still wanted after this one (the request's reservation covers them).
-      const int64_t k = std::min(s.spec_k, s.req.max_tokens - int64_t(s.generated.size()) - 1);
-      if (speculate && s.drafter && k > 0) {
-        try {
-          std::vector<int32_t> d = s.drafter->draft(s.req.prompt, s.generated, k, *s.sampler, s.q);
-          d.resize(std::min(d.size(), size_t(k)));
-          s.q.resize(std::min(s.q.size(), d.size()));
-          for (int32_t t : d)
-            MYRIAD_CHECK(t >= 0 && t < text_vocab_, "speculation: drafted token ", t, " outside the vocabulary");
-          s.chunk.insert(s.chunk.end(), d.begin(), d.end());
-        } catch (const std::exception&) {
-          s.chunk.resize(1);  // a failing drafter costs its drafts, not the request
-          s.q.clear();
-        }
-      }
+      part.row = int64_t(plan.batch.size());
+      draft_chunk(s, speculate);
       BatchEntry entry{&s.state, std::span<const int32_t>(s.chunk)};
       if (s.chunk.size() > 1) {
         s.spec_start = s.state.tokens;
         s.state.begin_speculation();
         entry.logit_rows = int64_t(s.chunk.size());
       }
-      batch.push_back(entry);
+      plan.batch.push_back(entry);
     }
-    parts.push_back(std::move(part));
+    plan.parts.push_back(std::move(part));
   }
-  const bool worked = !parts.empty() || !running_.empty();
-  if (!parts.empty()) {
-    Tensor logits;
-    std::string error;
-    if (!batch.empty()) {
-      try {
-        logits = model_->forward(batch);
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
+}
+
+void Engine::run_batch(StepPlan& plan) {
+  if (!plan.batch.empty()) {
+    try {
+      plan.logits = model_->forward(plan.batch);
+    } catch (const std::exception& e) {
+      plan.error = e.what();
     }
-    const int64_t V = model_->vocab_size();
-    std::vector<int64_t> logit_row(batch.size() + 1, 0);  // each entry's first row of logits
-    for (size_t b = 0; b < batch.size(); ++b) logit_row[b + 1] = logit_row[b] + batch[b].logit_rows;
-    uint64_t prompt_tokens = 0, generated = 0;
-    std::vector<double> ttft, tpot;
-    // Which entries produce a token this step (decoding, or at the end of their prompt).
-    std::vector<size_t> need;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      const Part& part = parts[i];
-      Sequence& s = *part.seq;
-      const std::string& why = part.row < 0 ? part.failure : error;
-      if (!why.empty()) {
-        finish(s, FinishReason::kError, why);
-        continue;
-      }
-      if (part.prefilling) {
-        const int64_t n = part.row < 0 ? part.long_tokens : int64_t(batch[size_t(part.row)].tokens.size());
-        s.image_row += count_placeholders(s, s.prefilled, s.prefilled + n);
-        s.prefilled += n;
-        prompt_tokens += uint64_t(n);
-        store_prefix(s);
-        if (s.prefilled < int64_t(s.req.prompt.size())) continue;
-      }
-      need.push_back(i);
+  }
+  plan.logit_row.assign(plan.batch.size() + 1, 0);
+  for (size_t b = 0; b < plan.batch.size(); ++b) plan.logit_row[b + 1] = plan.logit_row[b] + plan.batch[b].logit_rows;
+}
+
+std::vector<size_t> Engine::advance_prompts(StepPlan& plan) {
+  std::vector<size_t> need;  // the parts that produce a token this step (decoding, or at the end of their prompt)
+  for (size_t i = 0; i < plan.parts.size(); ++i) {
+    const StepPart& part = plan.parts[i];
+    Sequence& s = *part.seq;
+    const std::string& why = part.row < 0 ? part.failure : plan.error;
+    if (!why.empty()) {
+      finish(s, FinishReason::kError, why);
+      continue;
     }
-    // Sampling, spread over the threads (each sequence has its own sampler and generator; at a 160K vocabulary
-    // one draw with penalties and top-p takes about a millisecond). Events are sent afterwards, in order.
-    // A verify chunk yields 1 .. drafts + 1 tokens (infer/speculative.h accept_verified).
-    std::vector<std::vector<SampledToken>> drawn(parts.size());
-    std::vector<std::string> draw_error(parts.size());
-    std::vector<SpeculationStats> spec(parts.size());
-    const int sample_threads = need.size() > 1 ? num_threads() : 1;
+    if (part.prefilling) {
+      const int64_t n = part.row < 0 ? part.long_tokens : int64_t(plan.batch[size_t(part.row)].tokens.size());
+      s.image_row += count_placeholders(s, s.prefilled, s.prefilled + n);
+      s.prefilled += n;
+      plan.prompt_tokens += uint64_t(n);
+      store_prefix(s);
+      if (s.prefilled < int64_t(s.req.prompt.size())) continue;
+    }
+    need.push_back(i);
+  }
+  return need;
+}
+
+// Sampling, spread over the threads (each sequence has its own sampler and generator; at a 160K vocabulary one
+// draw with penalties and top-p takes about a millisecond). A verify chunk yields 1 .. drafts + 1 tokens
+// (infer/speculative.h accept_verified). Events are sent afterwards, in order (deliver_tokens).
+void Engine::sample_tokens(StepPlan& plan, const std::vector<size_t>& need,
+                           std::vector<std::vector<SampledToken>>& drawn, std::vector<std::string>& draw_error) {
+  const int64_t V = model_->vocab_size();
+  drawn.assign(plan.parts.size(), {});
+  draw_error.assign(plan.parts.size(), {});
+  plan.spec.assign(plan.parts.size(), {});
+  const int sample_threads = need.size() > 1 ? num_threads() : 1;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(sample_threads)
-    for (size_t j = 0; j < need.size(); ++j) {
-      const size_t i = need[j];
-      const Part& part = parts[i];
-      Sequence& s = *part.seq;
-      const int64_t rows = part.row < 0 ? 1 : batch[size_t(part.row)].logit_rows;
-      const float* src =
-          part.row < 0 ? part.long_logits.data<float>() : logits.data<float>() + logit_row[size_t(part.row)] * V;
-      std::vector<float> row(src, src + rows * V);
-      model_->mask_padded_ids(row.data(), rows);  // a padded vocabulary's ids are never produced
-      try {
-        if (rows > 1) {
-          const std::span<const int32_t> drafts(s.chunk.data() + 1, s.chunk.size() - 1);
-          drawn[i] =
-              accept_verified(s.state, s.spec_start, *s.sampler, drafts, s.q, row.data(), V, s.req.prompt, &spec[i]);
-          // This sequence's k: one less after a rejection, two more (up to spec_tokens) when all were accepted.
-          const auto accepted = int64_t(drawn[i].size()) - 1;
-          s.spec_k = accepted == int64_t(drafts.size()) ? std::min(s.spec_k + 2, opt_.spec_tokens)
-                                                        : std::max<int64_t>(1, s.spec_k - 1);
-        } else {
-          drawn[i].push_back(s.sampler->sample(row, s.req.prompt));
-          s.sampler->observe(drawn[i].back().token);
-        }
-      } catch (const std::exception& e) {
-        draw_error[i] = e.what();
+  for (size_t j = 0; j < need.size(); ++j) {
+    const size_t i = need[j];
+    const StepPart& part = plan.parts[i];
+    Sequence& s = *part.seq;
+    const int64_t rows = part.row < 0 ? 1 : plan.batch[size_t(part.row)].logit_rows;
+    const float* src = part.row < 0 ? part.long_logits.data<float>()
+                                    : plan.logits.data<float>() + plan.logit_row[size_t(part.row)] * V;
+    std::vector<float> row(src, src + rows * V);
+    model_->mask_padded_ids(row.data(), rows);  // a padded vocabulary's ids are never produced
+    try {
+      if (rows > 1) {
+        const std::span<const int32_t> drafts(s.chunk.data() + 1, s.chunk.size() - 1);
+        drawn[i] =
+            accept_verified(s.state, s.spec_start, *s.sampler, drafts, s.q, row.data(), V, s.req.prompt, &plan.spec[i]);
+        // This sequence's k: one less after a rejection, two more (up to spec_tokens) when all were accepted.
+        const auto accepted = int64_t(drawn[i].size()) - 1;
+        s.spec_k = accepted == int64_t(drafts.size()) ? std::min(s.spec_k + 2, opt_.spec_tokens)
+                                                      : std::max<int64_t>(1, s.spec_k - 1);
+      } else {
+        drawn[i].push_back(s.sampler->sample(row, s.req.prompt));
+        s.sampler->observe(drawn[i].back().token);
       }
+    } catch (const std::exception& e) {
+      draw_error[i] = e.what();
     }
-    for (size_t i : need) {
-      Sequence& s = *parts[i].seq;
-      if (!draw_error[i].empty()) {
-        finish(s, FinishReason::kError, draw_error[i]);
-        continue;
-      }
-      const Clock::time_point now = Clock::now();
-      const size_t n = drawn[i].size();  // the step's tokens share its time
-      for (const SampledToken& t : drawn[i]) {
-        if (s.done) break;  // a stop before the chunk's end: the rest is dropped
-        if (s.generated.empty())
-          ttft.push_back(seconds_between(s.submitted, now));
-        else
-          tpot.push_back(seconds_between(s.last_token, now) / double(n));
-        ++generated;
-        if (s.req.stop_at_eos && std::find(stop_ids_.begin(), stop_ids_.end(), t.token) != stop_ids_.end()) {
-          finish(s, FinishReason::kStop, {}, t.token, t.logprob);
-          break;
-        }
-        s.generated.push_back(t.token);
-        s.next_input = t.token;
-        TokenEvent ev;
-        ev.token = t.token;
-        ev.logprob = t.logprob;
-        ev.top = t.top;
-        if (s.text) ev.text = s.text->push(t.token);
-        if (s.text && s.text->stopped()) {
-          ev.finish = FinishReason::kStop;
-        } else if (int64_t(s.generated.size()) >= s.req.max_tokens) {
-          ev.finish = FinishReason::kLength;
-          if (s.text) ev.text += s.text->finish();
-        }
-        if (ev.finish != FinishReason::kNone) s.done = true;
-        emit(s, std::move(ev));
-      }
-      s.last_token = now;
-    }
-    std::lock_guard lock(mu_);
-    for (const SpeculationStats& st : spec) {
-      metrics_.spec_verifies += uint64_t(st.verifies);
-      metrics_.spec_drafted += uint64_t(st.drafted);
-      metrics_.spec_accepted += uint64_t(st.accepted);
-      metrics_.spec_emitted += uint64_t(st.emitted);
-    }
-    metrics_.prompt_tokens += prompt_tokens;
-    metrics_.generated_tokens += generated;
-    metrics_.long_prefills += long_prefills;
-    for (double x : ttft) metrics_.time_to_first_token.observe(x);
-    for (double x : tpot) metrics_.time_per_output_token.observe(x);
-    ++metrics_.steps;
   }
-  // Retire the finished: their state (pages, KDA states) is freed here.
+}
+
+void Engine::deliver_tokens(StepPlan& plan, const std::vector<size_t>& need,
+                            const std::vector<std::vector<SampledToken>>& drawn,
+                            const std::vector<std::string>& draw_error) {
+  for (size_t i : need) {
+    Sequence& s = *plan.parts[i].seq;
+    if (!draw_error[i].empty()) {
+      finish(s, FinishReason::kError, draw_error[i]);
+      continue;
+    }
+    const Clock::time_point now = Clock::now();
+    const size_t n = drawn[i].size();  // the step's tokens share its time
+    for (const SampledToken& t : drawn[i]) {
+      if (s.done) break;  // a stop before the chunk's end: the rest is dropped
+      if (s.generated.empty())
+        plan.ttft.push_back(seconds_between(s.submitted, now));
+      else
+        plan.tpot.push_back(seconds_between(s.last_token, now) / double(n));
+      ++plan.generated;
+      if (s.req.stop_at_eos && std::find(stop_ids_.begin(), stop_ids_.end(), t.token) != stop_ids_.end()) {
+        finish(s, FinishReason::kStop, {}, t.token, t.logprob);
+        break;
+      }
+      s.generated.push_back(t.token);
+      s.next_input = t.token;
+      TokenEvent ev;
+      ev.token = t.token;
+      ev.logprob = t.logprob;
+      ev.top = t.top;
+      if (s.text) ev.text = s.text->push(t.token);
+      if (s.text && s.text->stopped()) {
+        ev.finish = FinishReason::kStop;
+      } else if (int64_t(s.generated.size()) >= s.req.max_tokens) {
+        ev.finish = FinishReason::kLength;
+        if (s.text) ev.text += s.text->finish();
+      }
+      if (ev.finish != FinishReason::kNone) s.done = true;
+      emit(s, std::move(ev));
+    }
+    s.last_token = now;
+  }
+}
+
+void Engine::record_step(const StepPlan& plan) {
+  std::lock_guard lock(mu_);
+  for (const SpeculationStats& st : plan.spec) {
+    metrics_.spec_verifies += uint64_t(st.verifies);
+    metrics_.spec_drafted += uint64_t(st.drafted);
+    metrics_.spec_accepted += uint64_t(st.accepted);
+    metrics_.spec_emitted += uint64_t(st.emitted);
+  }
+  metrics_.prompt_tokens += plan.prompt_tokens;
+  metrics_.generated_tokens += plan.generated;
+  metrics_.long_prefills += plan.long_prefills;
+  for (double x : plan.ttft) metrics_.time_to_first_token.observe(x);
+  for (double x : plan.tpot) metrics_.time_per_output_token.observe(x);
+  ++metrics_.steps;
+}
+
+// The finished leave the batch: their state (pages, KDA states) is freed here.
+void Engine::retire_finished() {
   size_t used = 0;
   uint64_t finished = 0;
   for (auto it = running_.begin(); it != running_.end();) {
@@ -802,6 +834,28 @@ bool Engine::step() {
   metrics_.prefix_cache_bytes = prefix_bytes_ + pinned_bytes_;
   metrics_.running = int64_t(running_.size());
   metrics_.waiting = int64_t(waiting_.size());
+}
+
+// The phases of a step, in order: admit and cancel; encode new images; plan the batch (start sequences, prefill
+// chunks, decode tokens and drafts, long prefills); one batched forward; advance the prompts; sample; deliver the
+// tokens as events; record the metrics; retire the finished.
+bool Engine::step() {
+  std::lock_guard step_lock(step_mu_);
+  take_cancellations();
+  encode_new_images();
+  StepPlan plan;
+  plan_step(plan);
+  const bool worked = !plan.parts.empty() || !running_.empty();
+  if (!plan.parts.empty()) {
+    run_batch(plan);
+    const std::vector<size_t> need = advance_prompts(plan);
+    std::vector<std::vector<SampledToken>> drawn;
+    std::vector<std::string> draw_error;
+    sample_tokens(plan, need, drawn, draw_error);
+    deliver_tokens(plan, need, drawn, draw_error);
+    record_step(plan);
+  }
+  retire_finished();
   return worked;
 }
 

@@ -205,6 +205,22 @@ class Engine {
   void encode_new_images();
   void store_prefix(const Sequence& s);
 
+  // The phases of step(), in order (engine.cc says what each does).
+  struct StepPart;
+  struct StepPlan;
+  void take_cancellations();
+  void start_sequence(Sequence& s);
+  void draft_chunk(Sequence& s, bool speculate);
+  void plan_step(StepPlan& plan);
+  void run_batch(StepPlan& plan);
+  std::vector<size_t> advance_prompts(StepPlan& plan);
+  void sample_tokens(StepPlan& plan, const std::vector<size_t>& need, std::vector<std::vector<SampledToken>>& drawn,
+                     std::vector<std::string>& draw_error);
+  void deliver_tokens(StepPlan& plan, const std::vector<size_t>& need,
+                      const std::vector<std::vector<SampledToken>>& drawn, const std::vector<std::string>& draw_error);
+  void record_step(const StepPlan& plan);
+  void retire_finished();
+
   std::shared_ptr<const InferenceModel> model_;
   EngineOptions opt_;
   size_t kda_state_bytes_ = 0, page_bytes_ = 0;
